@@ -1,0 +1,220 @@
+"""Settings for both profiles.
+
+With no environment at all this is the embedded default: a SQLite file, the
+in-memory channel layer and runs executed inside the server process. Setting
+``DATABASE_URL`` and ``REDIS_URL`` switches to the production profile:
+PostgreSQL, the Redis channel layer and separate run workers
+(``manage.py run_agent_worker``).
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.management.utils import get_random_secret_key
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("AGENT_VAR_DIR", BASE_DIR / "var"))
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+DEBUG = _env_bool("DEBUG", "SECRET_KEY" not in os.environ)
+
+if "SECRET_KEY" in os.environ:
+    SECRET_KEY = os.environ["SECRET_KEY"]
+elif DEBUG:
+    # A development key that survives restarts, so logins survive them too.
+    _key_file = VAR_DIR / "secret_key"
+    if not _key_file.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        _key_file.write_text(get_random_secret_key())
+    SECRET_KEY = _key_file.read_text().strip()
+else:
+    raise RuntimeError("SECRET_KEY must be set when DEBUG is off")
+
+ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "rest_framework",
+    "django_tasks",
+    "django_tasks_db",
+    "sessions_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "agentsite.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "agentsite.asgi.application"
+
+# --- Database ---------------------------------------------------------------
+
+_sqlite_default = f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", _sqlite_default), conn_max_age=0
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES["default"]["OPTIONS"] = {
+        # IMMEDIATE: a writer takes the lock when it begins, so two appenders
+        # queue on the busy timeout instead of deadlocking on a lock upgrade.
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    # A file, not :memory:, so a daphne subprocess started by the tests shares it.
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get("SQLITE_TEST_NAME", str(VAR_DIR / "test.sqlite3"))
+    }
+elif os.environ.get("DATABASE_TEST_NAME"):
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["DATABASE_TEST_NAME"]}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
+
+# --- Channel layer ----------------------------------------------------------
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "prefix": os.environ.get("CHANNELS_PREFIX", "asgi"),
+                # A socket that falls behind a fast stream loses group messages
+                # past this; the consumer refills holes from the log.
+                "capacity": 5000,
+                "expiry": 60,
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": 5000, "expiry": 60},
+        }
+    }
+
+# --- Runs -------------------------------------------------------------------
+
+# "embedded": runs execute in the server process (a thread pool fed from the
+# event loop). "worker": runs go through django-tasks-db's durable queue and
+# execute in `manage.py run_agent_worker` processes.
+AGENT_RUNNER = os.environ.get("AGENT_RUNNER", "worker" if REDIS_URL else "embedded")
+if AGENT_RUNNER == "worker":
+    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+else:
+    TASKS = {"default": {"BACKEND": "sessions_app.runtime.embedded.EmbeddedBackend"}}
+
+AGENT_CLASS = os.environ.get("AGENT_CLASS", "scripted")
+AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))
+# A run's lease: renewed while it works; expired means its process died.
+AGENT_LEASE_SECONDS = float(os.environ.get("AGENT_LEASE_SECONDS", "10"))
+AGENT_SWEEP_SECONDS = float(os.environ.get("AGENT_SWEEP_SECONDS", "3"))
+
+OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
+OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
+OPENAI_MODEL = os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
+
+# Test hooks in the browser client (fault injection); never on in production.
+AGENT_TEST_HOOKS = _env_bool("AGENT_TEST_HOOKS", False)
+
+# --- Auth, i18n, static -----------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+if not DEBUG:
+    SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "sessions_app": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    },
+}
+
+# Start the embedded runtime (recovery + sweeper) with the server. Tests that
+# drive the consumer in-process turn this off and start what they need.
+AGENT_RUNTIME_AUTOSTART = _env_bool("AGENT_RUNTIME_AUTOSTART", True)

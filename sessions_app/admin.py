@@ -1,0 +1,152 @@
+"""The Django admin: sessions, their logs, runs, approval gates and sockets.
+
+Approvals are decided and runs cancelled here through the same functions the
+socket uses, so a decision in the admin is logged (``decided_by`` is the admin
+user), reaches every open tab live, and continues the parked run.
+"""
+
+from django.contrib import admin, messages
+
+from . import protocol as p
+from .exceptions import AlreadyDecided, NotPending
+from .models import AgentSession, ApprovalRequest, Connection, Event, Run
+from .runtime import runs
+
+
+class ReadOnlyMixin:
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class EventInline(ReadOnlyMixin, admin.TabularInline):
+    model = Event
+    fields = ("seq", "kind", "run_id", "data", "created_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ("-seq",)
+    max_num = 0
+
+    def get_queryset(self, request):
+        # Newest 50 only: a long log must not make the change page slow.
+        qs = super().get_queryset(request)
+        ids = list(qs.order_by("-seq").values_list("id", flat=True)[:50])
+        return qs.filter(id__in=ids)
+
+
+@admin.register(AgentSession)
+class AgentSessionAdmin(admin.ModelAdmin):
+    list_display = ("id", "title", "owner", "status", "head", "updated_at", "created_at")
+    list_filter = ("status", "created_at")
+    search_fields = ("id", "title", "owner__username")
+    readonly_fields = ("id", "epoch", "head", "earliest", "status", "created_at", "updated_at")
+    raw_id_fields = ("owner",)
+    inlines = [EventInline]
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("session", "seq", "kind", "run_id", "created_at")
+    list_filter = ("kind",)
+    search_fields = ("session__id", "run_id")
+    list_select_related = ("session",)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "session",
+        "status",
+        "stop_reason",
+        "client_message_id",
+        "worker",
+        "lease_expires_at",
+        "created_at",
+        "finished_at",
+    )
+    list_filter = ("status", "stop_reason")
+    search_fields = ("id", "session__id", "client_message_id")
+    readonly_fields = [f.name for f in Run._meta.fields]
+    actions = ["cancel_runs"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Cancel selected runs")
+    def cancel_runs(self, request, queryset):
+        done = 0
+        for run in queryset:
+            try:
+                runs.cancel(run.id, request.user.get_username())
+                done += 1
+            except NotPending:
+                self.message_user(request, f"{run.id} had already finished", messages.WARNING)
+        self.message_user(request, f"cancelled {done} run(s)")
+
+
+@admin.register(ApprovalRequest)
+class ApprovalRequestAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "session",
+        "tool",
+        "status",
+        "decided_by",
+        "decided_at",
+        "created_at",
+        "executed_at",
+    )
+    list_filter = ("status", "tool")
+    search_fields = ("id", "session__id", "tool_call_id", "decided_by")
+    readonly_fields = [f.name for f in ApprovalRequest._meta.fields]
+    actions = ["approve", "deny"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def _decide(self, request, queryset, decision):
+        for approval in queryset:
+            try:
+                runs.decide(approval.id, decision, request.user.get_username())
+            except AlreadyDecided as exc:
+                self.message_user(
+                    request,
+                    f"{approval.id} was already decided: {exc.decision} by {exc.decided_by}",
+                    messages.WARNING,
+                )
+            else:
+                self.message_user(request, f"{approval.id}: {decision}")
+
+    @admin.action(description="Approve selected requests")
+    def approve(self, request, queryset):
+        self._decide(request, queryset, p.APPROVE)
+
+    @admin.action(description="Deny selected requests")
+    def deny(self, request, queryset):
+        self._decide(request, queryset, p.DENY)
+
+
+@admin.register(Connection)
+class ConnectionAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = (
+        "id",
+        "user",
+        "session",
+        "tab_id",
+        "first_frame_type",
+        "resume_after",
+        "last_ack",
+        "opened_at",
+        "closed_at",
+        "close_code",
+        "clean",
+    )
+    list_filter = ("first_frame_type", "clean", "close_code")
+    search_fields = ("id", "tab_id", "session__id", "user__username")

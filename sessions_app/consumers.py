@@ -1,0 +1,492 @@
+"""The WebSocket endpoint ``/ws/sessions/``: protocol version 1, server side.
+
+One consumer per socket. Before its handshake a socket may only ``start`` or
+``resume``; afterwards it follows one session: replay after the client's cursor,
+then live events from the session's channel-layer group, each socket receiving
+``after+1, after+2, …`` with no gap and no repeat.
+
+How the boundary is kept: the socket joins the group *before* it reads the log,
+so nothing committed after the read can be missed. The replay runs as a task
+while live group messages are parked in memory (the channel layer's queue
+keeps draining, so a long replay never overflows it). Live delivery then drops
+what is at or below the last sent seq and refills any hole from the log (a
+hole means a publication was lost or overtaken: seqs commit in order, so the
+missing events are already readable). In the steady state a live event costs
+no database query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from . import fanout
+from . import protocol as p
+from .events import event_frame, read_events
+from .exceptions import AlreadyDecided, NotFound, NotPending
+from .runtime.executor import worker_id
+
+log = logging.getLogger(__name__)
+
+REPLAY_PAGE = 500
+
+
+_dumps = fanout.dumps
+
+
+class SessionConsumer(AsyncWebsocketConsumer):
+    """Speaks the session protocol on one socket."""
+
+    async def connect(self) -> None:
+        fanout.publisher.attach(asyncio.get_running_loop())
+        self.user = self.scope.get("user")
+        self.session_id: str | None = None
+        self.connection_id: str | None = None
+        self.last_sent = 0
+        self.closing = False
+        self.replaying = False
+        self.replay_task: asyncio.Task | None = None
+        self.live_buffer: list[dict[str, Any]] = []
+        self.pending_presence: dict[str, Any] | None = None
+        self.last_ack = 0
+        self.bucket = p.TokenBucket()
+        await self.accept()
+        if self.user is None or not self.user.is_authenticated:
+            await self._close(p.CLOSE_NOT_AUTHENTICATED)
+            return
+        self.connection_id = await db.open_connection(self.user.pk, worker_id())
+        self.handshake_deadline = asyncio.get_running_loop().call_later(
+            p.HANDSHAKE_TIMEOUT_SECONDS, self._handshake_timeout
+        )
+
+    def _handshake_timeout(self) -> None:
+        if self.session_id is None and not self.closing:
+            asyncio.ensure_future(self._close(p.CLOSE_PROTOCOL_VIOLATION))
+
+    async def _close(self, code: int) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        await self.close(code=code)
+
+    async def disconnect(self, code: int) -> None:
+        self.closing = True
+        deadline = getattr(self, "handshake_deadline", None)
+        if deadline is not None:
+            deadline.cancel()
+        if self.replay_task is not None:
+            self.replay_task.cancel()
+        if self.session_id is not None:
+            await self.channel_layer.group_discard(
+                fanout.group_name(self.session_id), self.channel_name
+            )
+        if self.connection_id is not None:
+            await db.close_connection(
+                self.connection_id, code, self.last_ack, presence_for=self.session_id
+            )
+
+    # --- incoming frames -------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
+        if self.closing or self.connection_id is None:
+            return
+        size = len(bytes_data) if bytes_data is not None else len(text_data)
+        if text_data is not None and p.MAX_FRAME_BYTES // 4 < size <= p.MAX_FRAME_BYTES:
+            size = len(text_data.encode("utf-8"))
+        if size > p.MAX_FRAME_BYTES:
+            await self._close(p.CLOSE_TOO_LARGE)
+            return
+        if not self.bucket.take(asyncio.get_running_loop().time()):
+            await self._close(p.CLOSE_RATE_LIMITED)
+            return
+        if self.session_id is None:
+            await self._receive_handshake(text_data, bytes_data)
+            return
+        try:
+            frame = p.decode(text_data, bytes_data)
+            await self._dispatch(frame)
+        except p.FrameError as exc:
+            await self._send(p.error_frame(exc.code, exc.message, exc.request_id))
+        except Exception:
+            log.exception("connection %s: frame failed", self.connection_id)
+            await self._send(p.error_frame("internal_error", "the server could not handle that"))
+
+    async def _receive_handshake(self, text_data, bytes_data) -> None:
+        try:
+            frame = p.decode(text_data, bytes_data)
+        except p.FrameError:
+            frame = None
+        if frame is None or frame["type"] not in p.HANDSHAKE_TYPES:
+            await self._close(p.CLOSE_PROTOCOL_VIOLATION)
+            return
+        if frame["type"] == p.START:
+            await self._start(frame)
+        else:
+            await self._resume(frame)
+
+    async def _start(self, frame: dict[str, Any]) -> None:
+        try:
+            start = p.parse_start(frame)
+        except p.FrameError as exc:
+            await self._send(p.error_frame(exc.code, exc.message, exc.request_id))
+            return
+        session = await db.start_session(self.user, start, self.connection_id)
+        # Joined after creation: only this socket knows the new id, so nothing
+        # can have been appended to it that we would miss.
+        await self.channel_layer.group_add(fanout.group_name(session["id"]), self.channel_name)
+        self._attached(session["id"], 0)
+        await self._send(
+            {
+                "type": p.START_OK,
+                "request_id": start.request_id,
+                "session_id": session["id"],
+                "connection_id": self.connection_id,
+                "epoch": session["epoch"],
+                "head": session["head"],
+            }
+        )
+        self._begin_replay(0, session["head"])
+
+    async def _resume(self, frame: dict[str, Any]) -> None:
+        rid = p.request_id_of(frame)
+        try:
+            resume = p.parse_resume(frame)
+        except p.Rejection as exc:
+            await self._reject(rid, frame.get("session_id"), exc)
+            return
+        # Join first, read second: an event committed after the read below is
+        # published after we joined, so it reaches us live.
+        group = fanout.group_name(resume.session_id)
+        await self.channel_layer.group_add(group, self.channel_name)
+        try:
+            head = await db.check_resume(self.user.pk, resume, self.connection_id)
+        except p.Rejection as exc:
+            await self.channel_layer.group_discard(group, self.channel_name)
+            await self._reject(rid, resume.session_id, exc)
+            return
+        self._attached(resume.session_id, resume.after)
+        await self._send(
+            {
+                "type": p.RESUME_OK,
+                "request_id": resume.request_id,
+                "session_id": resume.session_id,
+                "connection_id": self.connection_id,
+                "epoch": head["epoch"],
+                "after": resume.after,
+                "head": head["head"],
+            }
+        )
+        self._begin_replay(resume.after, head["head"])
+
+    def _attached(self, session_id: str, after: int) -> None:
+        self.session_id = session_id
+        self.last_sent = after
+        self.handshake_deadline.cancel()
+
+    async def _reject(self, rid: Any, session_id: Any, exc: p.Rejection) -> None:
+        frame = {
+            "type": p.RESUME_REJECTED,
+            "request_id": rid,
+            "session_id": session_id if isinstance(session_id, str) else None,
+            "reason": exc.reason,
+            "message": exc.message,
+        }
+        frame.update(exc.extra)
+        await self._send(frame)
+
+    async def _dispatch(self, frame: dict[str, Any]) -> None:
+        kind = frame["type"]
+        rid = p.request_id_of(frame)
+        if kind in p.HANDSHAKE_TYPES:
+            raise p.FrameError(p.E_BAD_FRAME, "this socket already follows a session", rid)
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            raise p.FrameError(p.E_UNKNOWN_TYPE, f"unknown frame type {kind!r}", rid)
+        await handler(self, frame)
+
+    async def _on_ping(self, frame: dict[str, Any]) -> None:
+        await self._send({"type": p.PONG, "request_id": p.check_request_id(frame)})
+
+    async def _on_ack(self, frame: dict[str, Any]) -> None:
+        seq = p.parse_ack(frame)
+        if seq > self.last_ack:
+            self.last_ack = seq
+            await db.store_ack(self.connection_id, seq)
+
+    async def _on_send(self, frame: dict[str, Any]) -> None:
+        send = p.parse_send(frame)
+        try:
+            result = await db.submit(self.session_id, send)
+        except NotFound:
+            raise p.FrameError(
+                p.E_NOT_FOUND, "this session no longer exists", send.request_id
+            ) from None
+        await self._send(
+            {
+                "type": p.SEND_OK,
+                "request_id": send.request_id,
+                "client_message_id": result.client_message_id,
+                "seq": result.seq,
+                "run_id": result.run_id,
+                "status": result.status,
+            }
+        )
+
+    async def _on_decide(self, frame: dict[str, Any]) -> None:
+        decide = p.parse_decide(frame)
+        try:
+            await db.decide(self.session_id, decide, self.user.get_username())
+        except NotFound:
+            raise p.FrameError(
+                p.E_NOT_FOUND, "no such approval in this session", decide.request_id
+            ) from None
+        except AlreadyDecided as exc:
+            await self._send(
+                p.error_frame(
+                    p.E_ALREADY_DECIDED,
+                    f"this approval was already decided: {exc.decision} by {exc.decided_by}",
+                    decide.request_id,
+                    decision=exc.decision,
+                    decided_by=exc.decided_by,
+                )
+            )
+            return
+        await self._send(
+            {
+                "type": p.DECIDE_OK,
+                "request_id": decide.request_id,
+                "approval_id": decide.approval_id,
+                "decision": decide.decision,
+            }
+        )
+
+    async def _on_cancel(self, frame: dict[str, Any]) -> None:
+        rid, run_id = p.parse_cancel(frame)
+        try:
+            await db.cancel(self.session_id, run_id, self.user.get_username())
+        except NotFound:
+            raise p.FrameError(p.E_NOT_FOUND, "no such run in this session", rid) from None
+        except NotPending:
+            raise p.FrameError(p.E_NOT_PENDING, "this run has already finished", rid) from None
+        await self._send({"type": p.CANCEL_OK, "request_id": rid, "run_id": run_id})
+
+    async def _on_sync(self, frame: dict[str, Any]) -> None:
+        rid, after = p.parse_sync(frame)
+        if self.replay_task is not None and not self.replay_task.done():
+            await asyncio.shield(self.replay_task)
+        head = await db.head_of(self.session_id)
+        if head is None:
+            raise p.FrameError(p.E_NOT_FOUND, "this session no longer exists", rid)
+        await self._send({"type": p.SYNC_OK, "request_id": rid, "after": after, "head": head})
+        # The client asked for these, so they may repeat what it already has.
+        await self._send_range(after, head)
+        self.last_sent = max(self.last_sent, head)
+
+    # --- outgoing events -------------------------------------------------
+
+    def _begin_replay(self, after: int, head: int) -> None:
+        self.replaying = True
+        self.replay_task = asyncio.ensure_future(self._replay(after, head))
+
+    async def _replay(self, after: int, head: int) -> None:
+        try:
+            await self._send_range(after, head)
+            self.last_sent = max(self.last_sent, head)
+            # Live events that arrived meanwhile, in order, deduplicated.
+            while self.live_buffer:
+                buffered, self.live_buffer = self.live_buffer, []
+                for message in sorted(buffered, key=lambda m: m["seq"]):
+                    await self._deliver(message)
+            self.replaying = False
+            await db.presence(self.session_id)
+            if self.pending_presence is not None:
+                presence, self.pending_presence = self.pending_presence, None
+                await self._send(presence)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("connection %s: replay failed", self.connection_id)
+            await self._close(1011)
+
+    async def _send_range(self, after: int, upto: int) -> None:
+        cursor = after
+        while cursor < upto and not self.closing:
+            page = await db.events_page(self.session_id, cursor, upto)
+            if not page:
+                break
+            for text, seq in page:
+                await self.send(text_data=text)
+                cursor = seq
+
+    async def session_event(self, message: dict[str, Any]) -> None:
+        """A committed event published to the session's group."""
+        if self.replaying:
+            self.live_buffer.append(message)
+            return
+        await self._deliver(message)
+
+    async def _deliver(self, message: dict[str, Any]) -> None:
+        seq = message["seq"]
+        if seq <= self.last_sent or self.closing:
+            return
+        if seq > self.last_sent + 1:
+            # A hole: a publication was lost (a full channel) or overtaken.
+            await self._send_range(self.last_sent, seq - 1)
+        await self.send(text_data=message["text"])
+        self.last_sent = seq
+
+    async def session_presence(self, message: dict[str, Any]) -> None:
+        frame = {
+            "type": p.PRESENCE,
+            "session_id": self.session_id,
+            "viewers": message["viewers"],
+            "running": message["running"],
+        }
+        if self.replaying:
+            self.pending_presence = frame
+            return
+        await self._send(frame)
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        if not self.closing:
+            await self.send(text_data=_dumps(frame))
+
+
+_HANDLERS = {
+    p.PING: SessionConsumer._on_ping,
+    p.ACK: SessionConsumer._on_ack,
+    p.SEND: SessionConsumer._on_send,
+    p.DECIDE: SessionConsumer._on_decide,
+    p.CANCEL: SessionConsumer._on_cancel,
+    p.SYNC: SessionConsumer._on_sync,
+}
+
+
+class _Db:
+    """The consumer's database calls, each one ``database_sync_to_async``."""
+
+    @staticmethod
+    @database_sync_to_async
+    def open_connection(user_id: int, server_id: str) -> str:
+        from .models import Connection
+
+        return Connection.objects.create(user_id=user_id, server_id=server_id).id
+
+    @staticmethod
+    @database_sync_to_async
+    def close_connection(
+        connection_id: str, code: int, last_ack: int, presence_for: str | None
+    ) -> None:
+        from django.utils import timezone
+
+        from .models import Connection
+        from .runtime.runs import send_presence
+
+        Connection.objects.filter(id=connection_id).update(
+            closed_at=timezone.now(),
+            close_code=code,
+            clean=code in (1000, 1001, p.CLOSE_SERVICE_RESTART),
+            last_ack=last_ack or None,
+        )
+        if presence_for:
+            send_presence(presence_for)
+
+    @staticmethod
+    @database_sync_to_async
+    def start_session(user, start: p.Start, connection_id: str) -> dict[str, Any]:
+        from .models import Connection
+        from .services import create_session
+
+        session = create_session(user, start.title)
+        Connection.objects.filter(id=connection_id).update(
+            session_id=session.id, tab_id=start.tab_id or "", first_frame_type=p.START
+        )
+        return {"id": session.id, "epoch": session.epoch, "head": session.head}
+
+    @staticmethod
+    @database_sync_to_async
+    def check_resume(user_id: int, resume: p.Resume, connection_id: str) -> dict[str, Any]:
+        from .models import AgentSession, Connection
+
+        Connection.objects.filter(id=connection_id).update(
+            tab_id=resume.tab_id or "", first_frame_type=p.RESUME, resume_after=resume.after
+        )
+        row = (
+            AgentSession.objects.filter(id=resume.session_id, owner_id=user_id)
+            .values("epoch", "head", "earliest")
+            .first()
+        )
+        if row is None:
+            raise p.Rejection(p.R_NOT_FOUND, "no such session")
+        if resume.after > 0 and resume.epoch != row["epoch"]:
+            raise p.Rejection(
+                p.R_EPOCH_MISMATCH,
+                "the session's log was rebuilt: drop the cached transcript and resume from 0",
+            )
+        if resume.after > row["head"]:
+            raise p.Rejection(
+                p.R_CURSOR_AHEAD, "the cursor is past the end of the log", head=row["head"]
+            )
+        if resume.after + 1 < row["earliest"]:
+            raise p.Rejection(
+                p.R_CURSOR_EXPIRED,
+                "events after this cursor were purged",
+                earliest=row["earliest"],
+            )
+        Connection.objects.filter(id=connection_id).update(session_id=resume.session_id)
+        return row
+
+    @staticmethod
+    @database_sync_to_async
+    def events_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]:
+        events = read_events(session_id, after, upto, limit=REPLAY_PAGE)
+        return [(_dumps(event_frame(e)), e.seq) for e in events]
+
+    @staticmethod
+    @database_sync_to_async
+    def head_of(session_id: str) -> int | None:
+        from .models import AgentSession
+
+        return AgentSession.objects.filter(id=session_id).values_list("head", flat=True).first()
+
+    @staticmethod
+    @database_sync_to_async
+    def store_ack(connection_id: str, seq: int) -> None:
+        from .models import Connection
+
+        Connection.objects.filter(id=connection_id).update(last_ack=seq)
+
+    @staticmethod
+    @database_sync_to_async
+    def submit(session_id: str, send: p.Send):
+        from .runtime.runs import submit_message
+
+        return submit_message(session_id, send.client_message_id, send.text)
+
+    @staticmethod
+    @database_sync_to_async
+    def decide(session_id: str, decide: p.Decide, username: str) -> None:
+        from .runtime.runs import decide as decide_gate
+
+        decide_gate(decide.approval_id, decide.decision, username, session_id=session_id)
+
+    @staticmethod
+    @database_sync_to_async
+    def cancel(session_id: str, run_id: str, username: str) -> None:
+        from .runtime.runs import cancel as cancel_run
+
+        cancel_run(run_id, username, session_id=session_id)
+
+    @staticmethod
+    @database_sync_to_async
+    def presence(session_id: str) -> None:
+        from .runtime.runs import send_presence
+
+        send_presence(session_id)
+
+
+db = _Db()

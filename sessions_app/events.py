@@ -1,0 +1,142 @@
+"""The one way events enter a session's log.
+
+``append_events`` assigns seqs with one atomic ``UPDATE … SET head = head + n
+RETURNING head`` on the session row. That statement takes the row's write lock
+(PostgreSQL) or the database's (SQLite, IMMEDIATE transactions) until commit, so
+seqs are handed out in commit order with no holes and no duplicates however
+many writers race. Frames are published to the session's group only after the
+transaction commits (``transaction.on_commit``), so no socket ever sees an
+event that could still roll back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from . import fanout
+from .exceptions import RunAborted, SessionGone
+from .models import Event
+
+_BUMP_HEAD = (
+    "UPDATE sessions_app_agentsession SET head = head + %s, updated_at = %s "
+    "WHERE id = %s RETURNING head"
+)
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    kind: str
+    data: dict[str, Any]
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RunGuard:
+    """Only append while this worker still holds this run; renews its lease."""
+
+    run_id: str
+    worker: str
+    lease_seconds: float
+
+
+def event_frame(event: Event) -> dict[str, Any]:
+    """The protocol's ``event`` frame for a stored event."""
+    return {
+        "type": "event",
+        "session_id": event.session_id,
+        "seq": event.seq,
+        "kind": event.kind,
+        "run_id": event.run_id,
+        "ts": _iso(event.created_at),
+        "data": event.data,
+    }
+
+
+def _iso(dt) -> str:
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def append_event(
+    session_id: str,
+    kind: str,
+    data: dict[str, Any] | None = None,
+    run_id: str | None = None,
+    *,
+    guard: RunGuard | None = None,
+) -> Event:
+    """Append one event; see ``append_events``."""
+    return append_events(session_id, [NewEvent(kind, data or {}, run_id)], guard=guard)[0]
+
+
+def append_events(
+    session_id: str, new: Sequence[NewEvent], *, guard: RunGuard | None = None
+) -> list[Event]:
+    """Append ``new`` to the session's log, in order, in one transaction.
+
+    Joins the caller's transaction if there is one (the events then commit, and
+    are published, with it). With ``guard``, raises ``RunAborted`` instead of
+    appending when the run was cancelled or taken from this worker.
+    """
+    if not new:
+        return []
+    now = timezone.now()
+    with transaction.atomic():
+        # The session row first, the run row second: the same lock order as
+        # every run transition, so a cancel and a streaming worker never deadlock.
+        with connection.cursor() as cursor:
+            cursor.execute(_BUMP_HEAD, [len(new), now, session_id])
+            row = cursor.fetchone()
+        if row is None:
+            raise SessionGone(session_id)
+        if guard is not None:
+            _renew_lease(guard, now)
+        first = row[0] - len(new) + 1
+        events = [
+            Event(
+                session_id=session_id,
+                seq=first + i,
+                kind=item.kind,
+                run_id=item.run_id,
+                data=item.data,
+                created_at=now,
+            )
+            for i, item in enumerate(new)
+        ]
+        Event.objects.bulk_create(events)
+        frames = [event_frame(e) for e in events]
+        transaction.on_commit(lambda: _publish(session_id, frames))
+    return events
+
+
+def _publish(session_id: str, frames: Iterable[dict[str, Any]]) -> None:
+    for frame in frames:
+        fanout.publish_event(session_id, frame)
+
+
+def _renew_lease(guard: RunGuard, now) -> None:
+    from datetime import timedelta
+
+    from .models import Run
+
+    updated = Run.objects.filter(
+        id=guard.run_id, status=Run.Status.RUNNING, worker=guard.worker
+    ).update(lease_expires_at=now + timedelta(seconds=guard.lease_seconds))
+    if not updated:
+        raise RunAborted(guard.run_id)
+
+
+def read_events(session_id: str, after: int, upto: int | None = None, limit: int | None = None):
+    """Events with ``after < seq <= upto``, in order (an index range scan)."""
+    qs = Event.objects.filter(session_id=session_id, seq__gt=after)
+    if upto is not None:
+        qs = qs.filter(seq__lte=upto)
+    qs = qs.order_by("seq")
+    if limit is not None:
+        qs = qs[:limit]
+    return list(qs)

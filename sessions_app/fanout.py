@@ -1,0 +1,136 @@
+"""Fan-out of committed events and presence to every socket of a session.
+
+All of it goes through the channel layer's groups, never through a registry of
+sockets, so it reaches sockets on every server process sharing the layer.
+
+Publishing is fire-and-forget from synchronous code (the ORM side): messages go
+into one ordered queue drained by one coroutine on an event loop: the server's
+own loop when one has been registered (daphne), otherwise a private loop on a
+daemon thread (run workers, management commands). Order is kept per process;
+consumers are robust to loss and reordering anyway (they refill holes from the
+log), so a publication can never make a client skip or repeat an event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
+
+EVENT_MESSAGE = "session.event"
+PRESENCE_MESSAGE = "session.presence"
+
+
+def group_name(session_id: str) -> str:
+    """The channel-layer group of one session (ids are URL-safe base64, valid here)."""
+    return f"session.{session_id}"
+
+
+class _Publisher:
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue | None = None
+        self._task: asyncio.Task | None = None
+        self._owned = False
+        self._lock = threading.Lock()
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Use ``loop`` (the server's) for publishing, if none is set yet."""
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                self._owned = False
+                self._start_on(loop)
+
+    def _start_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        queue_ready = threading.Event()
+
+        def create() -> None:
+            self._queue = asyncio.Queue()
+            self._task = loop.create_task(self._drain(self._queue))
+            queue_ready.set()
+
+        if _running_loop() is loop:
+            create()
+        else:
+            loop.call_soon_threadsafe(create)
+            queue_ready.wait(5)
+
+    def _ensure(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="fanout-publisher", daemon=True
+                )
+                thread.start()
+                self._start_on(loop)
+                self._owned = True
+            return self._loop
+
+    async def _drain(self, queue: asyncio.Queue) -> None:
+        layer = get_channel_layer()
+        while True:
+            group, message = await queue.get()
+            try:
+                await layer.group_send(group, message)
+            except Exception:
+                log.exception("publishing to %s failed", group)
+
+    def publish(self, group: str, message: dict[str, Any]) -> None:
+        loop = self._ensure()
+        if _running_loop() is loop:
+            self._queue.put_nowait((group, message))
+        else:
+            loop.call_soon_threadsafe(self._queue.put_nowait, (group, message))
+
+    def reset(self) -> None:
+        """Forget the loop (tests that close their loop between cases)."""
+        with self._lock:
+            loop, task, owned = self._loop, self._task, self._owned
+            self._loop = self._queue = self._task = None
+            self._owned = False
+        if loop is not None and not loop.is_closed() and task is not None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+                if owned:
+                    loop.call_soon_threadsafe(loop.stop)
+            except RuntimeError:
+                pass  # the loop closed meanwhile
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+publisher = _Publisher()
+
+
+def dumps(frame: dict[str, Any]) -> str:
+    """A frame's wire text."""
+    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+
+
+def publish_event(session_id: str, frame: dict[str, Any]) -> None:
+    """Fan one committed event frame out to the session's sockets, serialised once."""
+    publisher.publish(
+        group_name(session_id),
+        {"type": EVENT_MESSAGE, "seq": frame["seq"], "text": dumps(frame)},
+    )
+
+
+def publish_presence(session_id: str, viewers: int, running: bool) -> None:
+    """Fan a presence update out to the session's sockets."""
+    publisher.publish(
+        group_name(session_id),
+        {"type": PRESENCE_MESSAGE, "viewers": viewers, "running": running},
+    )

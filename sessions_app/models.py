@@ -1,0 +1,199 @@
+"""The durable state of sessions: the event log, runs, approval gates, sockets.
+
+The log (``Event``) is the source of truth for what a client shows. ``Run`` and
+``ApprovalRequest`` are the runtime's bookkeeping: everything a run needs to go
+on after its process is gone lives in these rows.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+from django.db import models
+
+
+def new_session_id() -> str:
+    return "s_" + secrets.token_urlsafe(16)
+
+
+def new_epoch() -> str:
+    return secrets.token_urlsafe(9)
+
+
+def new_run_id() -> str:
+    return "run_" + secrets.token_urlsafe(12)
+
+
+def new_approval_id() -> str:
+    return "ap_" + secrets.token_urlsafe(12)
+
+
+def new_connection_id() -> str:
+    return "c_" + secrets.token_urlsafe(12)
+
+
+class AgentSession(models.Model):
+    """One conversation: its log head, epoch and owner."""
+
+    class Status(models.TextChoices):
+        IDLE = "idle", "idle"
+        RUNNING = "running", "running"
+        AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_session_id, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # Changes only when the log is rebuilt or restored: cursors of another
+    # epoch mean nothing here.
+    epoch = models.CharField(max_length=32, default=new_epoch)
+    head = models.PositiveBigIntegerField(default=0)
+    # The first seq still kept; events before it were purged.
+    earliest = models.PositiveBigIntegerField(default=1)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.IDLE)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["owner", "-updated_at"])]
+
+    def __str__(self) -> str:
+        return self.title or self.id
+
+
+class Event(models.Model):
+    """One entry of a session's append-only log. Written only by ``events.append_events``."""
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=64)
+    run_id = models.CharField(max_length=40, null=True, blank=True)
+    data = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["session", "seq"]
+        constraints = [
+            # Also the index a resume reads through: (session, seq > after).
+            models.UniqueConstraint(fields=["session", "seq"], name="event_session_seq_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.kind}"
+
+
+class Run(models.Model):
+    """One agent turn, triggered by one user input (``client_message_id``)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
+        FINISHED = "finished", "finished"
+
+    ACTIVE = (Status.QUEUED, Status.RUNNING, Status.AWAITING_APPROVAL)
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_run_id, editable=False)
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="runs")
+    client_message_id = models.CharField(max_length=128)
+    text = models.TextField()
+    # seq of the run's user.message: the order runs start in.
+    message_seq = models.PositiveBigIntegerField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    stop_reason = models.CharField(max_length=20, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Which worker executes the run and until when its claim holds. A running
+    # run with no worker is waiting for one to pick its task up.
+    worker = models.CharField(max_length=100, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The agent's own continuation state, saved when it parks at a gate.
+    state = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["session", "message_seq"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "client_message_id"], name="run_client_message_unique"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["session", "status"]),
+            models.Index(fields=["status", "lease_expires_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
+
+
+class ApprovalRequest(models.Model):
+    """A durable approval gate: one tool call waiting for a person's decision."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        APPROVED = "approved", "approved"
+        DENIED = "denied", "denied"
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_approval_id, editable=False)
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="approvals")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
+    tool_call_id = models.CharField(max_length=64, unique=True)
+    tool = models.CharField(max_length=64)
+    args = models.JSONField(default=dict)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    decided_by = models.CharField(max_length=150, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Set, in its own transaction, right before the tool runs: a continuation
+    # delivered twice, or after a crash mid-call, never runs the tool again.
+    executed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["session", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.tool} ({self.status})"
+
+
+class Connection(models.Model):
+    """Diagnostics: one row per socket, what it asked for and how it ended."""
+
+    id = models.CharField(
+        primary_key=True, max_length=40, default=new_connection_id, editable=False
+    )
+    tab_id = models.CharField(max_length=64, blank=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    session = models.ForeignKey(
+        AgentSession,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="connections",
+    )
+    server_id = models.CharField(max_length=100, blank=True)
+    opened_at = models.DateTimeField(auto_now_add=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    close_code = models.IntegerField(null=True, blank=True)
+    clean = models.BooleanField(null=True)
+    first_frame_type = models.CharField(max_length=32, blank=True)
+    resume_after = models.PositiveBigIntegerField(null=True, blank=True)
+    last_ack = models.PositiveBigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at"]
+        indexes = [models.Index(fields=["session", "closed_at"])]
+
+    def __str__(self) -> str:
+        return self.id

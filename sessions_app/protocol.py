@@ -1,0 +1,334 @@
+"""The session protocol, version 1: frame types, close codes, limits, validation.
+
+Everything a frame may carry is named and checked here, once. The JavaScript
+client mirrors these constants in ``static/js/constants.js``; keep the two in
+step (``tests/test_protocol.py`` compares them).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+# --- Close codes --------------------------------------------------------------
+CLOSE_PROTOCOL_VIOLATION = 4400
+CLOSE_NOT_AUTHENTICATED = 4401
+CLOSE_TOO_LARGE = 4413
+CLOSE_RATE_LIMITED = 4429
+CLOSE_SERVICE_RESTART = 1012
+
+# --- Limits -------------------------------------------------------------------
+MAX_FRAME_BYTES = 64 * 1024
+MAX_TEXT_CHARS = 32_000
+RATE_PER_SECOND = 30
+RATE_BURST = 60
+HANDSHAKE_TIMEOUT_SECONDS = 10.0
+MAX_TAB_ID_CHARS = 64
+MAX_ID_CHARS = 128
+MAX_TITLE_CHARS = 200
+
+# --- Frame types ----------------------------------------------------------------
+# client -> server
+START = "start"
+RESUME = "resume"
+ACK = "ack"
+SEND = "send"
+DECIDE = "decide"
+CANCEL = "cancel"
+SYNC = "sync"
+PING = "ping"
+# server -> client
+START_OK = "start_ok"
+RESUME_OK = "resume_ok"
+RESUME_REJECTED = "resume_rejected"
+EVENT = "event"
+SEND_OK = "send_ok"
+DECIDE_OK = "decide_ok"
+CANCEL_OK = "cancel_ok"
+SYNC_OK = "sync_ok"
+PONG = "pong"
+PRESENCE = "presence"
+ERROR = "error"
+
+HANDSHAKE_TYPES = (START, RESUME)
+SESSION_TYPES = (ACK, SEND, DECIDE, CANCEL, SYNC, PING)
+
+# --- Error codes ----------------------------------------------------------------
+E_BAD_JSON = "bad_json"
+E_BAD_FRAME = "bad_frame"
+E_UNKNOWN_TYPE = "unknown_type"
+E_UNSUPPORTED_PROTOCOL = "unsupported_protocol"
+E_NOT_FOUND = "not_found"
+E_ALREADY_DECIDED = "already_decided"
+E_NOT_PENDING = "not_pending"
+E_TOO_LARGE = "too_large"
+
+# --- Resume rejection reasons (checked in this order) ---------------------------
+R_UNSUPPORTED_PROTOCOL = "unsupported_protocol"
+R_BAD_REQUEST = "bad_request"
+R_NOT_FOUND = "not_found"
+R_EPOCH_MISMATCH = "epoch_mismatch"
+R_CURSOR_AHEAD = "cursor_ahead"
+R_CURSOR_EXPIRED = "cursor_expired"
+
+# --- Send statuses, decisions, stop reasons --------------------------------------
+SEND_STARTED = "started"
+SEND_QUEUED = "queued"
+SEND_DUPLICATE = "duplicate"
+
+APPROVE = "approve"
+DENY = "deny"
+DECISIONS = (APPROVE, DENY)
+
+STOP_END_TURN = "end_turn"
+STOP_CANCELLED = "cancelled"
+STOP_ERROR = "error"
+STOP_INTERRUPTED = "interrupted"
+STOP_REQUIRES_APPROVAL = "requires_approval"
+
+# --- Event kinds ------------------------------------------------------------------
+K_SESSION_CREATED = "session.created"
+K_USER_MESSAGE = "user.message"
+K_RUN_QUEUED = "run.queued"
+K_RUN_STARTED = "run.started"
+K_ASSISTANT_DELTA = "assistant.delta"
+K_ASSISTANT_MESSAGE = "assistant.message"
+K_TOOL_CALL = "tool.call"
+K_APPROVAL_REQUESTED = "approval.requested"
+K_APPROVAL_DECIDED = "approval.decided"
+K_TOOL_RESULT = "tool.result"
+K_RUN_FINISHED = "run.finished"
+K_RUN_PAUSED = "run.paused"
+
+
+class FrameError(Exception):
+    """A frame that cannot be processed; ``code`` is one of the ``E_*`` codes."""
+
+    def __init__(self, code: str, message: str, request_id: Any = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+def decode(text: str | None, binary: bytes | None) -> dict[str, Any]:
+    """Parse one client frame into a dict or raise ``FrameError``."""
+    if text is None:
+        raise FrameError(E_BAD_FRAME, "binary frames are not part of the protocol")
+    try:
+        frame = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise FrameError(E_BAD_JSON, f"frame is not valid JSON: {exc}") from None
+    if not isinstance(frame, dict):
+        raise FrameError(E_BAD_FRAME, "a frame must be a JSON object")
+    request_id = frame.get("request_id")
+    if "type" not in frame:
+        raise FrameError(E_BAD_FRAME, "a frame needs a 'type'", _safe_request_id(request_id))
+    if not isinstance(frame["type"], str):
+        raise FrameError(E_BAD_FRAME, "'type' must be a string", _safe_request_id(request_id))
+    return frame
+
+
+def _safe_request_id(value: Any) -> Any:
+    """Echo a request id only if it is a short string or an integer."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) or (isinstance(value, str) and len(value) <= MAX_ID_CHARS):
+        return value
+    return None
+
+
+def request_id_of(frame: dict[str, Any]) -> Any:
+    """The request id to echo in a reply (validated, or None)."""
+    return _safe_request_id(frame.get("request_id"))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_request_id(frame: dict[str, Any]) -> Any:
+    """The frame's request id, or ``FrameError`` if it is not a short string or integer."""
+    value = frame.get("request_id")
+    if value is None:
+        return None
+    if _safe_request_id(value) is None:
+        raise FrameError(
+            E_BAD_FRAME, f"'request_id' must be a string of at most {MAX_ID_CHARS} characters"
+        )
+    return value
+
+
+def _string(
+    frame: dict[str, Any], name: str, *, required: bool = True, max_len: int = MAX_ID_CHARS
+) -> str | None:
+    value = frame.get(name)
+    if value is None:
+        if required:
+            raise FrameError(E_BAD_FRAME, f"'{name}' is required", request_id_of(frame))
+        return None
+    if not isinstance(value, str) or not value or len(value) > max_len:
+        raise FrameError(
+            E_BAD_FRAME,
+            f"'{name}' must be a non-empty string of at most {max_len} characters",
+            request_id_of(frame),
+        )
+    return value
+
+
+def _cursor(frame: dict[str, Any], name: str) -> int:
+    value = frame.get(name)
+    if not _is_int(value) or value < 0:
+        raise FrameError(
+            E_BAD_FRAME, f"'{name}' must be a non-negative integer", request_id_of(frame)
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Start:
+    request_id: Any
+    tab_id: str | None
+    title: str
+
+
+@dataclass(frozen=True)
+class Resume:
+    request_id: Any
+    tab_id: str | None
+    session_id: str
+    after: int
+    epoch: str | None
+
+
+class Rejection(Exception):
+    """A ``resume`` that is answered with ``resume_rejected``."""
+
+    def __init__(self, reason: str, message: str, **extra: Any):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.extra = extra
+
+
+def parse_start(frame: dict[str, Any]) -> Start:
+    """Validate a ``start`` frame (errors are ``FrameError``)."""
+    rid = check_request_id(frame)
+    if frame.get("protocol") != PROTOCOL_VERSION or not _is_int(frame.get("protocol")):
+        raise FrameError(
+            E_UNSUPPORTED_PROTOCOL, f"this server speaks protocol {PROTOCOL_VERSION}", rid
+        )
+    tab_id = _string(frame, "tab_id", required=False, max_len=MAX_TAB_ID_CHARS)
+    title = frame.get("title")
+    if title is None:
+        title = ""
+    if not isinstance(title, str) or len(title) > MAX_TITLE_CHARS:
+        raise FrameError(
+            E_BAD_FRAME, f"'title' must be a string of at most {MAX_TITLE_CHARS} characters", rid
+        )
+    return Start(request_id=rid, tab_id=tab_id, title=title.strip())
+
+
+def parse_resume(frame: dict[str, Any]) -> Resume:
+    """Validate a ``resume`` frame (errors are ``Rejection``)."""
+    rid = request_id_of(frame)
+    if frame.get("protocol") != PROTOCOL_VERSION or not _is_int(frame.get("protocol")):
+        raise Rejection(R_UNSUPPORTED_PROTOCOL, f"this server speaks protocol {PROTOCOL_VERSION}")
+    try:
+        check_request_id(frame)
+        tab_id = _string(frame, "tab_id", required=False, max_len=MAX_TAB_ID_CHARS)
+        session_id = _string(frame, "session_id")
+        after = _cursor(frame, "after")
+        epoch = frame.get("epoch")
+        if after > 0:
+            _string(frame, "epoch")
+        elif epoch is not None and not isinstance(epoch, str):
+            raise FrameError(E_BAD_FRAME, "'epoch' must be a string")
+    except FrameError as exc:
+        raise Rejection(R_BAD_REQUEST, exc.message) from None
+    return Resume(
+        request_id=rid,
+        tab_id=tab_id,
+        session_id=session_id,
+        after=after,
+        epoch=epoch if after > 0 else None,
+    )
+
+
+@dataclass(frozen=True)
+class Send:
+    request_id: Any
+    client_message_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Decide:
+    request_id: Any
+    approval_id: str
+    decision: str
+
+
+def parse_ack(frame: dict[str, Any]) -> int:
+    check_request_id(frame)
+    return _cursor(frame, "seq")
+
+
+def parse_send(frame: dict[str, Any]) -> Send:
+    rid = check_request_id(frame)
+    cmid = _string(frame, "client_message_id")
+    text = frame.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise FrameError(E_BAD_FRAME, "'text' must be a non-empty string", rid)
+    if len(text) > MAX_TEXT_CHARS:
+        raise FrameError(E_TOO_LARGE, f"'text' is longer than {MAX_TEXT_CHARS:,} characters", rid)
+    return Send(request_id=rid, client_message_id=cmid, text=text)
+
+
+def parse_decide(frame: dict[str, Any]) -> Decide:
+    rid = check_request_id(frame)
+    approval_id = _string(frame, "approval_id")
+    decision = frame.get("decision")
+    if decision not in DECISIONS:
+        raise FrameError(E_BAD_FRAME, "'decision' must be 'approve' or 'deny'", rid)
+    return Decide(request_id=rid, approval_id=approval_id, decision=decision)
+
+
+def parse_cancel(frame: dict[str, Any]) -> tuple[Any, str]:
+    rid = check_request_id(frame)
+    return rid, _string(frame, "run_id")
+
+
+def parse_sync(frame: dict[str, Any]) -> tuple[Any, int]:
+    rid = check_request_id(frame)
+    return rid, _cursor(frame, "after")
+
+
+def error_frame(code: str, message: str, request_id: Any = None, **extra: Any) -> dict[str, Any]:
+    """An ``error`` frame."""
+    frame = {"type": ERROR, "request_id": request_id, "code": code, "message": message}
+    frame.update(extra)
+    return frame
+
+
+class TokenBucket:
+    """Rate limit: ``rate`` frames per second sustained, ``burst`` at once."""
+
+    def __init__(self, rate: float = RATE_PER_SECOND, burst: float = RATE_BURST):
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.stamp: float | None = None
+
+    def take(self, now: float) -> bool:
+        """Spend one token at time ``now``; False when the bucket is empty."""
+        if self.stamp is not None:
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True

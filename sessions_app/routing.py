@@ -1,0 +1,45 @@
+"""WebSocket routes, and the start of the embedded runtime with the server."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.urls import path
+
+from . import fanout
+from .consumers import SessionConsumer
+
+websocket_urlpatterns = [path("ws/sessions/", SessionConsumer.as_asgi())]
+
+
+class RuntimeStarter:
+    """ASGI wrapper that, on the first connection or request, registers the
+    server's event loop for fan-out and (embedded profile) starts the runtime:
+    recovery of what a previous process left, and the lease sweeper.
+
+    ``manage.py serve`` also starts it at boot so that recovery does not wait
+    for the first visitor."""
+
+    def __init__(self, app):
+        self.app = app
+        self._started = False
+        self._lock = threading.Lock()
+
+    async def __call__(self, scope, receive, send):
+        if not self._started and scope["type"] in ("http", "websocket"):
+            await self._start()
+        return await self.app(scope, receive, send)
+
+    async def _start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        fanout.publisher.attach(asyncio.get_running_loop())
+        if settings.AGENT_RUNNER == "embedded" and settings.AGENT_RUNTIME_AUTOSTART:
+            from .runtime.embedded import start_embedded_runtime
+
+            await database_sync_to_async(start_embedded_runtime)()

@@ -1,0 +1,69 @@
+"""The interface between the run executor and pluggable agents.
+
+An agent is a class named by ``settings.AGENT_CLASS`` (``scripted``, ``openai``
+or a dotted path) with two methods:
+
+``start(ctx)``
+    Handle the run's user input (``ctx.text``). Stream with ``ctx.delta``,
+    finish the text with ``ctx.message``. To use a tool, call
+    ``ctx.request_tool(tool, args, state)``: it logs ``tool.call``,
+    ``approval.requested`` and ``run.paused`` in one transaction, saves
+    ``state`` on the run and raises ``Parked``; the agent must let it
+    propagate. Returning normally finishes the run with ``end_turn``; raising
+    ``AgentError`` finishes it with ``error`` and the message.
+
+``resume(ctx, outcome)``
+    Called, maybe in another process and much later, once the gate is
+    decided and the tool has run (or was denied). ``ctx.state`` is the state
+    saved at the gate; ``outcome`` is the ``ToolOutcome``. It may request
+    another tool, stream more text and return, like ``start``.
+
+Agents hold nothing in memory between calls: everything they need to go on is
+in ``ctx.state`` and the session's log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Parked(Exception):
+    """Raised by ``RunContext.request_tool``: the run waits at an approval gate."""
+
+
+class AgentError(Exception):
+    """An agent's reason to finish the run with ``stop_reason: error``."""
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    tool_call_id: str
+    tool: str
+    args: dict[str, Any]
+    approved: bool
+    ok: bool
+    output: str
+
+
+class RunContext(Protocol):
+    run_id: str
+    session_id: str
+    text: str
+    state: dict[str, Any]
+
+    def delta(self, text: str) -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+    def request_tool(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> None: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def history(self) -> list[dict[str, str]]: ...
+
+
+class Agent(Protocol):
+    def start(self, ctx: RunContext) -> None: ...
+
+    def resume(self, ctx: RunContext, outcome: ToolOutcome) -> None: ...

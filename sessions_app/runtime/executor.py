@@ -1,0 +1,214 @@
+"""Executing one run: claim it, drive the agent, keep the lease, finish it.
+
+``execute_run`` is what the task framework calls, in a worker process or in
+the embedded server's thread pool. It claims the run with a compare-and-set
+(so a task delivered twice executes once), renews the run's lease from a
+heartbeat thread while it works, and appends every event under a ``RunGuard``
+so that a run which was cancelled or taken away cannot log another event.
+
+A gated tool call executes at most once: the continuation marks the gate's
+``executed_at`` in its own transaction before running the tool. If the process
+dies between that mark and the result, the run is finished ``interrupted`` by
+the sweeper and the tool is never run a second time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from .. import protocol as p
+from ..events import RunGuard, append_event
+from ..exceptions import RunAborted, SessionGone
+from ..models import ApprovalRequest, Event, Run
+from . import runs
+from .base import AgentError, Parked, ToolOutcome
+
+log = logging.getLogger(__name__)
+
+_WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def worker_id() -> str:
+    """This process's identity as a lease holder."""
+    return _WORKER_ID
+
+
+def lease_delta() -> timedelta:
+    return timedelta(seconds=settings.AGENT_LEASE_SECONDS)
+
+
+def claim(run_id: str, worker: str) -> bool:
+    """Take a running run that no worker holds. False if someone else has it."""
+    return bool(
+        Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker="").update(
+            worker=worker, lease_expires_at=timezone.now() + lease_delta()
+        )
+    )
+
+
+def execute_run(run_id: str) -> None:
+    """Start or continue a run, if it is still there to be run."""
+    worker = worker_id()
+    try:
+        if claim(run_id, worker):
+            _drive(run_id, worker)
+    finally:
+        close_old_connections()
+
+
+class _Context:
+    """The ``RunContext`` an agent sees (see ``runtime.base``)."""
+
+    def __init__(self, run: Run, worker: str):
+        self.run_id = run.id
+        self.session_id = run.session_id
+        self.text = run.text
+        self.state: dict[str, Any] = dict(run.state.get("agent", {}))
+        self._message_seq = run.message_seq
+        self._worker = worker
+        self.guard = RunGuard(run.id, worker, settings.AGENT_LEASE_SECONDS)
+        self.aborted = threading.Event()
+
+    def _append(self, kind: str, data: dict[str, Any]) -> None:
+        if self.aborted.is_set():
+            raise RunAborted(self.run_id)
+        append_event(self.session_id, kind, data, self.run_id, guard=self.guard)
+
+    def delta(self, text: str) -> None:
+        self._append(p.K_ASSISTANT_DELTA, {"text": text})
+
+    def message(self, text: str) -> None:
+        self._append(p.K_ASSISTANT_MESSAGE, {"text": text})
+
+    def request_tool(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> None:
+        tool_call_id = "call_" + secrets.token_urlsafe(9)
+        approval_id = runs.park(
+            self.run_id,
+            self._worker,
+            self.session_id,
+            tool_call_id=tool_call_id,
+            tool=tool,
+            args=args,
+            state={"agent": state, "gate": tool_call_id},
+        )
+        if approval_id is None:
+            raise RunAborted(self.run_id)
+        raise Parked(approval_id)
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0 and self.aborted.wait(seconds):
+            raise RunAborted(self.run_id)
+        if self.aborted.is_set():
+            raise RunAborted(self.run_id)
+
+    def history(self) -> list[dict[str, str]]:
+        """Earlier turns of this session, oldest first (the last 50 messages)."""
+        rows = (
+            Event.objects.filter(
+                session_id=self.session_id,
+                seq__lt=self._message_seq,
+                kind__in=(p.K_USER_MESSAGE, p.K_ASSISTANT_MESSAGE),
+            )
+            .order_by("-seq")
+            .values_list("kind", "data")[:50]
+        )
+        return [
+            {"role": "user" if kind == p.K_USER_MESSAGE else "assistant", "content": data["text"]}
+            for kind, data in reversed(rows)
+        ]
+
+
+class _Heartbeat(threading.Thread):
+    """Renews the run's lease; notices when the run was taken away."""
+
+    def __init__(self, ctx: _Context):
+        super().__init__(name=f"lease-{ctx.run_id}", daemon=True)
+        self.ctx = ctx
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        interval = max(settings.AGENT_LEASE_SECONDS / 3, 0.2)
+        try:
+            while not self.stopped.wait(interval):
+                held = Run.objects.filter(
+                    id=self.ctx.run_id, status=Run.Status.RUNNING, worker=self.ctx.guard.worker
+                ).update(lease_expires_at=timezone.now() + lease_delta())
+                if not held:
+                    self.ctx.aborted.set()
+                    return
+        finally:
+            close_old_connections()
+
+
+def _drive(run_id: str, worker: str) -> None:
+    from .agents import get_agent
+
+    run = Run.objects.get(id=run_id)
+    ctx = _Context(run, worker)
+    heartbeat = _Heartbeat(ctx)
+    heartbeat.start()
+    try:
+        agent = get_agent()
+        gate = run.state.get("gate")
+        if gate:
+            outcome = _continue_gate(ctx, gate)
+            agent.resume(ctx, outcome)
+        else:
+            agent.start(ctx)
+        runs.finish_run(run_id, p.STOP_END_TURN, worker=worker, from_statuses=(Run.Status.RUNNING,))
+    except Parked:
+        pass
+    except (RunAborted, SessionGone):
+        log.info("run %s stopped: cancelled, taken over or deleted", run_id)
+    except AgentError as exc:
+        _finish_error(run_id, worker, str(exc) or "the agent failed")
+    except Exception as exc:
+        log.exception("run %s failed", run_id)
+        _finish_error(run_id, worker, f"internal error: {type(exc).__name__}")
+    finally:
+        heartbeat.stopped.set()
+
+
+def _finish_error(run_id: str, worker: str, message: str) -> None:
+    try:
+        runs.finish_run(
+            run_id, p.STOP_ERROR, message, worker=worker, from_statuses=(Run.Status.RUNNING,)
+        )
+    except Exception:
+        log.exception("could not finish run %s", run_id)
+
+
+def _continue_gate(ctx: _Context, tool_call_id: str) -> ToolOutcome:
+    """Run (or refuse) the gated tool call exactly once and log its result."""
+    from .tools import execute, workspace_for
+
+    approval = ApprovalRequest.objects.get(tool_call_id=tool_call_id)
+    approved = approval.status == ApprovalRequest.Status.APPROVED
+    first = ApprovalRequest.objects.filter(id=approval.id, executed_at__isnull=True).update(
+        executed_at=timezone.now()
+    )
+    if not first:
+        ok, output = False, "interrupted: this call was already started once and is not repeated"
+    elif not approved:
+        ok, output = False, "denied"
+    else:
+        ok, output = execute(approval.tool, approval.args, workspace_for(ctx.session_id))
+    ctx._append(p.K_TOOL_RESULT, {"tool_call_id": tool_call_id, "ok": ok, "output": output})
+    return ToolOutcome(
+        tool_call_id=tool_call_id,
+        tool=approval.tool,
+        args=approval.args,
+        approved=approved,
+        ok=ok,
+        output=output,
+    )

@@ -1,0 +1,306 @@
+"""Run and approval-gate transitions: every change of a run's status is here.
+
+Each transition is one transaction that first locks the session row, so that
+"is a run active?", "which run is next?" and "is this gate still pending?" are
+answered and acted on atomically, and its events commit with it. Work for a
+run (starting it, continuing it after a decision) is enqueued through the task
+framework in the same transaction (durable backends) or right after it
+commits (the embedded one), so it is never lost and never runs on rows that
+could still roll back.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .. import fanout
+from .. import protocol as p
+from ..events import NewEvent, append_event, append_events
+from ..exceptions import AlreadyDecided, NotFound, NotPending
+from ..models import AgentSession, ApprovalRequest, Connection, Run, new_run_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SendResult:
+    client_message_id: str
+    seq: int
+    run_id: str
+    status: str
+
+
+def _lock_session(session_id: str) -> AgentSession:
+    try:
+        return AgentSession.objects.select_for_update().get(id=session_id)
+    except AgentSession.DoesNotExist:
+        raise NotFound(session_id) from None
+
+
+def submit_message(session_id: str, client_message_id: str, text: str) -> SendResult:
+    """Log a user input once per ``client_message_id`` and start or queue its run."""
+    try:
+        return _submit(session_id, client_message_id, text)
+    except IntegrityError:
+        # Only reachable if two writers bypassed the session lock; the
+        # unique constraint still guarantees one run per input.
+        run = Run.objects.get(session_id=session_id, client_message_id=client_message_id)
+        return SendResult(client_message_id, run.message_seq, run.id, p.SEND_DUPLICATE)
+
+
+def _submit(session_id: str, client_message_id: str, text: str) -> SendResult:
+    with transaction.atomic():
+        session = _lock_session(session_id)
+        existing = Run.objects.filter(
+            session_id=session_id, client_message_id=client_message_id
+        ).first()
+        if existing is not None:
+            return SendResult(
+                client_message_id, existing.message_seq, existing.id, p.SEND_DUPLICATE
+            )
+        busy = Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).exists()
+        run_id = new_run_id()
+        follow = NewEvent(
+            p.K_RUN_QUEUED if busy else p.K_RUN_STARTED,
+            {"client_message_id": client_message_id},
+            run_id,
+        )
+        user_event, _ = append_events(
+            session_id,
+            [
+                NewEvent(
+                    p.K_USER_MESSAGE, {"client_message_id": client_message_id, "text": text}, run_id
+                ),
+                follow,
+            ],
+        )
+        run = Run.objects.create(
+            id=run_id,
+            session_id=session_id,
+            client_message_id=client_message_id,
+            text=text,
+            message_seq=user_event.seq,
+            status=Run.Status.QUEUED if busy else Run.Status.RUNNING,
+            started_at=None if busy else timezone.now(),
+        )
+        if not busy:
+            _set_session_status(session, AgentSession.Status.RUNNING)
+            _enqueue(run.id)
+    return SendResult(
+        client_message_id, user_event.seq, run_id, p.SEND_QUEUED if busy else p.SEND_STARTED
+    )
+
+
+def decide(
+    approval_id: str, decision: str, decided_by: str, *, session_id: str | None = None
+) -> ApprovalRequest:
+    """Decide a gate exactly once: compare-and-set from pending, log, continue the run.
+
+    The socket, the admin and the API all come through here. ``session_id``
+    confines the lookup to one session (a socket may only decide its own).
+    """
+    if decision not in p.DECISIONS:
+        raise ValueError(decision)
+    lookup = ApprovalRequest.objects.filter(id=approval_id)
+    if session_id is not None:
+        lookup = lookup.filter(session_id=session_id)
+    found = lookup.values_list("session_id", flat=True).first()
+    if found is None:
+        raise NotFound(approval_id)
+    with transaction.atomic():
+        session = _lock_session(found)
+        approval = ApprovalRequest.objects.select_related("run").get(id=approval_id)
+        if approval.status != ApprovalRequest.Status.PENDING:
+            raise AlreadyDecided(_decision_word(approval.status), approval.decided_by)
+        _record_decision(approval, decision, decided_by)
+        run = approval.run
+        if decision == p.APPROVE or run.status == Run.Status.AWAITING_APPROVAL:
+            # Approved or denied, the parked run goes on at the same tool
+            # call: the continuation runs the tool or reports the denial.
+            Run.objects.filter(id=run.id, status=Run.Status.AWAITING_APPROVAL).update(
+                status=Run.Status.RUNNING, worker="", lease_expires_at=None
+            )
+            _set_session_status(session, AgentSession.Status.RUNNING)
+            _enqueue(run.id)
+    return approval
+
+
+def _decision_word(status: str) -> str:
+    return p.APPROVE if status == ApprovalRequest.Status.APPROVED else p.DENY
+
+
+def _record_decision(approval: ApprovalRequest, decision: str, decided_by: str) -> None:
+    status = (
+        ApprovalRequest.Status.APPROVED if decision == p.APPROVE else ApprovalRequest.Status.DENIED
+    )
+    now = timezone.now()
+    updated = ApprovalRequest.objects.filter(
+        id=approval.id, status=ApprovalRequest.Status.PENDING
+    ).update(status=status, decided_by=decided_by, decided_at=now)
+    if not updated:
+        approval.refresh_from_db()
+        raise AlreadyDecided(_decision_word(approval.status), approval.decided_by)
+    approval.status, approval.decided_by, approval.decided_at = status, decided_by, now
+    append_event(
+        approval.session_id,
+        p.K_APPROVAL_DECIDED,
+        {"approval_id": approval.id, "decision": decision, "decided_by": decided_by},
+        approval.run_id,
+    )
+
+
+def cancel(run_id: str, cancelled_by: str, *, session_id: str | None = None) -> Run:
+    """End a running or parked run, or dequeue a queued one, with ``cancelled``."""
+    lookup = Run.objects.filter(id=run_id)
+    if session_id is not None:
+        lookup = lookup.filter(session_id=session_id)
+    found = lookup.values_list("session_id", flat=True).first()
+    if found is None:
+        raise NotFound(run_id)
+    with transaction.atomic():
+        _lock_session(found)
+        run = Run.objects.get(id=run_id)
+        if run.status == Run.Status.FINISHED:
+            raise NotPending(run_id)
+        for approval in ApprovalRequest.objects.filter(
+            run_id=run_id, status=ApprovalRequest.Status.PENDING
+        ):
+            _record_decision(approval, p.DENY, cancelled_by)
+            append_event(
+                run.session_id,
+                p.K_TOOL_RESULT,
+                {"tool_call_id": approval.tool_call_id, "ok": False, "output": "denied"},
+                run_id,
+            )
+        finish_run(run_id, p.STOP_CANCELLED)
+        run.refresh_from_db()
+    return run
+
+
+def finish_run(
+    run_id: str,
+    stop_reason: str,
+    message: str = "",
+    *,
+    worker: str | None = None,
+    from_statuses=Run.ACTIVE,
+) -> bool:
+    """Finish an active run with ``run.finished`` and start the next queued one.
+
+    With ``worker``, only if that worker still holds it. Returns False if the
+    run was no longer active (someone else finished it first).
+    """
+    with transaction.atomic():
+        session_id = Run.objects.values_list("session_id", flat=True).get(id=run_id)
+        session = _lock_session(session_id)
+        runs = Run.objects.filter(id=run_id, status__in=from_statuses)
+        if worker is not None:
+            runs = runs.filter(worker=worker)
+        updated = runs.update(
+            status=Run.Status.FINISHED,
+            stop_reason=stop_reason,
+            error=message,
+            finished_at=timezone.now(),
+            worker="",
+            lease_expires_at=None,
+        )
+        if not updated:
+            return False
+        data = {"stop_reason": stop_reason}
+        if stop_reason == p.STOP_ERROR:
+            data["message"] = message or "the run failed"
+        append_event(session_id, p.K_RUN_FINISHED, data, run_id)
+        _start_next(session)
+    return True
+
+
+def _start_next(session: AgentSession) -> None:
+    """Start the oldest queued run if nothing else is active (caller holds the lock)."""
+    active = Run.objects.filter(
+        session_id=session.id, status__in=(Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL)
+    )
+    if active.exists():
+        return
+    nxt = (
+        Run.objects.filter(session_id=session.id, status=Run.Status.QUEUED)
+        .order_by("message_seq")
+        .first()
+    )
+    if nxt is None:
+        _set_session_status(session, AgentSession.Status.IDLE)
+        return
+    Run.objects.filter(id=nxt.id).update(status=Run.Status.RUNNING, started_at=timezone.now())
+    append_event(session.id, p.K_RUN_STARTED, {"client_message_id": nxt.client_message_id}, nxt.id)
+    _set_session_status(session, AgentSession.Status.RUNNING)
+    _enqueue(nxt.id)
+
+
+def park(
+    run_id: str,
+    worker: str,
+    session_id: str,
+    *,
+    tool_call_id: str,
+    tool: str,
+    args: dict,
+    state: dict,
+) -> str | None:
+    """Log a gate (tool.call, approval.requested, run.paused) and release the run.
+
+    The gate row, its events and the run's saved state commit together: a
+    refresh, a restart or another tab sees all of it or none of it. Returns the
+    approval id, or None if the worker no longer held the run.
+    """
+    with transaction.atomic():
+        session = _lock_session(session_id)
+        updated = Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker).update(
+            status=Run.Status.AWAITING_APPROVAL, worker="", lease_expires_at=None, state=state
+        )
+        if not updated:
+            return None
+        approval = ApprovalRequest.objects.create(
+            session_id=session_id, run_id=run_id, tool_call_id=tool_call_id, tool=tool, args=args
+        )
+        call = {"tool_call_id": tool_call_id, "tool": tool, "args": args}
+        append_events(
+            session_id,
+            [
+                NewEvent(p.K_TOOL_CALL, call, run_id),
+                NewEvent(p.K_APPROVAL_REQUESTED, {"approval_id": approval.id, **call}, run_id),
+                NewEvent(
+                    p.K_RUN_PAUSED,
+                    {"stop_reason": p.STOP_REQUIRES_APPROVAL, "approval_id": approval.id},
+                    run_id,
+                ),
+            ],
+        )
+        _set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
+    return approval.id
+
+
+def _set_session_status(session: AgentSession, status: str) -> None:
+    """Record the session's status; presence goes out when 'running' flips."""
+    was_running = session.status != AgentSession.Status.IDLE
+    if session.status != status:
+        AgentSession.objects.filter(id=session.id).update(status=status)
+        session.status = status
+    if was_running != (status != AgentSession.Status.IDLE):
+        transaction.on_commit(lambda: send_presence(session.id))
+
+
+def send_presence(session_id: str) -> None:
+    """Push viewers and running to every socket of the session."""
+    viewers = Connection.objects.filter(session_id=session_id, closed_at__isnull=True).count()
+    running = Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).exists()
+    fanout.publish_presence(session_id, viewers, running)
+
+
+def _enqueue(run_id: str) -> None:
+    """Hand the run to the task framework: durably in this transaction, or after it."""
+    from .tasks import enqueue_run
+
+    enqueue_run(run_id)

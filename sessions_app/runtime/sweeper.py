@@ -1,0 +1,78 @@
+"""Crash recovery: no run stays "running" after its process is gone.
+
+A running run is held by a worker whose lease the worker keeps renewing. The
+``Sweeper`` (a thread in every run-executing process) finishes runs whose lease
+expired as ``interrupted`` and so lets the next queued run start. Parked gates
+hold no lease and are never touched: they wait for their decision however many
+restarts happen.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from .. import protocol as p
+from ..models import Connection, Run
+from . import runs
+
+log = logging.getLogger(__name__)
+
+
+def interrupt_expired() -> list[str]:
+    """Finish every run whose worker stopped renewing its lease."""
+    expired = list(
+        Run.objects.filter(
+            status=Run.Status.RUNNING, lease_expires_at__lt=timezone.now()
+        ).values_list("id", "worker")
+    )
+    done = []
+    for run_id, worker in expired:
+        if runs.finish_run(
+            run_id, p.STOP_INTERRUPTED, worker=worker, from_statuses=(Run.Status.RUNNING,)
+        ):
+            log.warning("run %s interrupted: its worker %s stopped", run_id, worker)
+            done.append(run_id)
+    return done
+
+
+def recover_at_startup() -> None:
+    """Embedded profile: this process is the only executor, so whatever a
+    previous process was executing is interrupted, and runs that were waiting
+    for an executor (started, or continued after a decision) are enqueued."""
+    held = Run.objects.filter(status=Run.Status.RUNNING).exclude(worker="")
+    for run_id, worker in held.values_list("id", "worker"):
+        runs.finish_run(
+            run_id, p.STOP_INTERRUPTED, worker=worker, from_statuses=(Run.Status.RUNNING,)
+        )
+    from .tasks import enqueue_run
+
+    for run_id in Run.objects.filter(status=Run.Status.RUNNING, worker="").values_list(
+        "id", flat=True
+    ):
+        enqueue_run(run_id)
+    # Sockets of the previous process are gone; their rows must not count as viewers.
+    Connection.objects.filter(closed_at__isnull=True).update(closed_at=timezone.now(), clean=False)
+    close_old_connections()
+
+
+class Sweeper(threading.Thread):
+    """Periodically interrupts runs whose lease expired."""
+
+    def __init__(self, interval: float | None = None):
+        super().__init__(name="run-sweeper", daemon=True)
+        self.interval = interval or settings.AGENT_SWEEP_SECONDS
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                interrupt_expired()
+            except Exception:
+                log.exception("sweep failed")
+            finally:
+                close_old_connections()

@@ -1,0 +1,137 @@
+"""Fixtures shared by the test suite.
+
+The profile under test comes from the environment, exactly as for the app:
+nothing set means SQLite + the in-memory layer + embedded runs;
+``DATABASE_URL`` + ``REDIS_URL`` mean PostgreSQL + Redis + run workers. The
+README's test command runs the suite once per profile.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# The test process drives sync ORM calls around async tests and Playwright's
+# loop; the servers under test never get this variable (harness.server_env).
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-results"
+
+
+def pytest_configure(config):
+    from django.conf import settings
+
+    # In-process consumer tests must not start recovery/sweeper threads on the
+    # test database; servers started as subprocesses do start theirs.
+    settings.AGENT_RUNTIME_AUTOSTART = False
+    workspaces = Path(tempfile.mkdtemp(prefix="agent-ws-"))
+    settings.AGENT_WORKSPACES = workspaces
+    config._agent_workspaces = workspaces
+    if settings.REDIS_URL:
+        # Our own key prefix, flushed: channels-redis leaves asgi:* keys behind.
+        prefix = f"test{os.getpid()}"
+        settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = prefix
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(getattr(config, "_agent_workspaces", ""), ignore_errors=True)
+    from django.conf import settings
+
+    if settings.REDIS_URL:
+        try:
+            import redis
+
+            client = redis.Redis.from_url(settings.REDIS_URL)
+            prefix = settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"]
+            for key in client.scan_iter(f"{prefix}*"):
+                client.delete(key)
+        except Exception:  # noqa: S110 - cleanup only
+            pass
+
+
+def pytest_collection_modifyitems(config, items):
+    from django.conf import settings
+
+    if settings.IS_POSTGRES and settings.REDIS_URL:
+        return
+    skip = pytest.mark.skip(
+        reason="PRODUCTION PROFILE NOT UNDER TEST: set DATABASE_URL (PostgreSQL) and REDIS_URL"
+    )
+    for item in items:
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def log_dir(tmp_path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _fresh_channel_layer():
+    """Each test gets a new channel layer (the in-memory one is bound to a loop)."""
+    from channels.layers import channel_layers
+
+    from sessions_app import fanout
+
+    channel_layers.backends.clear()
+    fanout.publisher.reset()
+    yield
+    channel_layers.backends.clear()
+    fanout.publisher.reset()
+
+
+@pytest.fixture
+def user(django_user_model):
+    return django_user_model.objects.create_user("alice", password="alice-pass-1")
+
+
+@pytest.fixture
+def other_user(django_user_model):
+    return django_user_model.objects.create_user("mallory", password="mallory-pass-1")
+
+
+@pytest.fixture
+def cookie(user):
+    from tests.harness import session_cookie
+
+    return session_cookie(user)
+
+
+@pytest.fixture(scope="session")
+def _shared_server(django_db_setup, django_db_blocker, tmp_path_factory):
+    """One daphne (plus two run workers in the production profile) for the session."""
+    from django.conf import settings
+
+    from tests.harness import Daphne, Worker
+
+    log_dir = tmp_path_factory.mktemp("servers")
+    procs = []
+    with django_db_blocker.unblock():
+        if settings.AGENT_RUNNER == "worker":
+            procs += [Worker(log_dir).start(), Worker(log_dir).start()]
+        daphne = Daphne(log_dir).start()
+    procs.append(daphne)
+    yield daphne
+    for proc in procs:
+        proc.stop()
+    _keep_logs_on_failure(procs)
+
+
+@pytest.fixture
+def server(_shared_server, transactional_db):
+    """The shared live server, with a clean database for this test."""
+    return _shared_server
+
+
+def _keep_logs_on_failure(procs) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    for proc in procs:
+        if proc.log_path.exists():
+            text = proc.log_text()
+            if "Traceback" in text:
+                shutil.copy(proc.log_path, ARTIFACTS / proc.log_path.name)

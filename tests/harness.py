@@ -1,0 +1,316 @@
+"""Real processes for integration tests: daphne servers and run workers.
+
+Servers run as subprocesses on free ports against the test database (the
+pytest-django one), log to files (a full pipe would block them) and are
+stopped by PID. ``WsClient`` is a thin protocol client on ``websockets`` that
+waits for frames by predicate, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import websockets
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+
+ROOT = Path(__file__).resolve().parent.parent
+_LISTEN = re.compile(r"Listening on TCP address 127\.0\.0\.1:(\d+)")
+
+
+def database_url() -> str:
+    """The URL of the test database the current pytest process uses."""
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    user = db.get("USER") or "postgres"
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return f"postgres://{user}@{host}:{port}/{db['NAME']}"
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_ALLOW_ASYNC_UNSAFE",)}
+    env.update(
+        DATABASE_URL=database_url(),
+        AGENT_WORKSPACES=str(settings.AGENT_WORKSPACES),
+        AGENT_VAR_DIR=str(settings.VAR_DIR),
+        AGENT_TEST_HOOKS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    if settings.REDIS_URL:
+        env["REDIS_URL"] = settings.REDIS_URL
+        env["CHANNELS_PREFIX"] = settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"]
+    env["AGENT_RUNNER"] = settings.AGENT_RUNNER
+    env.update(extra)
+    return env
+
+
+POLL_SECONDS = 0.05  # for states only a database row shows (no frame announces them)
+
+
+class Process:
+    """A subprocess whose output a reader thread copies to a log file.
+
+    Reading the pipe continuously means the child never blocks on a full
+    pipe, and waiting for a log line is waiting on a condition, not polling.
+    """
+
+    _ids = itertools.count()
+
+    def __init__(self, args: list[str], env: dict[str, str], name: str, log_dir: Path):
+        self.args, self.env, self.name = args, env, name
+        self.log_path = log_dir / f"{name}-{next(self._ids)}.log"
+        self.proc: subprocess.Popen | None = None
+        self._text = ""
+        self._changed = threading.Condition()
+
+    def start(self) -> Process:
+        self._text = ""
+        self.proc = subprocess.Popen(
+            self.args,
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
+        return self
+
+    def _pump(self, proc: subprocess.Popen) -> None:
+        with open(self.log_path, "ab") as log:
+            for line in iter(proc.stdout.readline, b""):
+                log.write(line)
+                log.flush()
+                with self._changed:
+                    self._text += line.decode(errors="replace")
+                    self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def log_text(self) -> str:
+        return self._text
+
+    def wait_for_log(self, pattern: re.Pattern, timeout: float = 30) -> re.Match:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                match = pattern.search(self._text)
+                if match:
+                    return match
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited:\n{self._text[-4000:]}")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"{self.name} did not log {pattern.pattern}:\n{self._text[-4000:]}"
+                    )
+                self._changed.wait(min(remaining, 1.0))
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            self.proc.wait(15)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+
+class Daphne(Process):
+    """``daphne agentsite.asgi:application`` on a free (or given) port."""
+
+    def __init__(self, log_dir: Path, port: int = 0, **env: str):
+        super().__init__(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "agentsite.asgi:application",
+            ],
+            server_env(**env),
+            "daphne",
+            log_dir,
+        )
+        self.port = port
+
+    def start(self) -> Daphne:
+        super().start()
+        self.port = int(self.wait_for_log(_LISTEN).group(1))
+        # The first HTTP request registers the loop and runs start-up recovery.
+        import urllib.request
+
+        urllib.request.urlopen(f"{self.http}/healthz", timeout=10).read()
+        return self
+
+    def restart(self) -> Daphne:
+        """Kill -9 and start again on the same port."""
+        port = self.port
+        self.kill()
+        self.__init__(self.log_path.parent, port=port)  # type: ignore[misc]
+        self.env = server_env()
+        return self.start()
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws/sessions/"
+
+
+class Worker(Process):
+    """``manage.py run_agent_worker`` (production profile)."""
+
+    def __init__(self, log_dir: Path, **env: str):
+        super().__init__(
+            [sys.executable, "manage.py", "run_agent_worker"],
+            server_env(**env),
+            "worker",
+            log_dir,
+        )
+
+    def start(self) -> Worker:
+        super().start()
+        self.wait_for_log(re.compile(r"run worker \S+ started"))
+        return self
+
+
+def session_cookie(user) -> str:
+    """A logged-in session cookie for ``user`` (written to the test database)."""
+    client = Client()
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+class WsClient:
+    """A protocol client: sends frames, collects every frame, waits by predicate."""
+
+    _rids = itertools.count(1)
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.frames: list[dict[str, Any]] = []
+        self._new = asyncio.Event()
+        self._reader = asyncio.ensure_future(self._read())
+        self.closed_code: int | None = None
+
+    @classmethod
+    async def connect(cls, url: str, cookie: str | None, origin: str = "http://127.0.0.1"):
+        headers = {"Cookie": cookie} if cookie else {}
+        ws = await websockets.connect(
+            url, origin=origin, additional_headers=headers, max_size=2**24, ping_interval=None
+        )
+        return cls(ws)
+
+    async def _read(self) -> None:
+        try:
+            async for raw in self.ws:
+                self.frames.append(json.loads(raw))
+                self._new.set()
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            self.closed_code = self.ws.close_code
+            self._new.set()
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        await self.ws.send(json.dumps(frame))
+
+    async def send_raw(self, raw: str | bytes) -> None:
+        await self.ws.send(raw)
+
+    def rid(self) -> str:
+        return f"r{next(self._rids)}"
+
+    async def wait(self, predicate, timeout: float = 20.0) -> dict[str, Any]:
+        """The first frame (seen so far or arriving) matching ``predicate``."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        index = 0
+        while True:
+            while index < len(self.frames):
+                if predicate(self.frames[index]):
+                    return self.frames[index]
+                index += 1
+            if self.closed_code is not None and self._reader.done():
+                raise ConnectionError(f"closed with {self.closed_code} while waiting")
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise TimeoutError(f"no matching frame; last: {self.frames[-5:]}")
+            self._new.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new.wait(), remaining)
+
+    async def request(self, frame: dict[str, Any], timeout: float = 20.0) -> dict[str, Any]:
+        """Send a command and return the reply carrying its request id."""
+        frame = {**frame, "request_id": frame.get("request_id") or self.rid()}
+        await self.send(frame)
+        rid = frame["request_id"]
+        return await self.wait(lambda f: f.get("request_id") == rid, timeout)
+
+    async def wait_closed(self, timeout: float = 20.0) -> int:
+        await asyncio.wait_for(asyncio.shield(self._reader), timeout)
+        return self.closed_code
+
+    def events(self) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f.get("type") == "event"]
+
+    def seqs(self) -> list[int]:
+        return [f["seq"] for f in self.events()]
+
+    async def wait_event(self, predicate, timeout: float = 20.0) -> dict[str, Any]:
+        return await self.wait(lambda f: f.get("type") == "event" and predicate(f), timeout)
+
+    async def close(self) -> None:
+        await self.ws.close()
+        self._reader.cancel()
+
+    async def start(self, title: str = "", tab_id: str = "t-test") -> dict[str, Any]:
+        return await self.request(
+            {"type": "start", "protocol": 1, "tab_id": tab_id, "title": title}
+        )
+
+    async def resume(self, session_id: str, after: int = 0, epoch: str | None = None, **kw):
+        frame = {
+            "type": "resume",
+            "protocol": 1,
+            "tab_id": "t-test",
+            "session_id": session_id,
+            "after": after,
+            **kw,
+        }
+        if epoch is not None:
+            frame["epoch"] = epoch
+        return await self.request(frame)
+
+
+async def wait_until(fetch, timeout: float = 10.0):
+    """Wait for ``fetch()`` (run in a thread: it may query the database) to be truthy."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = await asyncio.to_thread(fetch)
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(POLL_SECONDS)

@@ -1,0 +1,284 @@
+"""The WebSocket protocol against a real daphne: handshake, replay, live, commands."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import websockets
+
+from sessions_app.events import append_event
+from sessions_app.models import AgentSession, Connection, Event, Run
+from sessions_app.services import create_session
+from tests.harness import WsClient, session_cookie, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def _connect(server, cookie):
+    return await WsClient.connect(server.ws, cookie)
+
+
+async def test_start_creates_session_and_replays_session_created(server, cookie, user):
+    """start_ok names a new session owned by the user; seq 1 session.created follows."""
+    c = await _connect(server, cookie)
+    ok = await c.start(title="hello")
+    assert ok["type"] == "start_ok" and ok["head"] == 1 and ok["connection_id"]
+    ev = await c.wait_event(lambda f: f["seq"] == 1)
+    assert ev["kind"] == "session.created" and ev["data"] == {"title": "hello"}
+    assert ev["run_id"] is None and ev["ts"].endswith("Z")
+    session = AgentSession.objects.get(id=ok["session_id"])
+    assert session.owner == user and session.epoch == ok["epoch"]
+    assert ok["session_id"] != ok["connection_id"]
+    await c.close()
+
+
+@pytest.mark.parametrize(
+    "frame, reason",
+    [
+        ({"protocol": 2, "after": 0}, "unsupported_protocol"),
+        ({"protocol": 1, "after": -1}, "bad_request"),
+        ({"protocol": 1, "after": "3"}, "bad_request"),
+        ({"protocol": 1, "after": 3}, "bad_request"),  # no epoch
+        ({"protocol": 1, "after": 0, "session_id": 7}, "bad_request"),
+        ({"protocol": 1, "after": 0, "session_id": "s_missing"}, "not_found"),
+        ({"protocol": 1, "after": 0, "session_id": "OTHER"}, "not_found"),
+        ({"protocol": 1, "after": 1, "epoch": "wrong"}, "epoch_mismatch"),
+        ({"protocol": 1, "after": 99, "epoch": "EPOCH"}, "cursor_ahead"),
+        ({"protocol": 1, "after": 1, "epoch": "EPOCH", "purged": 5}, "cursor_expired"),
+    ],
+)
+async def test_resume_rejections(server, cookie, user, other_user, frame, reason):
+    """Each rejection reason, in the documented order; none creates a session."""
+    mine = create_session(user, "mine")
+    theirs = create_session(other_user, "theirs")
+    frame = dict(frame)
+    purged = frame.pop("purged", None)
+    if purged:
+        for _ in range(purged):
+            append_event(mine.id, "assistant.delta", {"text": "x"})
+        AgentSession.objects.filter(id=mine.id).update(earliest=purged)
+    if "session_id" not in frame:
+        frame["session_id"] = mine.id
+    elif frame["session_id"] == "OTHER":
+        frame["session_id"] = theirs.id
+    if frame.get("epoch") == "EPOCH":
+        frame["epoch"] = mine.epoch
+    before = AgentSession.objects.count()
+    c = await _connect(server, cookie)
+    reply = await c.request({"type": "resume", **frame})
+    assert reply["type"] == "resume_rejected" and reply["reason"] == reason, reply
+    if reason == "cursor_ahead":
+        assert reply["head"] == 1
+    if reason == "cursor_expired":
+        assert reply["earliest"] == purged
+    assert AgentSession.objects.count() == before
+    # The socket stays open for another handshake.
+    mine.refresh_from_db()
+    ok = await c.resume(mine.id, mine.head, epoch=mine.epoch)
+    assert ok["type"] == "resume_ok"
+    await c.close()
+
+
+async def test_start_errors_keep_socket_open(server, cookie):
+    """An invalid start gets an error frame; the socket can still start."""
+    c = await _connect(server, cookie)
+    bad = await c.request({"type": "start", "protocol": 9})
+    assert bad["type"] == "error" and bad["code"] == "unsupported_protocol"
+    bad = await c.request({"type": "start", "protocol": 1, "tab_id": "x" * 65})
+    assert bad["type"] == "error" and bad["code"] == "bad_frame"
+    ok = await c.start()
+    assert ok["type"] == "start_ok"
+    again = await c.start()
+    assert again["type"] == "error" and again["code"] == "bad_frame"
+    await c.close()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"\x00binary", "not json", "[1,2]", '{"no":"type"}', '{"type":"ping"}', '{"type":5}'],
+)
+async def test_pre_handshake_violation_closes_4400(server, cookie, raw):
+    """Anything but start/resume as the first frame closes with 4400."""
+    c = await _connect(server, cookie)
+    await c.send_raw(raw)
+    assert await c.wait_closed() == 4400
+
+
+async def test_not_logged_in_closes_4401(server):
+    """A socket without a logged-in user is closed with 4401 after accept."""
+    c = await WsClient.connect(server.ws, None)
+    assert await c.wait_closed() == 4401
+
+
+@pytest.mark.parametrize("origin", ["http://evil.example", None])
+async def test_origin_checked_at_upgrade(server, cookie, origin):
+    """A foreign or missing Origin is refused at the upgrade with HTTP 403."""
+    with pytest.raises(websockets.InvalidStatus) as info:
+        await websockets.connect(server.ws, origin=origin, additional_headers={"Cookie": cookie})
+    assert info.value.response.status_code == 403
+
+
+async def test_resume_replays_after_cursor_then_live(server, cookie, user):
+    """Resume after N gets N+1..head, then later events live, no gap, no repeat."""
+    s = create_session(user)
+    for i in range(9):
+        append_event(s.id, "assistant.delta", {"text": f"d{i}"})
+    c = await _connect(server, cookie)
+    ok = await c.resume(s.id, after=4, epoch=s.epoch)
+    assert ok["type"] == "resume_ok" and ok["after"] == 4 and ok["head"] == 10
+    await c.wait_event(lambda f: f["seq"] == 10)
+    presence = await c.wait(lambda f: f["type"] == "presence")
+    assert presence["viewers"] == 1 and presence["running"] is False
+    # Live events come from the server itself (the in-memory layer is per process).
+    await c.request({"type": "send", "client_message_id": "m", "text": "/stream 3 0"})
+    finished = await c.wait_event(lambda f: f["kind"] == "run.finished")
+    assert c.seqs() == list(range(5, finished["seq"] + 1))
+    kinds = [f["kind"] for f in c.events() if f["seq"] > 10]
+    assert kinds == ["user.message", "run.started"] + ["assistant.delta"] * 3 + [
+        "assistant.message",
+        "run.finished",
+    ]
+    await c.close()
+
+
+async def test_connection_row_records_diagnostics(server, cookie, user):
+    """The Connection row keeps tab, first frame, resume cursor, last ack, close code."""
+    s = create_session(user)
+    c = await _connect(server, cookie)
+    ok = await c.resume(s.id, 0)
+    await c.wait_event(lambda f: f["seq"] == 1)
+    await c.send({"type": "ack", "seq": 1})
+    pong = await c.request({"type": "ping"})
+    assert pong["type"] == "pong"
+    await c.ws.close(code=1000)
+    await c.wait_closed()
+    row = await wait_until(
+        lambda: Connection.objects.filter(id=ok["connection_id"], closed_at__isnull=False).first()
+    )
+    assert (row.tab_id, row.first_frame_type, row.resume_after) == ("t-test", "resume", 0)
+    assert row.last_ack == 1 and row.close_code == 1000 and row.clean is True
+    assert row.session_id == s.id
+
+
+async def test_send_is_idempotent_per_client_message_id(server, cookie, user):
+    """Re-sending a client_message_id returns the first result as duplicate, appends nothing."""
+    c = await _connect(server, cookie)
+    ok = await c.start()
+    first = await c.request({"type": "send", "client_message_id": "m1", "text": "hi"})
+    assert first["type"] == "send_ok" and first["status"] == "started"
+    await c.wait_event(lambda f: f["kind"] == "run.finished")
+    head = AgentSession.objects.get(id=ok["session_id"]).head
+    again = await c.request({"type": "send", "client_message_id": "m1", "text": "other"})
+    assert again["status"] == "duplicate"
+    assert (again["seq"], again["run_id"]) == (first["seq"], first["run_id"])
+    assert AgentSession.objects.get(id=ok["session_id"]).head == head
+    assert Run.objects.filter(session_id=ok["session_id"]).count() == 1
+    await c.close()
+
+
+async def test_concurrent_duplicate_send_from_two_sockets(server, cookie, user):
+    """The same client_message_id sent at once on two sockets makes one user.message."""
+    s = create_session(user)
+    a, b = await _connect(server, cookie), await _connect(server, cookie)
+    await a.resume(s.id, 0)
+    await b.resume(s.id, 0)
+    frame = {"type": "send", "client_message_id": "same", "text": "/stream 2 0"}
+    ra, rb = await asyncio.gather(a.request(dict(frame)), b.request(dict(frame)))
+    assert sorted([ra["status"], rb["status"]]) == ["duplicate", "started"]
+    assert ra["run_id"] == rb["run_id"] and ra["seq"] == rb["seq"]
+    assert Event.objects.filter(session_id=s.id, kind="user.message").count() == 1
+    await a.close()
+    await b.close()
+
+
+BAD_FRAMES = [
+    ("not json", "bad_json"),
+    ("[]", "bad_frame"),
+    ('{"type":"nope"}', "unknown_type"),
+    ('{"type":"ack","seq":-1}', "bad_frame"),
+    ('{"type":"ack","seq":"1"}', "bad_frame"),
+    ('{"type":"send","client_message_id":"m","text":""}', "bad_frame"),
+    ('{"type":"send","text":"hi"}', "bad_frame"),
+    ('{"type":"send","client_message_id":5,"text":"hi"}', "bad_frame"),
+    (json.dumps({"type": "send", "client_message_id": "m", "text": "x" * 32001}), "too_large"),
+    ('{"type":"decide","approval_id":"ap_x","decision":"maybe"}', "bad_frame"),
+    ('{"type":"decide","approval_id":"ap_x","decision":"approve"}', "not_found"),
+    ('{"type":"cancel","run_id":"run_x"}', "not_found"),
+    ('{"type":"cancel"}', "bad_frame"),
+    ('{"type":"sync","after":-2}', "bad_frame"),
+    ('{"type":"resume","protocol":1,"session_id":"x","after":0}', "bad_frame"),
+    ('{"type":"ping","request_id":{"a":1}}', "bad_frame"),
+]
+
+
+@pytest.mark.parametrize("raw, code", BAD_FRAMES)
+async def test_bad_frames_get_error_and_socket_lives(server, cookie, raw, code):
+    """Each bad frame gets its documented error code; the socket still answers ping."""
+    c = await _connect(server, cookie)
+    await c.start()
+    await c.send_raw(raw)
+    err = await c.wait(lambda f: f["type"] == "error")
+    assert err["code"] == code, err
+    pong = await c.request({"type": "ping"})
+    assert pong["type"] == "pong"
+    await c.close()
+
+
+async def test_frame_over_64k_closes_4413_and_new_socket_works(server, cookie):
+    """A frame over 64 KiB closes with 4413 unprocessed; a new socket works at once."""
+    c = await _connect(server, cookie)
+    await c.start()
+    await c.send_raw(json.dumps({"type": "ping", "pad": "é" * 33000}))  # 66 KB of UTF-8
+    assert await c.wait_closed() == 4413
+    d = await _connect(server, cookie)
+    assert (await d.start())["type"] == "start_ok"
+    await d.close()
+
+
+async def test_rate_limit_closes_4429_after_burst(server, cookie):
+    """A burst of 60 frames is fine; far more than 30/s sustained closes with 4429."""
+    c = await _connect(server, cookie)
+    await c.start()
+    for _ in range(55):
+        await c.send({"type": "ping"})
+    pong = await c.request({"type": "ping"})
+    assert pong["type"] == "pong"
+    for _ in range(100):
+        try:
+            await c.send({"type": "ping"})
+        except websockets.ConnectionClosed:
+            break
+    assert await c.wait_closed() == 4429
+    d = await _connect(server, cookie)
+    assert (await d.start())["type"] == "start_ok"
+    await d.close()
+
+
+async def test_another_users_session_is_not_found(server, user, other_user):
+    """Another user's session is not_found, indistinguishable from a missing one."""
+    s = create_session(user)
+    c = await WsClient.connect(server.ws, session_cookie(other_user))
+    reply = await c.resume(s.id, 0)
+    assert reply["type"] == "resume_rejected" and reply["reason"] == "not_found"
+    missing = await c.resume("s_doesnotexist", 0)
+    assert missing["message"] == reply["message"]
+    await c.close()
+
+
+async def test_sync_replays_and_live_continues_after_head(server, cookie, user):
+    """sync_ok then the events after N up to head; live goes on after head, no repeats."""
+    s = create_session(user)
+    for i in range(4):
+        append_event(s.id, "assistant.delta", {"text": str(i)})
+    c = await _connect(server, cookie)
+    await c.resume(s.id, 0)
+    await c.wait_event(lambda f: f["seq"] == 5)
+    reply = await c.request({"type": "sync", "after": 2})
+    assert reply["type"] == "sync_ok" and reply["head"] == 5 and reply["after"] == 2
+    await c.wait_event(lambda f: f["seq"] == 5 and c.seqs().count(5) == 2)
+    await c.request({"type": "send", "client_message_id": "m", "text": "/stream 0 0"})
+    finished = await c.wait_event(lambda f: f["kind"] == "run.finished")
+    assert c.seqs() == [1, 2, 3, 4, 5, 3, 4, 5] + list(range(6, finished["seq"] + 1))
+    await c.close()
