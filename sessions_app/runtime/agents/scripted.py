@@ -1,0 +1,122 @@
+"""The scripted demo agent: deterministic answers for the demo and the tests.
+
+It implements the commands in PROTOCOL.md, "The demo agent's commands":
+plain text gets a short streamed reply, ``/stream N [MS]`` is a load
+generator, ``/write`` and ``/sh`` go through an approval gate, ``/fail`` ends
+the run with an error. It holds nothing between calls: what ``resume`` needs
+is in ``ctx.state``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..base import AgentError, RunContext, ToolOutcome
+
+MAX_STREAM_N = 100_000
+MAX_STREAM_MS = 10_000
+DEFAULT_STREAM_MS = 20
+
+STREAM_USAGE = "usage: /stream N [MS]"
+WRITE_USAGE = "usage: /write PATH TEXT"
+SH_USAGE = "usage: /sh CMD"
+
+REPLY_TAIL = "This is the scripted demo agent."
+# A long input would otherwise become thousands of deltas.
+MAX_REPLY_DELTAS = 20
+REPLY_DELTA_PAUSE = 0.01
+
+_INT_RE = re.compile(r"[+-]?\d{1,12}")
+
+
+class ScriptedAgent:
+    """The built-in agent of the demo; see the module docstring."""
+
+    def start(self, ctx: RunContext) -> None:
+        text = ctx.text.strip()
+        parts = text.split(None, 1)
+        command = parts[0] if parts else ""
+        rest = parts[1] if len(parts) == 2 else ""
+        if command == "/stream":
+            self._stream(ctx, rest)
+        elif command == "/write":
+            self._write(ctx, rest)
+        elif command == "/sh":
+            self._sh(ctx, rest)
+        elif command == "/fail":
+            raise AgentError("the scripted agent was asked to fail (/fail)")
+        else:
+            # Anything else, unknown slash commands included, is plain text.
+            self._reply(ctx, text)
+
+    def resume(self, ctx: RunContext, outcome: ToolOutcome) -> None:
+        if outcome.tool == "write_file":
+            path = ctx.state.get("path", outcome.args.get("path", ""))
+            if not outcome.approved:
+                ctx.message(f"The write to {path} was denied.")
+            elif outcome.ok:
+                ctx.message(f"Wrote to {path}: {outcome.output}")
+            else:
+                ctx.message(f"The write to {path} failed: {outcome.output}")
+        elif outcome.tool == "terminal":
+            command = ctx.state.get("command", outcome.args.get("command", ""))
+            if not outcome.approved:
+                ctx.message(f"The command `{command}` was denied.")
+            elif outcome.ok:
+                ctx.message(f"$ {command}\n{outcome.output}")
+            else:
+                ctx.message(f"The command `{command}` failed:\n{outcome.output}")
+        else:
+            raise AgentError(f"the scripted agent never asks for tool {outcome.tool!r}")
+
+    # --- commands ---------------------------------------------------------
+
+    def _reply(self, ctx: RunContext, text: str) -> None:
+        said = f"You said: {text}" if text else "You said nothing."
+        if not said.endswith((".", "!", "?")):
+            said += "."
+        full = f"{said} {REPLY_TAIL}"
+        # Split before each word so the pieces concatenate to exactly `full`.
+        pieces = re.split(r"(?<=\s)(?=\S)", full)
+        size = -(-len(pieces) // MAX_REPLY_DELTAS)
+        chunks = ["".join(pieces[i : i + size]) for i in range(0, len(pieces), size)]
+        for index, chunk in enumerate(chunks):
+            if index:
+                ctx.sleep(REPLY_DELTA_PAUSE)
+            ctx.delta(chunk)
+        ctx.message(full)
+
+    def _stream(self, ctx: RunContext, rest: str) -> None:
+        args = rest.split()
+        if not 1 <= len(args) <= 2 or not all(_INT_RE.fullmatch(arg) for arg in args):
+            raise AgentError(STREAM_USAGE)
+        count = int(args[0])
+        millis = int(args[1]) if len(args) == 2 else DEFAULT_STREAM_MS
+        if not 0 <= count <= MAX_STREAM_N:
+            raise AgentError(f"N must be between 0 and {MAX_STREAM_N:,} ({STREAM_USAGE})")
+        if not 0 <= millis <= MAX_STREAM_MS:
+            raise AgentError(f"MS must be between 0 and {MAX_STREAM_MS:,} ({STREAM_USAGE})")
+        tokens = []
+        for index in range(count):
+            if index and millis:
+                ctx.sleep(millis / 1000)
+            token = f"tok{index} "
+            ctx.delta(token)
+            tokens.append(token)
+        ctx.message("".join(tokens))
+
+    def _write(self, ctx: RunContext, rest: str) -> None:
+        parts = rest.split(None, 1)
+        if len(parts) != 2:
+            raise AgentError(WRITE_USAGE)
+        path, text = parts
+        ctx.request_tool(
+            "write_file",
+            {"path": path, "text": text},
+            state={"tool": "write_file", "path": path},
+        )
+
+    def _sh(self, ctx: RunContext, rest: str) -> None:
+        if not rest:
+            raise AgentError(SH_USAGE)
+        ctx.request_tool("terminal", {"command": rest}, state={"tool": "terminal", "command": rest})

@@ -1,0 +1,332 @@
+"""The two tools an agent may ask for, and the session workspaces they act in.
+
+The runtime, never an agent, calls ``execute`` once a call is approved. Both
+tools are confined to the session's workspace directory: ``write_file`` only
+appends inside it, ``terminal`` only runs a fixed list of harmless programs
+there, without a shell. Anything that could leave the workspace is refused
+before anything is touched, and ``execute`` reports bad input as
+``(False, reason)`` instead of raising.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import shlex
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from django.conf import settings
+
+TOOLS = ("write_file", "terminal")
+
+ALLOWED_PROGRAMS = frozenset({"echo", "ls", "cat", "wc", "date", "pwd"})
+TERMINAL_TIMEOUT = 10.0
+OUTPUT_CAP = 65536
+TRUNCATED_MARKER = "\n[output truncated]"
+TERMINAL_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+MAX_PATH_CHARS = 1024
+MAX_TEXT_CHARS = 1_000_000
+MAX_COMMAND_CHARS = 4096
+
+# Session ids are "s_" + URL-safe base64; no dot or slash can get through, so
+# an id can never name anything but a direct child of AGENT_WORKSPACES.
+_SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+# Options of allowed programs that read a file named in the option itself, set
+# the clock (we may run as root) or follow symlinks out of the workspace.
+# Short letters, and long names (GNU accepts any unambiguous prefix).
+_FORBIDDEN_SHORT = {"date": frozenset("frs"), "ls": frozenset("L")}
+_FORBIDDEN_LONG = {
+    "date": ("--file", "--reference", "--set"),
+    "wc": ("--files0-from",),
+    "ls": ("--dereference",),
+}
+# Short options whose value may be glued on ("-dnow"): stop scanning there.
+_SHORT_WITH_VALUE = {"date": frozenset("dI"), "ls": frozenset("ITw")}
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+class _Refused(Exception):
+    """A tool call refused before it touched anything; the message is the reason."""
+
+
+def workspace_for(session_id: str) -> Path:
+    """The session's workspace directory, created if missing."""
+    if not isinstance(session_id, str) or not _SESSION_ID_RE.fullmatch(session_id):
+        raise ValueError("invalid session id")
+    path = Path(settings.AGENT_WORKSPACES) / session_id
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def validate_args(tool: str, args: Any) -> str | None:
+    """Why ``args`` are not well-formed for ``tool``, or None when they are."""
+    if tool not in TOOLS:
+        return f"unknown tool: {tool!r}"
+    if not isinstance(args, dict):
+        return "arguments must be an object"
+    expected = {"write_file": ("path", "text"), "terminal": ("command",)}[tool]
+    for key in expected:
+        if not isinstance(args.get(key), str):
+            return f"{tool} needs a string argument {key!r}"
+    extra = sorted(set(args) - set(expected))
+    if extra:
+        return f"unexpected arguments for {tool}: {', '.join(map(str, extra))}"
+    if tool == "write_file":
+        if not args["path"]:
+            return "path is empty"
+        if len(args["path"]) > MAX_PATH_CHARS:
+            return "path is too long"
+        if len(args["text"]) > MAX_TEXT_CHARS:
+            return "text is too long"
+        if "\x00" in args["path"]:
+            return "path contains a NUL character"
+    else:
+        if not args["command"].strip():
+            return "command is empty"
+        if len(args["command"]) > MAX_COMMAND_CHARS:
+            return "command is too long"
+        if "\x00" in args["command"]:
+            return "command contains a NUL character"
+    return None
+
+
+def execute(tool: str, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
+    """Run an approved tool call in ``workspace``; returns ``(ok, output)``."""
+    error = validate_args(tool, args)
+    if error:
+        return False, error
+    try:
+        root = Path(workspace).resolve(strict=True)
+    except OSError:
+        return False, "the session workspace is missing"
+    if not root.is_dir():
+        return False, "the session workspace is missing"
+    try:
+        if tool == "write_file":
+            return _write_file(args["path"], args["text"], root)
+        return _terminal(args["command"], root)
+    except _Refused as refused:
+        return False, str(refused)
+    except OSError as exc:
+        return False, f"{tool} failed: {exc.strerror or exc.__class__.__name__}"
+
+
+# --- write_file -----------------------------------------------------------
+
+
+def _inside(root: Path, candidate: str) -> bool:
+    real = os.path.realpath(candidate)
+    return real == str(root) or real.startswith(str(root) + os.sep)
+
+
+def _write_parts(path: str, root: Path) -> list[str]:
+    """The path's components, after refusing anything that could leave ``root``."""
+    pure = PurePosixPath(path)
+    if pure.is_absolute():
+        raise _Refused(f"absolute paths are not allowed: {path}")
+    parts = list(pure.parts)
+    if ".." in parts:
+        raise _Refused(f"'..' is not allowed in paths: {path}")
+    if not parts:
+        raise _Refused(f"the path names no file: {path}")
+    current = root
+    for index, name in enumerate(parts):
+        current = current / name
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            break  # the rest is created below, as real directories
+        shown = "/".join(parts[: index + 1])
+        if stat.S_ISLNK(info.st_mode):
+            raise _Refused(f"symlinks are not allowed: {shown}")
+        if index < len(parts) - 1 and not stat.S_ISDIR(info.st_mode):
+            raise _Refused(f"not a directory: {shown}")
+        if index == len(parts) - 1 and not stat.S_ISREG(info.st_mode):
+            raise _Refused(f"not a regular file: {shown}")
+    if not _inside(root, os.path.join(root, *parts)):
+        raise _Refused(f"the path leaves the workspace: {path}")
+    return parts
+
+
+def _write_file(path: str, text: str, root: Path) -> tuple[bool, str]:
+    parts = _write_parts(path, root)
+    data = (text + "\n").encode("utf-8", errors="surrogatepass")
+    # The checks above can race with a concurrent swap of a component for a
+    # symlink; walking with directory fds and O_NOFOLLOW closes that window.
+    dir_flags = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
+    dir_fd = os.open(root, dir_flags)
+    try:
+        for name in parts[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=dir_fd)
+            try:
+                next_fd = os.open(name, dir_flags, dir_fd=dir_fd)
+            except OSError as exc:
+                raise _Refused(f"not a plain directory: {name}") from exc
+            os.close(dir_fd)
+            dir_fd = next_fd
+        # O_NONBLOCK: a FIFO without a reader fails instead of hanging the run.
+        file_flags = (
+            os.O_WRONLY
+            | os.O_APPEND
+            | os.O_CREAT
+            | os.O_NONBLOCK
+            | os.O_NOCTTY
+            | _O_NOFOLLOW
+            | _O_CLOEXEC
+        )
+        try:
+            fd = os.open(parts[-1], file_flags, 0o644, dir_fd=dir_fd)
+        except OSError as exc:
+            raise _Refused(f"cannot open {path}: {exc.strerror}") from exc
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise _Refused(f"not a regular file: {path}")
+            # A second hard link could be a file outside the workspace.
+            if info.st_nlink > 1:
+                raise _Refused(f"files with several hard links are not allowed: {path}")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dir_fd)
+    return True, f"appended {len(data)} bytes to {'/'.join(parts)}"
+
+
+# --- terminal -------------------------------------------------------------
+
+
+def _check_path_like(arg: str) -> None:
+    pure = PurePosixPath(arg)
+    if pure.is_absolute():
+        raise _Refused(f"absolute paths are not allowed: {arg}")
+    if ".." in pure.parts:
+        raise _Refused(f"'..' is not allowed in paths: {arg}")
+
+
+def _check_option(program: str, arg: str) -> None:
+    if arg.startswith("--"):
+        name, _, value = arg.partition("=")
+        for forbidden in _FORBIDDEN_LONG.get(program, ()):
+            if len(name) > 2 and forbidden.startswith(name):
+                raise _Refused(f"option not allowed: {name}")
+        if value:
+            _check_path_like(value)
+        return
+    forbidden_short = _FORBIDDEN_SHORT.get(program, frozenset())
+    with_value = _SHORT_WITH_VALUE.get(program, frozenset())
+    for letter in arg[1:]:
+        if letter in forbidden_short:
+            raise _Refused(f"option not allowed: -{letter}")
+        if letter in with_value:
+            break
+
+
+def _terminal_argv(command: str, root: Path) -> list[str]:
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise _Refused(f"cannot parse the command: {exc}") from exc
+    if not argv:
+        raise _Refused("command is empty")
+    program = argv[0]
+    if program not in ALLOWED_PROGRAMS:
+        allowed = ", ".join(sorted(ALLOWED_PROGRAMS))
+        raise _Refused(f"program not allowed: {program} (allowed: {allowed})")
+    options_done = False
+    for arg in argv[1:]:
+        _check_path_like(arg)
+        if arg == "--":
+            options_done = True
+        elif not options_done and arg.startswith("-") and arg != "-":
+            _check_option(program, arg)
+        # Catches a symlink inside the workspace that points out of it.
+        if not _inside(root, os.path.join(root, arg)):
+            raise _Refused(f"the path leaves the workspace: {arg}")
+    return argv
+
+
+def _terminal(command: str, root: Path) -> tuple[bool, str]:
+    argv = _terminal_argv(command, root)
+    executable = next(
+        (
+            candidate
+            for directory in TERMINAL_ENV["PATH"].split(os.pathsep)
+            if os.access(candidate := os.path.join(directory, argv[0]), os.X_OK)
+        ),
+        None,
+    )
+    if executable is None:
+        return False, f"program not installed: {argv[0]}"
+    proc = subprocess.Popen(
+        argv,
+        executable=executable,
+        cwd=root,
+        env=dict(TERMINAL_ENV),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        close_fds=True,
+        start_new_session=True,  # its own process group, so a kill gets everything
+    )
+    try:
+        output, truncated, timed_out = _collect(proc, time.monotonic() + TERMINAL_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            _kill(proc)
+        proc.stdout.close()
+        proc.wait()
+    text = output.decode("utf-8", errors="replace")
+    if truncated:
+        text += TRUNCATED_MARKER
+    if timed_out:
+        return False, text + f"\n[timed out after {TERMINAL_TIMEOUT:g} s]"
+    return proc.returncode == 0, text
+
+
+def _collect(proc: subprocess.Popen, deadline: float) -> tuple[bytes, bool, bool]:
+    """Read the output up to the cap; past it, drain and discard until EOF."""
+    fd = proc.stdout.fileno()
+    kept = bytearray()
+    truncated = False
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return bytes(kept), truncated, True
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        room = OUTPUT_CAP - len(kept)
+        if len(chunk) > room:
+            truncated = True
+        kept += chunk[: max(room, 0)]
+    try:
+        proc.wait(timeout=max(deadline - time.monotonic(), 0.001))
+    except subprocess.TimeoutExpired:
+        return bytes(kept), truncated, True
+    return bytes(kept), truncated, False
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()

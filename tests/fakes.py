@@ -1,0 +1,238 @@
+"""Test doubles for agents: an in-memory RunContext and a fake model endpoint.
+
+``FakeContext`` records what an agent does instead of writing a log;
+``FakeOpenAIServer`` is an OpenAI-compatible chat-completions endpoint on
+127.0.0.1 that answers from a script and records the requests it got.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from sessions_app.runtime.base import Parked, ToolOutcome
+
+
+class FakeContext:
+    """A RunContext in memory: records deltas, messages, tool requests, sleeps."""
+
+    def __init__(
+        self,
+        text: str = "",
+        *,
+        session_id: str = "s_test",
+        run_id: str = "run_test",
+        state: dict[str, Any] | None = None,
+        history: list[dict[str, str]] | None = None,
+    ) -> None:
+        self.text = text
+        self.session_id = session_id
+        self.run_id = run_id
+        # A copy, as if loaded from the database: an agent mutating it in place
+        # must not change the state a test resumes from again.
+        self.state: dict[str, Any] = json.loads(json.dumps(state or {}))
+        self._history = history or []
+        self.deltas: list[str] = []
+        self.messages: list[str] = []
+        self.tool_requests: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        self.sleeps: list[float] = []
+        self.calls: list[tuple[str, Any]] = []  # everything, in order
+        self.delta_seen = threading.Event()  # set by every delta
+
+    def delta(self, text: str) -> None:
+        self.deltas.append(text)
+        self.calls.append(("delta", text))
+        self.delta_seen.set()
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
+        self.calls.append(("message", text))
+
+    def request_tool(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> None:
+        # Round-trip through JSON like the runtime's database column would.
+        state = json.loads(json.dumps(state))
+        args = json.loads(json.dumps(args))
+        self.tool_requests.append((tool, args, state))
+        self.calls.append(("request_tool", (tool, args)))
+        self.state = state
+        raise Parked()
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.calls.append(("sleep", seconds))
+
+    def history(self) -> list[dict[str, str]]:
+        return list(self._history)
+
+    def outcome(self, *, approved: bool = True, ok: bool = True, output: str = "") -> ToolOutcome:
+        """The ToolOutcome the runtime would hand to resume for the last request."""
+        tool, args, _ = self.tool_requests[-1]
+        return ToolOutcome(
+            tool_call_id=f"tc_{len(self.tool_requests)}",
+            tool=tool,
+            args=args,
+            approved=approved,
+            ok=ok if approved else False,
+            output=output if approved else "denied",
+        )
+
+
+# --- the fake model endpoint --------------------------------------------------
+
+
+@dataclass
+class FakeResponse:
+    """One scripted answer: an HTTP status and, for 200, the SSE items to send.
+
+    Items are dicts (sent as ``data: <json>``), strings (sent as raw lines) or
+    ``threading.Event`` objects the server waits on (up to 10 s) before going
+    on, so a test can hold the stream without sleeping.
+    """
+
+    status: int = 200
+    items: list[Any] = field(default_factory=list)
+    body: bytes = b""  # the body of a non-200 answer
+    hold: threading.Event | None = None  # waited on (10 s at most) before answering
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def text_response(*fragments: Any) -> FakeResponse:
+    """Streams each string fragment as its own chunk (Events pass through)."""
+    items: list[Any] = [_chunk({"role": "assistant", "content": ""})]
+    for fragment in fragments:
+        items.append(
+            fragment if isinstance(fragment, threading.Event) else _chunk({"content": fragment})
+        )
+    items += [_chunk({}, "stop"), "data: [DONE]"]
+    return FakeResponse(items=items)
+
+
+def tool_call_response(*calls: tuple[str, str, str], text: str = "") -> FakeResponse:
+    """Streams ``(id, name, arguments_json)`` calls, arguments in small fragments."""
+    items: list[Any] = [_chunk({"role": "assistant", "content": None})]
+    if text:
+        items.append(_chunk({"content": text}))
+    for index, (call_id, name, arguments) in enumerate(calls):
+        items.append(
+            _chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
+        for start in range(0, len(arguments), 5):
+            piece = arguments[start : start + 5]
+            items.append(
+                _chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            )
+    items += [_chunk({}, "tool_calls"), "data: [DONE]"]
+    return FakeResponse(items=items)
+
+
+def error_response(status: int, message: str = "boom") -> FakeResponse:
+    body = json.dumps({"error": {"message": message, "type": "server_error"}}).encode()
+    return FakeResponse(status=status, body=body)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that gave up (a timeout test) is not a failure
+
+
+class FakeOpenAIServer:
+    """A chat-completions endpoint in a thread; use as a context manager.
+
+    ``responses`` are answered in order, one per request; ``requests`` holds
+    each request's parsed JSON body and ``headers`` its headers.
+    """
+
+    def __init__(self, responses: list[FakeResponse] | None = None) -> None:
+        self.responses = list(responses or [])
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.release = threading.Event()  # set on exit: frees a handler held on an Event
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                raw = self.rfile.read(length)
+                with server._lock:
+                    server.requests.append(json.loads(raw or b"{}"))
+                    server.headers.append(dict(self.headers))
+                    scripted = server.responses.pop(0) if server.responses else None
+                if self.path != "/v1/chat/completions":
+                    scripted = FakeResponse(status=404, body=b'{"error": "not found"}')
+                if scripted is None:
+                    scripted = error_response(500, "no scripted response left")
+                if scripted.hold is not None:
+                    scripted.hold.wait(10)
+                if scripted.status != 200:
+                    self.send_response(scripted.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(scripted.body)))
+                    self.end_headers()
+                    self.wfile.write(scripted.body)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                pending = b""
+                for item in scripted.items:
+                    if isinstance(item, threading.Event):
+                        self.wfile.write(pending)
+                        self.wfile.flush()
+                        pending = b""
+                        item.wait(10)
+                        continue
+                    line = item if isinstance(item, str) else "data: " + json.dumps(item)
+                    pending += line.encode() + b"\n\n"
+                self.wfile.write(pending)
+                self.wfile.flush()
+
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        # A short poll interval, so shutdown (every test's teardown) is quick.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> FakeOpenAIServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
