@@ -14,8 +14,14 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from sessions_app.routing import RuntimeStarter, websocket_urlpatterns  # noqa: E402
+
+if settings.DEBUG or settings.SERVE_STATIC:
+    # Plain daphne serves no static files; in production a proxy usually does.
+    django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
 
 application = RuntimeStarter(
     ProtocolTypeRouter(

@@ -189,6 +189,8 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# Let the ASGI app serve /static/ itself (always on with DEBUG).
+SERVE_STATIC = _env_bool("SERVE_STATIC", False)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

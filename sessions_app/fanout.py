@@ -75,11 +75,10 @@ class _Publisher:
             return self._loop
 
     async def _drain(self, queue: asyncio.Queue) -> None:
-        layer = get_channel_layer()
         while True:
             group, message = await queue.get()
             try:
-                await layer.group_send(group, message)
+                await get_channel_layer().group_send(group, message)
             except Exception:
                 log.exception("publishing to %s failed", group)
 
@@ -91,18 +90,11 @@ class _Publisher:
             loop.call_soon_threadsafe(self._queue.put_nowait, (group, message))
 
     def reset(self) -> None:
-        """Forget the loop (tests that close their loop between cases)."""
+        """Forget a server loop that was attached (tests run one loop per case).
+        A private publishing thread is kept: it is bound to nothing else."""
         with self._lock:
-            loop, task, owned = self._loop, self._task, self._owned
-            self._loop = self._queue = self._task = None
-            self._owned = False
-        if loop is not None and not loop.is_closed() and task is not None:
-            try:
-                loop.call_soon_threadsafe(task.cancel)
-                if owned:
-                    loop.call_soon_threadsafe(loop.stop)
-            except RuntimeError:
-                pass  # the loop closed meanwhile
+            if not self._owned:
+                self._loop = self._queue = self._task = None
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

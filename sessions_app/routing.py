@@ -17,11 +17,9 @@ websocket_urlpatterns = [path("ws/sessions/", SessionConsumer.as_asgi())]
 
 class RuntimeStarter:
     """ASGI wrapper that, on the first connection or request, registers the
-    server's event loop for fan-out and (embedded profile) starts the runtime:
-    recovery of what a previous process left, and the lease sweeper.
-
-    ``manage.py serve`` also starts it at boot so that recovery does not wait
-    for the first visitor."""
+    server's event loop for fan-out and starts the runtime's background part:
+    in the embedded profile recovery of what a previous process left plus the
+    lease sweeper, in the production profile the sweeper alone."""
 
     def __init__(self, app):
         self.app = app
@@ -39,7 +37,15 @@ class RuntimeStarter:
                 return
             self._started = True
         fanout.publisher.attach(asyncio.get_running_loop())
-        if settings.AGENT_RUNNER == "embedded" and settings.AGENT_RUNTIME_AUTOSTART:
+        if not settings.AGENT_RUNTIME_AUTOSTART:
+            return
+        if settings.AGENT_RUNNER == "embedded":
             from .runtime.embedded import start_embedded_runtime
 
             await database_sync_to_async(start_embedded_runtime)()
+        else:
+            # Workers sweep too; a server sweeping as well means a run whose
+            # worker died is finished even when every worker is down.
+            from .runtime.sweeper import Sweeper
+
+            Sweeper().start()

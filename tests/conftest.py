@@ -9,8 +9,10 @@ README's test command runs the suite once per profile.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -75,13 +77,17 @@ def log_dir(tmp_path) -> Path:
 def _fresh_channel_layer():
     """Each test gets a new channel layer (the in-memory one is bound to a loop)."""
     from channels.layers import channel_layers
+    from django.conf import settings
 
     from sessions_app import fanout
 
-    channel_layers.backends.clear()
+    in_memory = not settings.REDIS_URL
+    if in_memory:
+        channel_layers.backends.clear()
     fanout.publisher.reset()
     yield
-    channel_layers.backends.clear()
+    if in_memory:
+        channel_layers.backends.clear()
     fanout.publisher.reset()
 
 
@@ -116,16 +122,55 @@ def _shared_server(django_db_setup, django_db_blocker, tmp_path_factory):
             procs += [Worker(log_dir).start(), Worker(log_dir).start()]
         daphne = Daphne(log_dir).start()
     procs.append(daphne)
+    daphne.workers = procs[:-1]
     yield daphne
     for proc in procs:
         proc.stop()
     _keep_logs_on_failure(procs)
+    with django_db_blocker.unblock():
+        _drop_other_db_sessions()
+
+
+def _drop_other_db_sessions() -> None:
+    """Let pytest-django drop the PostgreSQL test database: servers killed
+    with -9 may leave their sessions open for a moment."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
 
 
 @pytest.fixture
 def server(_shared_server, transactional_db):
-    """The shared live server, with a clean database for this test."""
-    return _shared_server
+    """The shared live server, with a clean database for this test (and every
+    run worker alive: a crash test may have killed one)."""
+    for proc in _shared_server.workers:
+        if proc.proc.poll() is not None:
+            proc.start()
+            proc.wait_for_log(re.compile(r"run worker \S+ started"), timeout=30)
+    yield _shared_server
+    _quiesce()
+
+
+def _quiesce() -> None:
+    """Stop what a test left running before the database is flushed: a run
+    still streaming would append while PostgreSQL truncates (a deadlock)."""
+    from django.utils import timezone
+
+    from sessions_app.models import Run
+    from tests.harness import poll_pause
+
+    deadline = time.monotonic() + 5
+    active = Run.objects.filter(status__in=(Run.Status.RUNNING, Run.Status.QUEUED))
+    while active.exists() and time.monotonic() < deadline:
+        poll_pause()
+    # What still runs is aborted: its next guarded append finds it finished.
+    active.update(status=Run.Status.FINISHED, stop_reason="cancelled", finished_at=timezone.now())
+    _drop_other_db_sessions()
 
 
 def _keep_logs_on_failure(procs) -> None:

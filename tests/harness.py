@@ -62,6 +62,11 @@ def server_env(**extra: str) -> dict[str, str]:
 POLL_SECONDS = 0.05  # for states only a database row shows (no frame announces them)
 
 
+def poll_pause() -> None:
+    """One pause between two reads of a database state that no frame announces."""
+    threading.Event().wait(POLL_SECONDS)
+
+
 class Process:
     """A subprocess whose output a reader thread copies to a log file.
 

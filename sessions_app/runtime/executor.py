@@ -153,7 +153,9 @@ class _Heartbeat(threading.Thread):
 def _drive(run_id: str, worker: str) -> None:
     from .agents import get_agent
 
-    run = Run.objects.get(id=run_id)
+    run = Run.objects.filter(id=run_id).first()
+    if run is None:  # deleted with its session since the claim
+        return
     ctx = _Context(run, worker)
     heartbeat = _Heartbeat(ctx)
     heartbeat.start()

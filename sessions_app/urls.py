@@ -1,0 +1,13 @@
+"""Page routes: the session list, new session, the session page."""
+
+from django.urls import path
+
+from . import views
+
+app_name = "sessions_app"
+
+urlpatterns = [
+    path("", views.session_list, name="list"),
+    path("sessions/new/", views.new_session, name="new"),
+    path("s/<str:session_id>/", views.session_page, name="session"),
+]

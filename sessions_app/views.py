@@ -1,0 +1,87 @@
+"""The pages: the session list, "New session" and the session page.
+
+The session page is a shell: the transcript is rendered by the client
+(``static/js/app.js``) from its per-tab cache and the WebSocket replay, so the
+view passes only the session id, its title and whether the test hooks are on.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Q
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.timesince import timesince
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from . import protocol as p
+from . import services
+from .models import AgentSession, ApprovalRequest, Run
+
+MAX_LISTED = 200
+
+
+@require_GET
+@never_cache
+@login_required
+def session_list(request):
+    """The user's sessions, most recently active first."""
+    sessions = (
+        AgentSession.objects.filter(owner=request.user)
+        .annotate(
+            pending_approvals=Count(
+                "approvals",
+                filter=Q(approvals__status=ApprovalRequest.Status.PENDING),
+                distinct=True,
+            ),
+            active_runs=Count("runs", filter=Q(runs__status__in=Run.ACTIVE), distinct=True),
+        )
+        .order_by("-updated_at")[:MAX_LISTED]
+    )
+    now = timezone.now()
+    sessions = list(sessions)
+    for s in sessions:
+        s.last_activity = _ago(s.updated_at, now)
+    return render(
+        request,
+        "sessions_app/list.html",
+        {"sessions": sessions, "max_title": p.MAX_TITLE_CHARS},
+    )
+
+
+def _ago(when, now) -> str:
+    """'just now', or '5 minutes ago'."""
+    if (now - when).total_seconds() < 60:
+        return "just now"
+    return f"{timesince(when, now, depth=1)} ago"
+
+
+@require_POST
+@login_required
+def new_session(request):
+    """Create a session (its ``session.created`` is seq 1) and open it."""
+    title = (request.POST.get("title") or "").strip()[: p.MAX_TITLE_CHARS]
+    session = services.create_session(request.user, title)
+    return redirect("sessions_app:session", session_id=session.id)
+
+
+@require_GET
+@never_cache
+@login_required
+def session_page(request, session_id: str):
+    """One session; 404 for a session the user does not own (no enumeration)."""
+    session = services.get_owned_session(request.user, session_id)
+    if session is None:
+        raise Http404("No such session.")
+    return render(
+        request,
+        "sessions_app/session.html",
+        {
+            "session": session,
+            "test_hooks": bool(settings.AGENT_TEST_HOOKS),
+            "max_text": p.MAX_TEXT_CHARS,
+        },
+    )

@@ -1,0 +1,119 @@
+/**
+ * Page wiring: reads what the server rendered (session id, test hooks),
+ * builds the store, the client and the view, and connects the controls.
+ *
+ * @module app
+ */
+
+import { Failpoints, hooksEnabled, installTestHooks } from "./hooks.js";
+import { SessionClient } from "./session.js";
+import { Connection, attachBrowserSignals, socketUrl } from "./socket.js";
+import { MemoryStorage, SessionStore } from "./store.js";
+import { SessionView } from "./ui.js";
+
+/** @returns {Storage} this tab's sessionStorage, or a memory stand-in if it is unusable */
+function tabStorage() {
+  try {
+    const s = window.sessionStorage;
+    const probe = "agent.probe";
+    s.setItem(probe, "1");
+    s.removeItem(probe);
+    return s;
+  } catch {
+    return new MemoryStorage();
+  }
+}
+
+/** Start the session page. */
+export function startSessionPage() {
+  const body = document.body;
+  const sessionId = body.dataset.sessionId;
+  const store = new SessionStore(tabStorage(), { onError: (err) => console.warn("session storage:", err) });
+  const tabId = store.tabId(window);
+  const view = new SessionView(document);
+  const failpoints = hooksEnabled(document) ? new Failpoints() : null;
+  let detachSignals = () => {};
+
+  const client = new SessionClient({
+    sessionId,
+    tabId,
+    store,
+    view,
+    hooks: failpoints,
+    createConnection: (handlers) => {
+      const conn = new Connection({ url: socketUrl(window.location), handlers });
+      detachSignals = attachBrowserSignals(conn, window, document);
+      return conn;
+    },
+  });
+  if (failpoints) installTestHooks(window, client, failpoints);
+
+  // --- composer -------------------------------------------------------------------
+  const composer = view.el.composer;
+  const form = document.querySelector('[data-testid="composer-form"]');
+  const grow = () => {
+    composer.style.height = "auto";
+    composer.style.height = `${Math.min(composer.scrollHeight, 220)}px`;
+  };
+  const submit = () => {
+    const text = composer.value;
+    if (!text.trim()) return;
+    const result = client.submit(text);
+    if (result.ok) {
+      composer.value = "";
+      grow();
+      view.composerError(null);
+      view.stick = true;
+    } else {
+      view.composerError(result.error);
+    }
+  };
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    submit();
+    composer.focus();
+  });
+  composer.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.altKey && !e.ctrlKey && !e.metaKey && !e.isComposing) {
+      e.preventDefault();
+      submit();
+    }
+  });
+  composer.addEventListener("input", () => {
+    grow();
+    if (!view.el.composerError.hidden) view.composerError(null);
+  });
+
+  // --- transcript, queue and run controls (delegated) ---------------------------------
+  document.addEventListener("click", (e) => {
+    const btn = e.target instanceof Element ? e.target.closest("button[data-action], button[data-testid]") : null;
+    if (!btn || btn.disabled) return;
+    const action = btn.dataset.action || btn.dataset.testid;
+    if (action === "approve" || action === "deny") {
+      client.decide(btn.dataset.approvalId, action);
+    } else if (action === "cancel-run") {
+      client.cancel(btn.dataset.runId || undefined);
+    } else if (action === "dequeue") {
+      client.cancel(btn.dataset.runId);
+    } else if (action === "discard") {
+      client.discard(btn.dataset.clientMessageId);
+    } else if (action === "reload-from-zero") {
+      client.reloadFromZero();
+    } else if (action === "reload-page") {
+      window.location.reload();
+    }
+  });
+
+  // --- persistence at the edges of the page's life ---------------------------------------
+  window.addEventListener("pagehide", () => client.persistNow());
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "hidden") client.persistNow();
+  });
+
+  client.start();
+  return { client, view, detach: () => detachSignals() };
+}
+
+if (typeof document !== "undefined" && document.body && document.body.dataset.page === "session") {
+  startSessionPage();
+}

@@ -1,0 +1,100 @@
+/**
+ * Protocol constants, version 1, mirrored one-to-one from
+ * sessions_app/protocol.py (same names, same values). Keep the two in step:
+ * tests compare them. Client-only tuning (timers, backoff) lives in the module
+ * that uses it, not here.
+ *
+ * @module constants
+ */
+
+export const PROTOCOL_VERSION = 1;
+
+// --- Close codes ---------------------------------------------------------------
+export const CLOSE_PROTOCOL_VIOLATION = 4400;
+export const CLOSE_NOT_AUTHENTICATED = 4401;
+export const CLOSE_TOO_LARGE = 4413;
+export const CLOSE_RATE_LIMITED = 4429;
+export const CLOSE_SERVICE_RESTART = 1012;
+
+// --- Limits --------------------------------------------------------------------
+export const MAX_FRAME_BYTES = 65536;
+export const MAX_TEXT_CHARS = 32000;
+export const RATE_PER_SECOND = 30;
+export const RATE_BURST = 60;
+export const HANDSHAKE_TIMEOUT_SECONDS = 10;
+export const MAX_TAB_ID_CHARS = 64;
+export const MAX_ID_CHARS = 128;
+export const MAX_TITLE_CHARS = 200;
+
+// --- Frame types ---------------------------------------------------------------
+// client -> server
+export const START = "start";
+export const RESUME = "resume";
+export const ACK = "ack";
+export const SEND = "send";
+export const DECIDE = "decide";
+export const CANCEL = "cancel";
+export const SYNC = "sync";
+export const PING = "ping";
+// server -> client
+export const START_OK = "start_ok";
+export const RESUME_OK = "resume_ok";
+export const RESUME_REJECTED = "resume_rejected";
+export const EVENT = "event";
+export const SEND_OK = "send_ok";
+export const DECIDE_OK = "decide_ok";
+export const CANCEL_OK = "cancel_ok";
+export const SYNC_OK = "sync_ok";
+export const PONG = "pong";
+export const PRESENCE = "presence";
+export const ERROR = "error";
+
+export const HANDSHAKE_TYPES = ["start", "resume"];
+export const SESSION_TYPES = ["ack", "send", "decide", "cancel", "sync", "ping"];
+
+// --- Error codes ---------------------------------------------------------------
+export const E_BAD_JSON = "bad_json";
+export const E_BAD_FRAME = "bad_frame";
+export const E_UNKNOWN_TYPE = "unknown_type";
+export const E_UNSUPPORTED_PROTOCOL = "unsupported_protocol";
+export const E_NOT_FOUND = "not_found";
+export const E_ALREADY_DECIDED = "already_decided";
+export const E_NOT_PENDING = "not_pending";
+export const E_TOO_LARGE = "too_large";
+
+// --- Resume rejection reasons (checked in this order) --------------------------
+export const R_UNSUPPORTED_PROTOCOL = "unsupported_protocol";
+export const R_BAD_REQUEST = "bad_request";
+export const R_NOT_FOUND = "not_found";
+export const R_EPOCH_MISMATCH = "epoch_mismatch";
+export const R_CURSOR_AHEAD = "cursor_ahead";
+export const R_CURSOR_EXPIRED = "cursor_expired";
+
+// --- Send statuses, decisions, stop reasons ------------------------------------
+export const SEND_STARTED = "started";
+export const SEND_QUEUED = "queued";
+export const SEND_DUPLICATE = "duplicate";
+
+export const APPROVE = "approve";
+export const DENY = "deny";
+export const DECISIONS = ["approve", "deny"];
+
+export const STOP_END_TURN = "end_turn";
+export const STOP_CANCELLED = "cancelled";
+export const STOP_ERROR = "error";
+export const STOP_INTERRUPTED = "interrupted";
+export const STOP_REQUIRES_APPROVAL = "requires_approval";
+
+// --- Event kinds ---------------------------------------------------------------
+export const K_SESSION_CREATED = "session.created";
+export const K_USER_MESSAGE = "user.message";
+export const K_RUN_QUEUED = "run.queued";
+export const K_RUN_STARTED = "run.started";
+export const K_ASSISTANT_DELTA = "assistant.delta";
+export const K_ASSISTANT_MESSAGE = "assistant.message";
+export const K_TOOL_CALL = "tool.call";
+export const K_APPROVAL_REQUESTED = "approval.requested";
+export const K_APPROVAL_DECIDED = "approval.decided";
+export const K_TOOL_RESULT = "tool.result";
+export const K_RUN_FINISHED = "run.finished";
+export const K_RUN_PAUSED = "run.paused";

@@ -1,0 +1,275 @@
+/**
+ * The transcript model: what a session's events mean for the display, as a
+ * plain JSON object (so it can be stored next to its cursor), and a reducer
+ * that applies one event to it and says what changed.
+ *
+ * No DOM here; ui.js renders the model and the changes.
+ *
+ * Items (one per rendered row, each with the seq of the event that created it):
+ *   note       session.created
+ *   user       user.message                    {cmid, text, runId}
+ *   assistant  first assistant.delta/message   {runId, text, final}
+ *              of a segment (a run's text between tool calls is one segment)
+ *   tool       tool.call                       {toolCallId, tool, args, runId}
+ *   approval   approval.requested              {approvalId, toolCallId, tool, args,
+ *                                               status, decision, decidedBy, runId}
+ *   result     tool.result                     {toolCallId, ok, output, runId}
+ *   notice     run.finished other than end_turn {runId, stop, message}
+ *
+ * @module transcript
+ */
+
+import * as P from "./constants.js";
+
+export const MODEL_VERSION = 1;
+
+/** @returns {object} a model with nothing applied (cursor 0) */
+export function emptyModel() {
+  return {
+    v: MODEL_VERSION,
+    title: "",
+    items: [],
+    runs: {},
+    idx: { user: {}, seg: {}, tool: {}, approval: {}, lastOfRun: {} },
+  };
+}
+
+/**
+ * Whether a model restored from storage has the expected shape.
+ * @param {unknown} model
+ * @returns {boolean}
+ */
+export function isModel(model) {
+  return (
+    !!model &&
+    typeof model === "object" &&
+    model.v === MODEL_VERSION &&
+    Array.isArray(model.items) &&
+    !!model.runs &&
+    !!model.idx &&
+    ["user", "seg", "tool", "approval", "lastOfRun"].every((k) => model.idx[k] && typeof model.idx[k] === "object")
+  );
+}
+
+function str(value) {
+  return typeof value === "string" ? value : value == null ? "" : String(value);
+}
+
+function addItem(model, item, changes) {
+  const i = model.items.length;
+  model.items.push(item);
+  if (item.runId) model.idx.lastOfRun[item.runId] = i;
+  changes.push({ op: "add", item });
+  return i;
+}
+
+function runOf(model, runId) {
+  if (!runId) return null;
+  if (!model.runs[runId]) model.runs[runId] = { status: "running", cmid: null, seq: 0, stop: null };
+  return model.runs[runId];
+}
+
+/**
+ * The assistant segment that text of `runId` goes into: the run's last item
+ * if it is an unfinished assistant segment, else a new one.
+ */
+function segmentFor(model, ev, changes) {
+  const runId = ev.run_id || "";
+  const si = model.idx.seg[runId];
+  if (si !== undefined && model.idx.lastOfRun[runId] === si && !model.items[si].final) {
+    return model.items[si];
+  }
+  const item = { key: `a${ev.seq}`, seq: ev.seq, type: "assistant", runId, text: "", final: false };
+  model.idx.seg[runId] = addItem(model, item, changes);
+  return item;
+}
+
+/**
+ * Apply one event to the model (mutating it).
+ *
+ * Unknown kinds change nothing (they are carried, never rejected).
+ * @param {object} model
+ * @param {{seq: number, kind: string, run_id?: string|null, data?: object}} ev
+ * @returns {Array<object>} changes: {op: "add"|"update", item}, {op: "append",
+ *   item, text}, {op: "runs"} (queue / active run changed), {op: "title"}
+ */
+export function applyEvent(model, ev) {
+  const changes = [];
+  const d = ev.data && typeof ev.data === "object" ? ev.data : {};
+  const runId = ev.run_id || null;
+  switch (ev.kind) {
+    case P.K_SESSION_CREATED: {
+      model.title = str(d.title);
+      addItem(model, { key: `n${ev.seq}`, seq: ev.seq, type: "note", text: "Session started" }, changes);
+      changes.push({ op: "title" });
+      break;
+    }
+    case P.K_USER_MESSAGE: {
+      const cmid = str(d.client_message_id);
+      if (cmid && model.idx.user[cmid] !== undefined) break; // once per id, by protocol
+      const item = { key: `u${ev.seq}`, seq: ev.seq, type: "user", cmid, text: str(d.text), runId };
+      const i = addItem(model, item, changes);
+      if (cmid) model.idx.user[cmid] = i;
+      const run = runOf(model, runId);
+      if (run) {
+        run.cmid = cmid;
+        run.status = "pending";
+        run.seq = ev.seq;
+      }
+      break;
+    }
+    case P.K_RUN_QUEUED:
+    case P.K_RUN_STARTED: {
+      const run = runOf(model, runId);
+      if (!run) break;
+      if (d.client_message_id) run.cmid = str(d.client_message_id);
+      if (!run.seq) run.seq = ev.seq;
+      if (run.status !== "finished") run.status = ev.kind === P.K_RUN_QUEUED ? "queued" : "running";
+      changes.push({ op: "runs" });
+      break;
+    }
+    case P.K_ASSISTANT_DELTA: {
+      const text = str(d.text);
+      const seg = segmentFor(model, ev, changes);
+      if (changes.length && changes[changes.length - 1].item === seg) {
+        seg.text = text; // just created: the add renders the text
+      } else {
+        seg.text += text;
+        changes.push({ op: "append", item: seg, text });
+      }
+      break;
+    }
+    case P.K_ASSISTANT_MESSAGE: {
+      const seg = segmentFor(model, ev, changes);
+      seg.text = str(d.text);
+      seg.final = true;
+      if (!(changes.length && changes[changes.length - 1].item === seg)) changes.push({ op: "update", item: seg });
+      break;
+    }
+    case P.K_TOOL_CALL: {
+      const id = str(d.tool_call_id);
+      const item = { key: `t${ev.seq}`, seq: ev.seq, type: "tool", toolCallId: id, tool: str(d.tool), args: d.args ?? {}, runId };
+      const i = addItem(model, item, changes);
+      if (id) model.idx.tool[id] = i;
+      break;
+    }
+    case P.K_APPROVAL_REQUESTED: {
+      const id = str(d.approval_id);
+      if (id && model.idx.approval[id] !== undefined) break;
+      const item = {
+        key: `p${ev.seq}`,
+        seq: ev.seq,
+        type: "approval",
+        approvalId: id,
+        toolCallId: str(d.tool_call_id),
+        tool: str(d.tool),
+        args: d.args ?? {},
+        status: "pending",
+        decision: null,
+        decidedBy: null,
+        runId,
+      };
+      const i = addItem(model, item, changes);
+      if (id) model.idx.approval[id] = i;
+      break;
+    }
+    case P.K_APPROVAL_DECIDED: {
+      const i = model.idx.approval[str(d.approval_id)];
+      if (i === undefined) break;
+      const item = model.items[i];
+      item.decision = str(d.decision);
+      item.status = d.decision === P.APPROVE ? "approved" : "denied";
+      item.decidedBy = str(d.decided_by);
+      changes.push({ op: "update", item });
+      break;
+    }
+    case P.K_TOOL_RESULT: {
+      const item = {
+        key: `r${ev.seq}`,
+        seq: ev.seq,
+        type: "result",
+        toolCallId: str(d.tool_call_id),
+        ok: d.ok === true,
+        output: str(d.output),
+        runId,
+      };
+      addItem(model, item, changes);
+      break;
+    }
+    case P.K_RUN_PAUSED: {
+      const run = runOf(model, runId);
+      if (run && run.status !== "finished") {
+        run.status = "awaiting_approval";
+        changes.push({ op: "runs" });
+      }
+      break;
+    }
+    case P.K_RUN_FINISHED: {
+      const run = runOf(model, runId);
+      if (!run) break;
+      const wasQueued = run.status === "queued" || run.status === "pending";
+      run.status = "finished";
+      run.stop = str(d.stop_reason);
+      changes.push({ op: "runs" });
+      const si = model.idx.seg[runId];
+      if (si !== undefined && !model.items[si].final) {
+        model.items[si].final = true;
+        changes.push({ op: "update", item: model.items[si] });
+      }
+      if (run.stop && run.stop !== P.STOP_END_TURN) {
+        const item = {
+          key: `f${ev.seq}`,
+          seq: ev.seq,
+          type: "notice",
+          runId,
+          stop: run.stop,
+          queued: wasQueued,
+          message: str(d.message),
+        };
+        addItem(model, item, changes);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  return changes;
+}
+
+/**
+ * @param {object} model
+ * @param {string} cmid
+ * @returns {boolean} whether a user.message with this client_message_id is in the model
+ */
+export function hasUserMessage(model, cmid) {
+  return model.idx.user[cmid] !== undefined;
+}
+
+/**
+ * Inputs waiting behind the active run, in order.
+ * @param {object} model
+ * @returns {Array<{runId: string, cmid: string, text: string, seq: number}>}
+ */
+export function queuedRuns(model) {
+  const out = [];
+  for (const [runId, run] of Object.entries(model.runs)) {
+    if (run.status !== "queued") continue;
+    const ui = model.idx.user[run.cmid];
+    out.push({ runId, cmid: run.cmid || "", text: ui !== undefined ? model.items[ui].text : "", seq: run.seq || 0 });
+  }
+  return out.sort((a, b) => a.seq - b.seq);
+}
+
+/**
+ * The run that is executing or parked at a gate, if any.
+ * @param {object} model
+ * @returns {{runId: string, status: string}|null}
+ */
+export function activeRun(model) {
+  let best = null;
+  for (const [runId, run] of Object.entries(model.runs)) {
+    if (run.status !== "running" && run.status !== "awaiting_approval") continue;
+    if (!best || (run.seq || 0) > best.seq) best = { runId, status: run.status, seq: run.seq || 0 };
+  }
+  return best ? { runId: best.runId, status: best.status } : null;
+}

@@ -1,0 +1,363 @@
+// The session client end to end against a fake socket: handshake, replay,
+// cursor, acks, the send ledger across drops and refreshes, rejections and the
+// test failpoints.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { Backoff } from "../../static/js/backoff.js";
+import { Connection } from "../../static/js/socket.js";
+import { SessionClient } from "../../static/js/session.js";
+import { SessionStore } from "../../static/js/store.js";
+import { FakeClock, FakeStorage, ev, makeFakeWebSocket } from "./helpers.mjs";
+
+const SID = "s_1";
+
+function recorderView() {
+  return {
+    states: [],
+    cursor: null,
+    resets: 0,
+    model: null,
+    ledger: [],
+    notes: [],
+    busy: [],
+    reset(model, cursor) {
+      this.resets += 1;
+      this.model = model;
+      this.cursor = cursor;
+    },
+    applyChanges() {},
+    setCursor(c) {
+      this.cursor = c;
+    },
+    setLedger(entries) {
+      this.ledger = entries;
+    },
+    setConnection(state, detail) {
+      this.states.push(detail && detail.reason ? `${state}:${detail.reason}` : state);
+    },
+    setPresence(p) {
+      this.presence = p;
+    },
+    setBusy(kind, id, busy) {
+      this.busy.push([kind, id, busy]);
+    },
+    notify(msg) {
+      this.notes.push(msg);
+    },
+    get state() {
+      return this.states.at(-1);
+    },
+  };
+}
+
+function makeHooks() {
+  const armed = new Set();
+  return { arm: (n) => armed.add(n), take: (n) => armed.delete(n) };
+}
+
+function setup({ storage = new FakeStorage(), clock = new FakeClock(), hooks = null } = {}) {
+  const { FakeWebSocket, sockets } = makeFakeWebSocket();
+  const store = new SessionStore(storage);
+  const view = recorderView();
+  const client = new SessionClient({
+    sessionId: SID,
+    tabId: "t-1",
+    store,
+    view,
+    timers: clock,
+    now: clock.now,
+    hooks,
+    createConnection: (handlers) =>
+      new Connection({ url: "ws://h/ws/sessions/", WebSocketImpl: FakeWebSocket, handlers, timers: clock, now: clock.now, backoff: new Backoff({ random: () => 0 }) }),
+  });
+  const sock = () => sockets.at(-1);
+  /** Open the next socket and answer its resume with resume_ok (head) and the events. */
+  const resume = (head, events = [], epoch = "E1") => {
+    clock.advance(1); // backoff delay (random() = 0)
+    sock().open();
+    const r = sock().framesOf("resume").at(-1);
+    sock().receive({ type: "resume_ok", request_id: r.request_id, session_id: SID, connection_id: "c", epoch, after: r.after, head });
+    for (const e of events) sock().receive(e);
+    return r;
+  };
+  return { client, view, clock, sockets, sock, storage, store, resume };
+}
+
+const userMsg = (seq, cmid, text = "hi", run = `run_${seq}`) => ev(seq, "user.message", { client_message_id: cmid, text }, run);
+const range = (a, b) => Array.from({ length: b - a + 1 }, (_, i) => ev(a + i));
+
+test("first connection: resume after 0, replay, then live; cursor, ack and cache follow", () => {
+  const { client, view, clock, sock, store, resume } = setup();
+  client.start();
+  assert.equal(view.state, "connecting");
+  clock.advance(0);
+  sock().open();
+  const r = sock().framesOf("resume")[0];
+  assert.deepEqual(
+    { ...r, request_id: undefined },
+    { type: "resume", protocol: 1, tab_id: "t-1", request_id: undefined, session_id: SID, after: 0 },
+  );
+  assert.equal(view.state, "resuming");
+  sock().receive({ type: "resume_ok", request_id: r.request_id, session_id: SID, epoch: "E1", after: 0, head: 3 });
+  assert.equal(view.state, "resuming", "live only after the replay");
+  sock().receive(ev(1, "session.created", { title: "T" }, null));
+  sock().receive(ev(2));
+  assert.equal(view.state, "resuming");
+  sock().receive(ev(3));
+  assert.equal(view.state, "live");
+  assert.equal(client.cursor, 3);
+  assert.equal(view.cursor, 3);
+  assert.equal(sock().framesOf("ack").length, 0, "acks are batched");
+  clock.advance(300);
+  assert.deepEqual(sock().framesOf("ack").map((f) => f.seq), [3]);
+  const snap = store.load(SID);
+  assert.equal(snap.cursor, 3);
+  assert.equal(snap.epoch, "E1");
+  assert.equal(snap.model.items.length, 2, "the transcript the cursor describes");
+  void resume;
+});
+
+test("a refresh restores the transcript from the cache and resumes after its cursor", () => {
+  const storage = new FakeStorage();
+  const first = setup({ storage });
+  first.client.start();
+  first.resume(4, [ev(1, "session.created", {}, null), userMsg(2, "m-x", "hello"), ev(3), ev(4)]);
+  first.client.persistNow(); // pagehide
+  // the page reloads: a new client on the same sessionStorage
+  const second = setup({ storage });
+  assert.equal(second.client.cursor, 4);
+  assert.equal(second.view.model.items.length, 3, "rendered from the cache before any socket");
+  second.client.start();
+  const r = second.resume(6, [ev(5), ev(6)]);
+  assert.equal(r.after, 4);
+  assert.equal(r.epoch, "E1");
+  assert.equal(second.client.cursor, 6);
+  assert.equal(second.client.firstReplayedSeq, 5);
+  assert.equal(second.view.state, "live");
+});
+
+test("inputs typed while offline are kept, shown pending, and sent in order once live", () => {
+  const { client, view, sock, storage, resume } = setup();
+  client.start();
+  const a = client.submit("one");
+  const b = client.submit("two");
+  assert.ok(a.ok && b.ok);
+  assert.deepEqual(view.ledger.map((e) => e.state), ["prepared", "prepared"]);
+  assert.ok(storage.getItem(`agent.l.${SID}`).includes(a.id), "stored before any transmission");
+  resume(2, [ev(1, "session.created", {}, null)]);
+  assert.equal(sock().framesOf("send").length, 0, "not before the replay is applied");
+  sock().receive(ev(2));
+  const sends = sock().framesOf("send");
+  assert.deepEqual(sends.map((f) => [f.client_message_id, f.text]), [[a.id, "one"], [b.id, "two"]]);
+  assert.deepEqual(view.ledger.map((e) => e.state), ["sent", "sent"]);
+  sock().receive({ type: "send_ok", request_id: sends[0].request_id, client_message_id: a.id, seq: 3, run_id: "r", status: "started" });
+  assert.equal(client.ledger.get(a.id).state, "confirmed");
+  sock().receive(userMsg(3, a.id, "one"));
+  assert.equal(client.ledger.get(a.id), undefined, "pruned once the transcript shows it");
+  sock().receive(userMsg(4, b.id, "two"));
+  assert.equal(client.ledger.entries().length, 0, "confirmed by the event alone");
+});
+
+test("after a drop, only unconfirmed inputs are re-sent, with the same id, after the replay", () => {
+  const { client, sock, resume, clock } = setup();
+  client.start();
+  resume(1, [ev(1, "session.created", {}, null)]);
+  const a = client.submit("reached the server");
+  const b = client.submit("lost on the way");
+  assert.equal(sock().framesOf("send").length, 2);
+  sock().serverClose(1006); // neither send_ok arrived
+  assert.deepEqual(client.ledger.entries().map((e) => e.state), ["sent", "sent"]);
+  clock.advance(1);
+  sock().open();
+  const r = sock().framesOf("resume")[0];
+  assert.equal(r.after, 1);
+  sock().receive({ type: "resume_ok", request_id: r.request_id, session_id: SID, epoch: "E1", after: 1, head: 3 });
+  sock().receive(userMsg(2, a.id, "reached the server"));
+  assert.equal(sock().framesOf("send").length, 0, "nothing is re-sent during the replay");
+  sock().receive(ev(3, "run.started", { client_message_id: a.id }, "run_2"));
+  const resent = sock().framesOf("send");
+  assert.deepEqual(resent.map((f) => f.client_message_id), [b.id], "only the unconfirmed one");
+  assert.equal(resent[0].text, "lost on the way");
+});
+
+test("failpoint after-send: the socket closes before send_ok; the replay confirms; nothing is sent twice", () => {
+  const hooks = makeHooks();
+  const { client, sockets, sock, resume } = setup({ hooks });
+  client.start();
+  resume(1, [ev(1, "session.created", {}, null)]);
+  hooks.arm("after-send");
+  const a = client.submit("once");
+  assert.equal(sockets[0].framesOf("send").length, 1);
+  assert.notEqual(sockets[0].closedWith, null, "closed right after the send was written");
+  assert.equal(client.ledger.get(a.id).state, "sent");
+  resume(3, [userMsg(2, a.id, "once"), ev(3, "run.started", {}, "run_2")]);
+  assert.equal(sock().framesOf("send").length, 0);
+  assert.equal(client.ledger.entries().length, 0);
+});
+
+test("failpoint after-receive: the event is not applied; the resume asks for it again", () => {
+  const hooks = makeHooks();
+  const { client, sock, resume } = setup({ hooks });
+  client.start();
+  resume(3, range(1, 3));
+  hooks.arm("after-receive");
+  sock().receive(ev(4));
+  assert.equal(client.cursor, 3);
+  const r = resume(4, [ev(4)]);
+  assert.equal(r.after, 3);
+  assert.equal(client.firstReplayedSeq, 4);
+  assert.equal(client.cursor, 4);
+});
+
+test("failpoint after-render: the event is committed; no ack is sent; the resume starts after it", () => {
+  const hooks = makeHooks();
+  const { client, sockets, sock, resume, clock } = setup({ hooks });
+  client.start();
+  resume(3, range(1, 3));
+  clock.advance(300);
+  hooks.arm("after-render");
+  sock().receive(ev(4));
+  sock().receive(ev(5)); // arrives on the dead socket: ignored
+  assert.equal(client.cursor, 4);
+  assert.ok(!sockets[0].framesOf("ack").some((f) => f.seq === 4), "closed before the ack");
+  const r = resume(6, [ev(5), ev(6)]);
+  assert.equal(r.after, 4);
+  assert.equal(client.firstReplayedSeq, 5);
+  assert.equal(client.cursor, 6);
+});
+
+test("a gap during live delivery: hold, sync after the cursor, apply in order", () => {
+  const { client, sock, resume } = setup();
+  client.start();
+  resume(2, range(1, 2));
+  sock().receive(ev(5));
+  assert.equal(client.cursor, 2);
+  const sync = sock().framesOf("sync");
+  assert.equal(sync.length, 1);
+  assert.equal(sync[0].after, 2);
+  sock().receive({ type: "sync_ok", request_id: sync[0].request_id, after: 2, head: 5 });
+  for (const e of range(3, 6)) sock().receive(e);
+  assert.equal(client.cursor, 6);
+  assert.equal(client.loop.stats.applied, 6);
+});
+
+test("repeated events never double the transcript", () => {
+  const { client, sock, resume } = setup();
+  client.start();
+  resume(2, [ev(1, "session.created", {}, null), userMsg(2, "m-1")]);
+  sock().receive(userMsg(2, "m-1"));
+  sock().receive(ev(1, "session.created", {}, null));
+  assert.equal(client.model.items.length, 2);
+});
+
+test("not_found: its own state, no retry, no new session", () => {
+  const { client, view, clock, sockets, sock } = setup();
+  client.start();
+  clock.advance(0);
+  sock().open();
+  const r = sock().framesOf("resume")[0];
+  sock().receive({ type: "resume_rejected", request_id: r.request_id, session_id: SID, reason: "not_found", message: "no such session" });
+  assert.equal(view.state, "rejected:not_found");
+  clock.advance(60000);
+  assert.equal(sockets.length, 1);
+  assert.equal(sockets[0].framesOf("start").length, 0);
+  assert.equal(client.submit("x").ok, false);
+});
+
+test("epoch_mismatch: reload from 0 drops the cache, keeps the ledger, resumes after 0", () => {
+  const storage = new FakeStorage();
+  const first = setup({ storage });
+  first.client.start();
+  first.resume(3, range(1, 3));
+  const pending = first.client.submit("keep me");
+  first.client.stop();
+  const { client, view, sock, store, clock } = setup({ storage });
+  client.start();
+  clock.advance(0);
+  sock().open();
+  const r = sock().framesOf("resume")[0];
+  assert.equal(r.after, 3);
+  sock().receive({ type: "resume_rejected", request_id: r.request_id, session_id: SID, reason: "epoch_mismatch", message: "rebuilt" });
+  assert.equal(view.state, "rejected:epoch_mismatch");
+  assert.equal(client.cursor, 3, "nothing is dropped silently");
+  client.reloadFromZero();
+  assert.equal(store.load(SID), null);
+  assert.equal(client.cursor, 0);
+  assert.equal(view.model.items.length, 0);
+  clock.advance(1);
+  sock().open();
+  const r2 = sock().framesOf("resume")[0];
+  assert.equal(r2.after, 0);
+  assert.equal(r2.epoch, undefined);
+  sock().receive({ type: "resume_ok", request_id: r2.request_id, session_id: SID, epoch: "E2", after: 0, head: 1 });
+  sock().receive(ev(1, "session.created", {}, null));
+  assert.equal(view.state, "live");
+  assert.deepEqual(sock().framesOf("send").map((f) => f.client_message_id), [pending.id]);
+  assert.equal(client.epoch, "E2");
+});
+
+test("4401: rejected (signed out), no retry", () => {
+  const { client, view, clock, sockets, sock } = setup();
+  client.start();
+  clock.advance(0);
+  sock().open();
+  sock().serverClose(4401);
+  assert.equal(view.state, "rejected:not_authenticated");
+  clock.advance(60000);
+  assert.equal(sockets.length, 1);
+});
+
+test("a refused input is marked failed and never re-sent", () => {
+  const { client, sock, resume } = setup();
+  client.start();
+  resume(1, [ev(1, "session.created", {}, null)]);
+  const a = client.submit("x");
+  const f = sock().framesOf("send")[0];
+  sock().receive({ type: "error", request_id: f.request_id, code: "too_large", message: "too long" });
+  assert.equal(client.ledger.get(a.id).state, "failed");
+  sock().serverClose(1006);
+  resume(1);
+  assert.equal(sock().framesOf("send").length, 0);
+  client.discard(a.id);
+  assert.equal(client.ledger.entries().length, 0);
+});
+
+test("oversized input is refused before it is stored or sent", () => {
+  const { client } = setup();
+  assert.equal(client.submit("   ").ok, false);
+  assert.equal(client.submit("x".repeat(32001)).ok, false);
+  assert.equal(client.submit("\u20ac".repeat(30000)).ok, false, "over the 64 KiB frame limit in UTF-8");
+  assert.equal(client.ledger.entries().length, 0);
+});
+
+test("decide and cancel: busy until the event; already_decided is reported", () => {
+  const { client, view, sock, resume } = setup();
+  client.start();
+  resume(4, [
+    userMsg(1, "m-1", "/write a b", "run_1"),
+    ev(2, "run.started", {}, "run_1"),
+    ev(3, "approval.requested", { approval_id: "ap1", tool_call_id: "c1", tool: "write_file", args: {} }, "run_1"),
+    ev(4, "run.paused", { stop_reason: "requires_approval", approval_id: "ap1" }, "run_1"),
+  ]);
+  assert.ok(client.decide("ap1", "approve"));
+  const d = sock().framesOf("decide")[0];
+  assert.deepEqual([d.approval_id, d.decision], ["ap1", "approve"]);
+  assert.deepEqual(view.busy.at(-1), ["approval", "ap1", true]);
+  sock().receive({ type: "error", request_id: d.request_id, code: "already_decided", decision: "deny", decided_by: "bob" });
+  assert.match(view.notes.at(-1), /denied by bob/);
+  assert.deepEqual(view.busy.at(-1), ["approval", "ap1", false]);
+  assert.ok(client.cancel());
+  assert.equal(sock().framesOf("cancel")[0].run_id, "run_1");
+  sock().receive(ev(5, "run.finished", { stop_reason: "cancelled" }, "run_1"));
+  assert.deepEqual(view.busy.at(-1), ["cancel", "run_1", false]);
+});
+
+test("presence is passed to the view", () => {
+  const { client, view, sock, resume } = setup();
+  client.start();
+  resume(0);
+  sock().receive({ type: "presence", session_id: SID, viewers: 3, running: true });
+  assert.deepEqual(view.presence, { viewers: 3, running: true });
+  assert.equal(view.state, "live");
+});
