@@ -328,7 +328,7 @@ class TokenBucket:
         if self.stamp is not None:
             self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
         self.stamp = now
-        if self.tokens < 1:
+        if self.tokens < 1 - 1e-9:  # float steps of 1/rate must not starve a steady client
             return False
         self.tokens -= 1
         return True

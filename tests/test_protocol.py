@@ -1,0 +1,90 @@
+"""protocol.py: validation rules, the rate limiter, and the JS mirror of its constants."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from sessions_app import protocol as p
+
+CONSTANTS_JS = Path(__file__).resolve().parent.parent / "static" / "js" / "constants.js"
+
+
+def _python_constants() -> dict[str, object]:
+    return {
+        name: value
+        for name, value in vars(p).items()
+        if re.fullmatch(r"[A-Z][A-Z0-9_]+", name) and isinstance(value, (int, float, str, tuple))
+    }
+
+
+def test_js_constants_mirror_python_exactly():
+    """Every protocol constant exists in constants.js with the same value, and no other."""
+    js = {
+        m.group(1): json.loads(m.group(2))
+        for m in re.finditer(r"^export const (\w+) = (.+?);$", CONSTANTS_JS.read_text(), re.M)
+    }
+    py = {k: list(v) if isinstance(v, tuple) else v for k, v in _python_constants().items()}
+    assert js == py
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        {"type": "resume", "protocol": 1, "session_id": "s", "after": True},
+        {"type": "resume", "protocol": 1, "session_id": "s", "after": 2.0, "epoch": "e"},
+        {"type": "resume", "protocol": 1, "session_id": "", "after": 0},
+        {"type": "resume", "protocol": 1, "session_id": "s", "after": 0, "tab_id": 3},
+        {"type": "resume", "protocol": 1, "session_id": "s", "after": 1, "epoch": ""},
+    ],
+)
+def test_resume_bad_requests(frame):
+    """Ill-typed or out-of-range resume fields are rejected as bad_request."""
+    with pytest.raises(p.Rejection) as info:
+        p.parse_resume(frame)
+    assert info.value.reason == p.R_BAD_REQUEST
+
+
+def test_resume_protocol_checked_first():
+    """unsupported_protocol comes before any other check."""
+    with pytest.raises(p.Rejection) as info:
+        p.parse_resume({"type": "resume", "protocol": True, "after": -1})
+    assert info.value.reason == p.R_UNSUPPORTED_PROTOCOL
+
+
+def test_resume_epoch_ignored_at_zero():
+    """With after 0 the epoch is ignored."""
+    r = p.parse_resume(
+        {"type": "resume", "protocol": 1, "session_id": "s", "after": 0, "epoch": "old"}
+    )
+    assert r.after == 0 and r.epoch is None
+
+
+def test_send_text_limit_is_too_large():
+    """A text over 32,000 characters is too_large; exactly 32,000 is fine."""
+    ok = p.parse_send({"client_message_id": "m", "text": "x" * 32000})
+    assert len(ok.text) == 32000
+    with pytest.raises(p.FrameError) as info:
+        p.parse_send({"client_message_id": "m", "text": "x" * 32001})
+    assert info.value.code == p.E_TOO_LARGE
+
+
+def test_unknown_fields_are_ignored():
+    """Servers ignore unknown fields in known frames."""
+    d = p.parse_decide({"approval_id": "a", "decision": "deny", "extra": {"x": 1}})
+    assert (d.approval_id, d.decision) == ("a", "deny")
+
+
+def test_token_bucket_allows_burst_then_rate():
+    """60 at once pass, the 61st fails; 30 per second sustained keeps passing."""
+    bucket = p.TokenBucket()
+    assert all(bucket.take(0.0) for _ in range(60))
+    assert not bucket.take(0.0)
+    t = 0.0
+    for _ in range(300):
+        t += 1 / 30
+        assert bucket.take(t)
+    assert not bucket.take(t)
