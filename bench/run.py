@@ -79,8 +79,10 @@ def bench_append() -> None:
     for i in range(n):
         append_event(s.id, "assistant.delta", {"text": f"t{i} "})
     dt = time.perf_counter() - t0
-    print(f"\nappend (one writer, one transaction each): {n} events in {dt:.2f} s "
-          f"= {n / dt:,.0f} events/s, {dt / n * 1e6:,.0f} µs each")
+    print(
+        f"\nappend (one writer, one transaction each): {n} events in {dt:.2f} s "
+        f"= {n / dt:,.0f} events/s, {dt / n * 1e6:,.0f} µs each"
+    )
 
 
 async def bench_resume(server, cookie, sessions) -> None:
@@ -96,8 +98,10 @@ async def bench_resume(server, cookie, sessions) -> None:
             samples.append((time.perf_counter() - t0) * 1000)
             await c.close()
         samples.sort()
-        print(f"{s.head:>12,} {statistics.median(samples):>10.2f} "
-              f"{samples[int(len(samples) * 0.9)]:>8.2f}")
+        print(
+            f"{s.head:>12,} {statistics.median(samples):>10.2f} "
+            f"{samples[int(len(samples) * 0.9)]:>8.2f}"
+        )
 
 
 async def bench_fanout(server, cookie) -> None:
@@ -131,10 +135,12 @@ async def main() -> None:
 
     call_command("migrate", verbosity=0)
     user = _user()
-    print(f"profile: database={settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]} "
-          f"layer={settings.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]} "
-          f"runner={settings.AGENT_RUNNER}; python {sys.version.split()[0]}; "
-          f"{os.cpu_count()} cpus")
+    print(
+        f"profile: database={settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]} "
+        f"layer={settings.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]} "
+        f"runner={settings.AGENT_RUNNER}; python {sys.version.split()[0]}; "
+        f"{os.cpu_count()} cpus"
+    )
     bench_append()
     sessions = [_session_with_log(user, n) for n in LOG_LENGTHS]
     log_dir = Path(tempfile.mkdtemp(prefix="agent-bench-logs-"))
