@@ -17,7 +17,11 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from sessions_app.routing import RuntimeStarter, websocket_urlpatterns  # noqa: E402
+from sessions_app.routing import (  # noqa: E402
+    RuntimeStarter,
+    install_graceful_shutdown,
+    websocket_urlpatterns,
+)
 
 if settings.DEBUG or settings.SERVE_STATIC:
     # Plain daphne serves no static files; in production a proxy usually does.
@@ -33,3 +37,5 @@ application = RuntimeStarter(
         }
     )
 )
+
+install_graceful_shutdown()

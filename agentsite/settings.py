@@ -110,12 +110,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 30,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
-    # A file, not :memory:, so a daphne subprocess started by the tests shares it.
+    # A file, not :memory:, so a daphne subprocess started by the tests shares
+    # it; per process, so two test runs on one machine never share one.
     DATABASES["default"]["TEST"] = {
-        "NAME": os.environ.get("SQLITE_TEST_NAME", str(VAR_DIR / "test.sqlite3"))
+        "NAME": os.environ.get("SQLITE_TEST_NAME", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))
     }
-elif os.environ.get("DATABASE_TEST_NAME"):
-    DATABASES["default"]["TEST"] = {"NAME": os.environ["DATABASE_TEST_NAME"]}
+else:
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get(
+            "DATABASE_TEST_NAME", f"test_{DATABASES['default']['NAME']}_{os.getpid()}"
+        )
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")

@@ -59,6 +59,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._close(p.CLOSE_NOT_AUTHENTICATED)
             return
         self.connection_id = await db.open_connection(self.user.pk, worker_id())
+        await self.channel_layer.group_add(fanout.server_group(), self.channel_name)
         self.handshake_deadline = asyncio.get_running_loop().call_later(
             p.HANDSHAKE_TIMEOUT_SECONDS, self._handshake_timeout
         )
@@ -85,6 +86,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 fanout.group_name(self.session_id), self.channel_name
             )
         if self.connection_id is not None:
+            await self.channel_layer.group_discard(fanout.server_group(), self.channel_name)
             await db.close_connection(
                 self.connection_id, code, self.last_ack, presence_for=self.session_id
             )
@@ -350,6 +352,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             self.pending_presence = frame
             return
         await self._send(frame)
+
+    async def server_shutdown(self, message: dict[str, Any]) -> None:
+        """This server process is stopping: tell the client to come back (1012)."""
+        await self._close(p.CLOSE_SERVICE_RESTART)
 
     async def _send(self, frame: dict[str, Any]) -> None:
         if not self.closing:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import threading
 from typing import Any
 
@@ -25,6 +26,14 @@ log = logging.getLogger(__name__)
 
 EVENT_MESSAGE = "session.event"
 PRESENCE_MESSAGE = "session.presence"
+SHUTDOWN_MESSAGE = "server.shutdown"
+
+
+def server_group() -> str:
+    """The group of every socket on this server process (for a graceful shutdown)."""
+    from .runtime.executor import worker_id
+
+    return "server." + re.sub(r"[^A-Za-z0-9_.-]", "-", worker_id())[:90]
 
 
 def group_name(session_id: str) -> str:

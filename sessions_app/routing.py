@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import signal
+import sys
 import threading
 
 from channels.db import database_sync_to_async
@@ -11,8 +14,59 @@ from django.urls import path
 
 from . import fanout
 from .consumers import SessionConsumer
+from .protocol import CLOSE_SERVICE_RESTART
 
 websocket_urlpatterns = [path("ws/sessions/", SessionConsumer.as_asgi())]
+
+log = logging.getLogger(__name__)
+
+
+def install_graceful_shutdown() -> None:
+    """Under daphne, close every socket with 1012 before the server stops.
+
+    Daphne cancels its applications at shutdown without a close frame (the
+    client would see 1006). Called while the ASGI module is imported, which is
+    before daphne registers its own shutdown trigger, so ours runs first: it
+    tells this process's sockets, through their server group, to close.
+    """
+    if "daphne.server" not in sys.modules:
+        return
+    from daphne.ws_protocol import WebSocketProtocol
+    from twisted.internet import defer, reactor
+
+    def server_close(protocol, code=None):
+        # Autobahn's sendClose accepts only 1000 and 3000-4999, but 1012
+        # ("service restart") is the registered code the protocol specifies;
+        # sendCloseFrame is what sendClose calls once its checks pass.
+        if code == CLOSE_SERVICE_RESTART:
+            if protocol.state == protocol.STATE_OPEN:
+                protocol.sendCloseFrame(code=code, isReply=False)
+            return
+        original_server_close(protocol, code)
+
+    original_server_close = WebSocketProtocol.serverClose
+    WebSocketProtocol.serverClose = server_close
+    # Daphne's reactor stops on SIGINT but not on SIGTERM (what process
+    # managers send): make SIGTERM a graceful stop too.
+    reactor.callWhenRunning(
+        lambda: signal.signal(signal.SIGTERM, lambda *_: reactor.callFromThread(reactor.stop))
+    )
+
+    async def close_all() -> None:
+        from channels.layers import get_channel_layer
+
+        try:
+            await get_channel_layer().group_send(
+                fanout.server_group(), {"type": fanout.SHUTDOWN_MESSAGE}
+            )
+            # Let the consumers send their close frames before the cancel.
+            await asyncio.sleep(0.5)
+        except Exception:
+            log.exception("graceful close failed")
+
+    reactor.addSystemEventTrigger(
+        "before", "shutdown", lambda: defer.Deferred.fromFuture(asyncio.ensure_future(close_all()))
+    )
 
 
 class RuntimeStarter:

@@ -43,6 +43,12 @@ def pytest_unconfigure(config):
     shutil.rmtree(getattr(config, "_agent_workspaces", ""), ignore_errors=True)
     from django.conf import settings
 
+    test_db = settings.DATABASES["default"]["TEST"]["NAME"]
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        # pytest-django removes the database file, not SQLite's WAL companions.
+        for suffix in ("-wal", "-shm"):
+            Path(test_db + suffix).unlink(missing_ok=True)
+
     if settings.REDIS_URL:
         try:
             import redis

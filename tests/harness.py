@@ -156,6 +156,7 @@ class Daphne(Process):
             log_dir,
         )
         self.port = port
+        self.extra_env = env
 
     def start(self) -> Daphne:
         super().start()
@@ -167,11 +168,9 @@ class Daphne(Process):
         return self
 
     def restart(self) -> Daphne:
-        """Kill -9 and start again on the same port."""
-        port = self.port
+        """Kill -9 and start again on the same port, with the same environment."""
         self.kill()
-        self.__init__(self.log_path.parent, port=port)  # type: ignore[misc]
-        self.env = server_env()
+        self.__init__(self.log_path.parent, port=self.port, **self.extra_env)  # type: ignore[misc]
         return self.start()
 
     @property

@@ -282,3 +282,17 @@ async def test_sync_replays_and_live_continues_after_head(server, cookie, user):
     finished = await c.wait_event(lambda f: f["kind"] == "run.finished")
     assert c.seqs() == [1, 2, 3, 4, 5, 3, 4, 5] + list(range(6, finished["seq"] + 1))
     await c.close()
+
+
+async def test_graceful_shutdown_closes_with_1012(cookie, tmp_path, transactional_db):
+    """SIGTERM to daphne closes open sockets with 1012 (service restart)."""
+    from tests.harness import Daphne
+
+    own = Daphne(tmp_path).start()
+    try:
+        c = await WsClient.connect(own.ws, cookie)
+        await c.start()
+        await asyncio.to_thread(own.stop)
+        assert await c.wait_closed() == 1012
+    finally:
+        own.kill()
