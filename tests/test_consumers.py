@@ -296,3 +296,21 @@ async def test_graceful_shutdown_closes_with_1012(cookie, tmp_path, transactiona
         assert await c.wait_closed() == 1012
     finally:
         own.kill()
+
+
+async def test_resume_across_a_purge(server, cookie, user):
+    """After a purge, a cursor before what is kept is cursor_expired; one at the edge resumes."""
+    from django.core.management import call_command
+
+    s = create_session(user)
+    for i in range(9):
+        append_event(s.id, "assistant.delta", {"text": str(i)})
+    await asyncio.to_thread(call_command, "purge_events", s.id, "--before", "6")
+    c = await _connect(server, cookie)
+    expired = await c.resume(s.id, 3, epoch=s.epoch)
+    assert expired["reason"] == "cursor_expired" and expired["earliest"] == 6
+    ok = await c.resume(s.id, 5, epoch=s.epoch)
+    assert ok["type"] == "resume_ok"
+    await c.wait_event(lambda f: f["seq"] == 10)
+    assert c.seqs() == [6, 7, 8, 9, 10]
+    await c.close()

@@ -110,3 +110,16 @@ def test_read_events_reads_only_after_the_cursor(user):
     assert [e.seq for e in read_events(s.id, 7)] == [8, 9, 10, 11]
     assert [e.seq for e in read_events(s.id, 3, 5)] == [4, 5]
     assert [e.seq for e in read_events(s.id, 0, limit=2)] == [1, 2]
+
+
+def test_purge_sets_earliest_and_keeps_the_rest(user):
+    """purge_events deletes before a seq and records it as the earliest kept."""
+    from django.core.management import call_command
+
+    s = create_session(user)
+    for i in range(9):
+        append_event(s.id, "x", {"i": i})
+    call_command("purge_events", s.id, "--keep", "4")
+    s.refresh_from_db()
+    assert s.earliest == 7 and s.head == 10
+    assert [e.seq for e in read_events(s.id, 0)] == [7, 8, 9, 10]
