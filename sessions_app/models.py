@@ -11,6 +11,7 @@ import secrets
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 def new_session_id() -> str:
@@ -184,6 +185,9 @@ class Connection(models.Model):
     )
     server_id = models.CharField(max_length=100, blank=True)
     opened_at = models.DateTimeField(auto_now_add=True)
+    # Touched by its server while the socket is open: a row nobody touches
+    # any more belonged to a server that died, and stops counting as a viewer.
+    seen_at = models.DateTimeField(default=timezone.now)
     closed_at = models.DateTimeField(null=True, blank=True)
     close_code = models.IntegerField(null=True, blank=True)
     clean = models.BooleanField(null=True)

@@ -93,6 +93,10 @@ class RuntimeStarter:
         fanout.publisher.attach(asyncio.get_running_loop())
         if not settings.AGENT_RUNTIME_AUTOSTART:
             return
+        from .runtime.executor import worker_id
+        from .runtime.sweeper import ConnectionToucher
+
+        ConnectionToucher(worker_id()).start()
         if settings.AGENT_RUNNER == "embedded":
             from .runtime.embedded import start_embedded_runtime
 

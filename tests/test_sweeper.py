@@ -1,0 +1,80 @@
+"""The sweeper: expired leases become 'interrupted', dead servers' sockets stop counting."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from sessions_app.events import read_events
+from sessions_app.models import Connection, Run
+from sessions_app.runtime import runs
+from sessions_app.runtime.sweeper import (
+    close_stale_connections,
+    interrupt_expired,
+    touch_connections,
+)
+from sessions_app.services import create_session
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def no_enqueue(monkeypatch):
+    """Unit level: record what would be handed to the task framework."""
+    queued: list[str] = []
+    monkeypatch.setattr(runs, "_enqueue", queued.append)
+    return queued
+
+
+def test_expired_lease_is_interrupted_and_next_run_starts(user, no_enqueue):
+    """A running run whose lease expired finishes 'interrupted'; the queued one starts."""
+    s = create_session(user)
+    first = runs.submit_message(s.id, "a", "/stream 5 0")
+    second = runs.submit_message(s.id, "b", "/stream 1 0")
+    Run.objects.filter(id=first.run_id).update(
+        worker="dead:1:x", lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert interrupt_expired() == [first.run_id]
+    assert Run.objects.get(id=first.run_id).stop_reason == "interrupted"
+    assert Run.objects.get(id=second.run_id).status == "running"
+    tail = [(e.kind, e.run_id) for e in read_events(s.id, 0)][-2:]
+    assert tail == [("run.finished", first.run_id), ("run.started", second.run_id)]
+    assert no_enqueue == [first.run_id, second.run_id]
+
+
+def test_live_lease_and_parked_gates_are_untouched(user, no_enqueue):
+    """A run with a live lease, and a run parked at a gate, are left alone."""
+    s = create_session(user)
+    r = runs.submit_message(s.id, "a", "x")
+    Run.objects.filter(id=r.run_id).update(
+        worker="w:1:x", lease_expires_at=timezone.now() + timedelta(seconds=30)
+    )
+    parked = runs.park(
+        r.run_id,
+        "w:1:x",
+        s.id,
+        tool_call_id="call_1",
+        tool="write_file",
+        args={"path": "a", "text": "b"},
+        state={},
+    )
+    assert parked
+    Run.objects.filter(id=r.run_id).update(lease_expires_at=timezone.now() - timedelta(hours=1))
+    assert interrupt_expired() == []
+    assert Run.objects.get(id=r.run_id).status == "awaiting_approval"
+
+
+def test_dead_servers_sockets_stop_counting(user):
+    """Rows no server touched for a while are closed; touched ones stay open."""
+    s = create_session(user)
+    old = timezone.now() - timedelta(minutes=5)
+    dead = Connection.objects.create(user=user, session=s, server_id="dead", seen_at=old)
+    alive = Connection.objects.create(user=user, session=s, server_id="alive", seen_at=old)
+    touch_connections("alive")
+    assert close_stale_connections() == [s.id]
+    dead.refresh_from_db()
+    alive.refresh_from_db()
+    assert dead.closed_at is not None and dead.clean is False
+    assert alive.closed_at is None
