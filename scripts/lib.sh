@@ -7,8 +7,12 @@ setup_venv() {
   fi
   local stamp=".venv/.installed${extras:+-$extras}"
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e ".${extras:+[$extras]}"
+    echo "Installing Python packages into .venv (first run only)..." >&2
+    if ! { .venv/bin/python -m pip install -q --upgrade pip &&
+           .venv/bin/python -m pip install -q -e ".${extras:+[$extras]}"; } >.venv/pip.log 2>&1; then
+      cat .venv/pip.log >&2
+      return 1
+    fi
     touch "$stamp"
   fi
 }
