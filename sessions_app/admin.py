@@ -46,6 +46,14 @@ class AgentSessionAdmin(admin.ModelAdmin):
     raw_id_fields = ("owner",)
     inlines = [EventInline]
 
+    def get_deleted_objects(self, objs, request):
+        # A session's log goes with the session. EventAdmin refuses to delete
+        # single events (the log is append-only), which must not make the
+        # session itself undeletable.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        perms_needed.discard(Event._meta.verbose_name)
+        return deleted, counts, perms_needed, protected
+
 
 @admin.register(Event)
 class EventAdmin(ReadOnlyMixin, admin.ModelAdmin):

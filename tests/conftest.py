@@ -140,14 +140,26 @@ def _shared_server(django_db_setup, django_db_blocker, tmp_path_factory):
 def _drop_other_db_sessions() -> None:
     """Let pytest-django drop the PostgreSQL test database: servers killed
     with -9 may leave their sessions open for a moment."""
-    from django.db import connection
+    from django.db import OperationalError, connection
 
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
+    if connection.vendor != "postgresql":
+        return
+    for attempt in (1, 2):
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            return
+        except OperationalError:
+            # Under sync Playwright this process holds two connections (one
+            # for the thread, one for the event loop's context Playwright
+            # keeps running): an earlier call from the other one may have
+            # terminated this one. Reconnect once.
+            connection.close()
+            if attempt == 2:
+                raise
 
 
 @pytest.fixture

@@ -93,7 +93,8 @@ class Process:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
+        self._pump_thread = threading.Thread(target=self._pump, args=(self.proc,), daemon=True)
+        self._pump_thread.start()
         return self
 
     def _pump(self, proc: subprocess.Popen) -> None:
@@ -131,6 +132,9 @@ class Process:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
             self.proc.wait(15)
+            # The output of the dead process is read to its end before a
+            # restart resets what wait_for_log searches.
+            self._pump_thread.join(5)
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)

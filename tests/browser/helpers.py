@@ -1,11 +1,116 @@
-"""What the browser tests read and do through the DOM contract."""
+"""What the browser tests read and do through the DOM contract.
+
+Three kinds of evidence, all exact:
+
+- the DOM contract (``data-testid`` elements and their ``data-*`` attributes),
+  read in one ``evaluate`` so that a snapshot is consistent;
+- a recorder (``RECORDER_JS``, installed as an init script on every test
+  context) that logs every value the connection badge's ``data-state`` and
+  the transcript's ``data-cursor`` take, so transient states ("resuming") and
+  every committed seq are seen, not sampled;
+- the server's truth: the event log (``read_events``), runs, approvals and
+  the session's workspace. ``expected_transcript`` derives from the log what
+  the transcript must show, item by item.
+
+Waiting is always on a condition: ``expect`` on a DOM state, or ``wait_db``
+for database states that no element shows.
+"""
 
 from __future__ import annotations
 
-from playwright.sync_api import Page, expect
+import json
+import re
+import time
+from typing import Any
+
+from playwright.sync_api import BrowserContext, Page, expect
 
 from sessions_app.events import read_events
-from sessions_app.models import AgentSession
+from sessions_app.models import AgentSession, Run
+
+TIMEOUT = 20_000  # ms, for DOM states that follow server work
+
+# --- recorder -----------------------------------------------------------------------
+
+RECORDER_JS = r"""() => {
+  // Per document: a popup's initial about:blank hands its Window on to the
+  // page it then loads (see open_from).
+  if (document.__rec) return;
+  const rec = { states: [], cursors: [] };
+  Object.defineProperty(document, "__rec", { value: rec });
+  Object.defineProperty(window, "__rec", { value: rec, configurable: true, writable: true });
+  const watched = { "connection-state": "data-state", transcript: "data-cursor" };
+  // A record carries the value *before* its mutation: the value after it is
+  // the next record's oldValue for the same attribute, or the current value.
+  new MutationObserver((records) => {
+    records.forEach((r, i) => {
+      const testid = r.target.getAttribute && r.target.getAttribute("data-testid");
+      if (watched[testid] !== r.attributeName) return;
+      const later = records
+        .slice(i + 1)
+        .find((n) => n.target === r.target && n.attributeName === r.attributeName);
+      const value = later ? later.oldValue : r.target.getAttribute(r.attributeName);
+      if (testid === "transcript") rec.cursors.push(Number(value));
+      else rec.states.push(value);
+    });
+  }).observe(document, {
+    subtree: true,
+    attributes: true,
+    attributeOldValue: true,
+    attributeFilter: ["data-state", "data-cursor"],
+  });
+}"""
+
+
+def install_recorder(context: BrowserContext) -> None:
+    context.add_init_script(f"({RECORDER_JS})();")
+
+
+def recorded(page: Page) -> dict[str, list]:
+    """Everything the recorder saw on this page's current document."""
+    return page.evaluate("() => ({states: [...__rec.states], cursors: [...__rec.cursors]})")
+
+
+MARK_JS = """() => ({
+  states: window.__rec.states.length,
+  cursors: window.__rec.cursors.length,
+  cursor: Number(document.querySelector("[data-testid=transcript]").dataset.cursor),
+})"""
+
+
+def mark(page: Page) -> dict[str, int]:
+    """Positions in the recorder's logs and the committed cursor, read at one
+    instant, to look at what happened after it."""
+    return page.evaluate(MARK_JS)
+
+
+def wait_resumed(page: Page, since: dict[str, int], timeout: float = TIMEOUT) -> None:
+    """Wait until the tab went through "resuming" after ``since`` and is live again."""
+    page.wait_for_function(
+        "n => window.__rec.states.slice(n).includes('resuming')"
+        " && document.querySelector('[data-testid=connection-state]').dataset.state === 'live'",
+        arg=since["states"],
+        timeout=timeout,
+    )
+
+
+def states_since(page: Page, since: dict[str, int] | None = None) -> list[str]:
+    """The badge states shown since ``since``, consecutive repeats collapsed."""
+    states = recorded(page)["states"][(since or {}).get("states", 0) :]
+    return [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
+
+
+def cursors_since(page: Page, since: dict[str, int] | None = None) -> list[int]:
+    return recorded(page)["cursors"][(since or {}).get("cursors", 0) :]
+
+
+def assert_each_seq_once(page: Page, since: dict[str, int], end: int) -> None:
+    """Since the mark, the cursor moved through ``cursor+1 … end`` one seq at a
+    time: nothing missing, nothing applied twice, nothing rolled back."""
+    assert cursors_since(page, since) == list(range(since["cursor"] + 1, end + 1))
+
+
+# --- pages ----------------------------------------------------------------------------
 
 
 def new_session(page: Page, server) -> str:
@@ -16,14 +121,42 @@ def new_session(page: Page, server) -> str:
     return page.get_by_test_id("transcript").get_attribute("data-session-id")
 
 
-def open_session(page: Page, server, session_id: str) -> None:
-    page.goto(f"{server.http}/s/{session_id}/")
+def session_url(server, session_id: str) -> str:
+    return f"{server.http}/s/{session_id}/"
+
+
+def open_session(page: Page, server, session_id: str) -> Page:
+    page.goto(session_url(server, session_id))
     expect_live(page)
+    return page
 
 
-def expect_live(page: Page, timeout: float = 20_000) -> None:
+def open_tab(context: BrowserContext, server, session_id: str) -> Page:
+    """A new page of the context (empty sessionStorage) on the session, live."""
+    return open_session(context.new_page(), server, session_id)
+
+
+def open_from(opener: Page, url: str) -> Page:
+    """A tab opened by ``window.open`` from ``opener``: it starts with a copy of
+    the opener's sessionStorage (its cached transcript and cursor included)."""
+    with opener.context.expect_page() as info:
+        opener.evaluate("url => { window.__opened = window.open(url); }", url)
+    page = info.value
+    expect_live(page)
+    # Chromium runs the context's init scripts in the popup's initial
+    # about:blank only, whose Window the loaded page then reuses: the recorder
+    # is installed here, and sees what happens from now on.
+    page.evaluate(RECORDER_JS)
+    return page
+
+
+def expect_live(page: Page, timeout: float = TIMEOUT) -> None:
+    expect_state(page, "live", timeout)
+
+
+def expect_state(page: Page, state: str, timeout: float = TIMEOUT) -> None:
     expect(page.get_by_test_id("connection-state")).to_have_attribute(
-        "data-state", "live", timeout=timeout
+        "data-state", state, timeout=timeout
     )
 
 
@@ -43,8 +176,22 @@ def wait_cursor(page: Page, seq: int, timeout: float = 30_000) -> None:
     )
 
 
-def head(session_id: str) -> int:
-    return AgentSession.objects.get(id=session_id).head
+def wait_cursor_at_least(page: Page, seq: int, timeout: float = TIMEOUT) -> int:
+    page.wait_for_function(
+        "n => Number(document.querySelector('[data-testid=transcript]').dataset.cursor) >= n",
+        arg=seq,
+        timeout=timeout,
+    )
+    return cursor(page)
+
+
+def client_state(page: Page) -> dict[str, Any]:
+    """The client's own account (window.__test.state())."""
+    return page.evaluate("() => window.__test.state()")
+
+
+def frames_sent(page: Page) -> dict[str, int]:
+    return page.evaluate("() => ({...window.__test.framesSent})")
 
 
 def rendered_seqs(page: Page) -> list[int]:
@@ -60,14 +207,195 @@ def assistant_texts(page: Page) -> list[str]:
     )
 
 
+def transcript_text(page: Page) -> str:
+    return page.get_by_test_id("transcript").inner_text()
+
+
+TRANSCRIPT_JS = r"""
+() => {
+  const t = document.querySelector("[data-testid=transcript]");
+  const items = Array.from(t.querySelectorAll(":scope > [data-seq]")).map((el) => {
+    const d = el.dataset;
+    const kind = d.testid || "note";
+    const item = { seq: Number(d.seq), kind };
+    const text = el.textContent;
+    if (kind === "note") item.text = text;
+    else if (kind === "user-message") {
+      Object.assign(item, { cmid: d.clientMessageId, run: d.runId, text });
+    } else if (kind === "assistant-message") {
+      Object.assign(item, { run: d.runId, final: d.final === "true", text });
+    } else if (kind === "tool-call") {
+      Object.assign(item, { run: d.runId, call: d.toolCallId, tool: d.tool });
+    } else if (kind === "approval") {
+      const by = el.querySelector("[data-testid=approval-decision]").dataset.decidedBy;
+      Object.assign(item, { run: d.runId, approval: d.approvalId, status: d.status });
+      item.decided_by = by || null;
+    } else if (kind === "tool-result") {
+      Object.assign(item, { run: d.runId, call: d.toolCallId, ok: d.ok === "true" });
+    } else if (kind === "run-notice") {
+      Object.assign(item, { run: d.runId, stop: d.stopReason });
+    }
+    return item;
+  });
+  return { session: t.dataset.sessionId, cursor: Number(t.dataset.cursor), items };
+}
+"""
+
+
+def transcript(page: Page) -> dict[str, Any]:
+    """One consistent snapshot of the rendered transcript: its cursor and items."""
+    return page.evaluate(TRANSCRIPT_JS)
+
+
+# --- the server's truth -----------------------------------------------------------------
+
+
+def head(session_id: str) -> int:
+    return AgentSession.objects.get(id=session_id).head
+
+
+def log(session_id: str):
+    return read_events(session_id, 0)
+
+
 def log_kinds(session_id: str) -> list[str]:
-    return [e.kind for e in read_events(session_id, 0)]
+    return [e.kind for e in log(session_id)]
+
+
+def events_of(session_id: str, kind: str) -> list:
+    return [e for e in log(session_id) if e.kind == kind]
+
+
+def expected_transcript(session_id: str, upto: int | None = None) -> dict[str, Any]:
+    """What a tab must show after applying the session's log up to ``upto``:
+    one item per row, the way the protocol defines the events (a run's text
+    between tool calls is one assistant element, deltas appended, the final
+    message replacing them; notices for runs that did not end normally)."""
+    items: list[dict[str, Any]] = []
+    segment: dict[str, int] = {}  # run -> index of its current text element
+    last_of_run: dict[str, int] = {}
+    users: set[str] = set()
+    approvals: dict[str, int] = {}
+    last = 0
+
+    def add(item: dict[str, Any]) -> int:
+        items.append(item)
+        if item.get("run"):
+            last_of_run[item["run"]] = len(items) - 1
+        return len(items) - 1
+
+    def text_element(event) -> dict[str, Any]:
+        run = event.run_id or ""
+        index = segment.get(run)
+        if index is not None and last_of_run.get(run) == index and not items[index]["final"]:
+            return items[index]
+        item = {"seq": event.seq, "kind": "assistant-message", "run": run, "final": False}
+        item["text"] = ""
+        segment[run] = add(item)
+        return item
+
+    for e in read_events(session_id, 0, upto):
+        last, d, run = e.seq, e.data, e.run_id or ""
+        if e.kind == "session.created":
+            add({"seq": e.seq, "kind": "note", "text": "Session started"})
+        elif e.kind == "user.message":
+            if d["client_message_id"] in users:
+                continue
+            users.add(d["client_message_id"])
+            add(
+                {
+                    "seq": e.seq,
+                    "kind": "user-message",
+                    "cmid": d["client_message_id"],
+                    "run": run,
+                    "text": d["text"],
+                }
+            )
+        elif e.kind == "assistant.delta":
+            text_element(e)["text"] += d["text"]
+        elif e.kind == "assistant.message":
+            item = text_element(e)
+            item["text"], item["final"] = d["text"], True
+        elif e.kind == "tool.call":
+            add(
+                {
+                    "seq": e.seq,
+                    "kind": "tool-call",
+                    "run": run,
+                    "call": d["tool_call_id"],
+                    "tool": d["tool"],
+                }
+            )
+        elif e.kind == "approval.requested":
+            if d["approval_id"] in approvals:
+                continue
+            approvals[d["approval_id"]] = add(
+                {
+                    "seq": e.seq,
+                    "kind": "approval",
+                    "run": run,
+                    "approval": d["approval_id"],
+                    "status": "pending",
+                    "decided_by": None,
+                }
+            )
+        elif e.kind == "approval.decided":
+            index = approvals.get(d["approval_id"])
+            if index is not None:
+                status = "approved" if d["decision"] == "approve" else "denied"
+                items[index].update(status=status, decided_by=d["decided_by"])
+        elif e.kind == "tool.result":
+            add(
+                {
+                    "seq": e.seq,
+                    "kind": "tool-result",
+                    "run": run,
+                    "call": d["tool_call_id"],
+                    "ok": d["ok"] is True,
+                }
+            )
+        elif e.kind == "run.finished":
+            index = segment.get(run)
+            if index is not None:
+                items[index]["final"] = True
+            if d["stop_reason"] != "end_turn":
+                add({"seq": e.seq, "kind": "run-notice", "run": run, "stop": d["stop_reason"]})
+    return {"session": session_id, "cursor": last, "items": items}
+
+
+def assert_shows_log(page: Page, session_id: str) -> dict[str, Any]:
+    """The tab shows exactly the session's whole log (wait for it with settle)."""
+    shown = transcript(page)
+    expected = expected_transcript(session_id)
+    assert shown == expected, _diff(shown, expected)
+    return shown
+
+
+def assert_same_transcript(*pages: Page) -> None:
+    """Every tab shows the same items, seqs and text."""
+    first = pages[0]
+    for other in pages[1:]:
+        assert transcript(other) == transcript(first)
+        assert rendered_seqs(other) == rendered_seqs(first)
+        assert transcript_text(other) == transcript_text(first)
+
+
+def _diff(shown: dict[str, Any], expected: dict[str, Any]) -> str:
+    lines = [f"cursor shown {shown['cursor']} expected {expected['cursor']}"]
+    for i in range(max(len(shown["items"]), len(expected["items"]))):
+        a = shown["items"][i] if i < len(shown["items"]) else None
+        b = expected["items"][i] if i < len(expected["items"]) else None
+        if a != b:
+            lines.append(f"item {i}: shown {json.dumps(a)}\n        expected {json.dumps(b)}")
+    return "\n".join(lines)
+
+
+def runs(session_id: str) -> list[Run]:
+    return list(Run.objects.filter(session_id=session_id).order_by("message_seq"))
 
 
 def wait_db(fetch, timeout: float = 30.0):
     """Wait for a database state no DOM attribute shows (e.g. a run finished)."""
-    import time
-
     from tests.harness import poll_pause
 
     deadline = time.monotonic() + timeout
@@ -80,11 +408,93 @@ def wait_db(fetch, timeout: float = 30.0):
         poll_pause()
 
 
-def settle(page: Page, session_id: str) -> int:
-    """Wait until no run of the session is active and the tab shows the whole log."""
-    from sessions_app.models import Run
+def wait_runs_finished(session_id: str, count: int, timeout: float = 30.0) -> list[Run]:
+    """Wait until the session has exactly ``count`` runs, all finished."""
 
-    wait_db(lambda: not Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).exists())
+    def done():
+        rows = runs(session_id)
+        return rows if len(rows) == count and all(r.status == "finished" for r in rows) else None
+
+    return wait_db(done, timeout)
+
+
+def wait_run_status(session_id: str, status: str, timeout: float = 30.0) -> Run:
+    rows = Run.objects.filter(session_id=session_id, status=status)
+    return wait_db(lambda: rows.first(), timeout)
+
+
+def settle(page: Page | list[Page], session_id: str, runs: int = 1) -> int:
+    """Wait until the session has ``runs`` runs, all finished, and every tab
+    has applied the whole log; returns the head."""
+    wait_runs_finished(session_id, runs)
     last = head(session_id)
-    wait_cursor(page, last)
+    for p in page if isinstance(page, list) else [page]:
+        wait_cursor(p, last)
     return last
+
+
+def park(pages: list[Page], session_id: str) -> str:
+    """Wait until the session's run is parked at a gate and every tab shows the
+    pending card (and the whole log); returns the approval id."""
+    wait_run_status(session_id, "awaiting_approval")
+    last = head(session_id)
+    for p in pages:
+        wait_cursor(p, last)
+        card = p.get_by_test_id("approval")
+        expect(card).to_have_attribute("data-status", "pending")
+        expect(card.get_by_test_id("approve")).to_be_enabled()
+    return pages[0].get_by_test_id("approval").get_attribute("data-approval-id")
+
+
+# --- faults ---------------------------------------------------------------------------------
+
+
+def server_closes_socket(page: Page) -> None:
+    """Make the server close the tab's socket: a frame over 64 KiB written on
+    it is refused with close code 4413 (PROTOCOL.md, limits) and the client
+    reconnects like after any non-fatal close."""
+    page.evaluate("() => window.__test.client.conn.ws.send('x'.repeat(65 * 1024 + 1))")
+
+
+class Wire:
+    """Every WebSocket of a page and the frames on it, as Chromium saw them."""
+
+    def __init__(self, page: Page):
+        self.sockets: list[dict[str, Any]] = []
+        page.on("websocket", self._opened)
+
+    def _opened(self, ws) -> None:
+        entry: dict[str, Any] = {"url": ws.url, "sent": [], "received": [], "closed": False}
+        self.sockets.append(entry)
+        ws.on("framesent", lambda payload: entry["sent"].append(_parse(payload)))
+        ws.on("framereceived", lambda payload: entry["received"].append(_parse(payload)))
+        ws.on("close", lambda _ws: entry.update(closed=True))
+
+    def sent(self, index: int, type_: str) -> list[dict[str, Any]]:
+        return [f for f in self.sockets[index]["sent"] if f.get("type") == type_]
+
+    def received(self, index: int, type_: str) -> list[dict[str, Any]]:
+        return [f for f in self.sockets[index]["received"] if f.get("type") == type_]
+
+
+def _parse(payload) -> dict[str, Any]:
+    try:
+        frame = json.loads(payload)
+    except (TypeError, ValueError):
+        return {"type": None, "raw_length": len(payload)}
+    return frame if isinstance(frame, dict) else {"type": None}
+
+
+def admin_delete_session(context: BrowserContext, server, admin_cookie: str, session_id: str):
+    """Delete a session the way an operator does: the admin's delete
+    confirmation page, in ``context`` (not logged in) as a superuser."""
+    name, value = admin_cookie.split("=", 1)
+    context.add_cookies([{"name": name, "value": value, "url": server.http, "httpOnly": True}])
+    page = context.new_page()
+    page.goto(f"{server.http}/admin/sessions_app/agentsession/{session_id}/delete/")
+    confirm = page.get_by_role("button", name=re.compile("Yes, I.m sure"))
+    if not confirm.is_visible():  # say what the admin shows instead
+        raise AssertionError(f"no delete confirmation:\n{page.locator('body').inner_text()}")
+    confirm.click()
+    expect(page.locator(".messagelist")).to_contain_text("was deleted successfully")
+    page.close()

@@ -5,14 +5,7 @@ from __future__ import annotations
 from playwright.sync_api import expect
 
 from sessions_app.models import Run
-from tests.browser.helpers import (
-    assistant_texts,
-    head,
-    new_session,
-    send,
-    settle,
-    wait_cursor,
-)
+from tests.browser.helpers import assistant_texts, new_session, send, settle
 
 
 def test_login_page_then_chat(server, browser, user):
@@ -29,8 +22,8 @@ def test_login_page_then_chat(server, browser, user):
     expect(page.get_by_test_id("assistant-message")).to_have_text(
         "tok0 tok1 tok2 tok3 tok4 ", timeout=20_000
     )
+    settle(page, session_id)
     run = Run.objects.get(session_id=session_id)
-    wait_cursor(page, head(session_id))
     assert run.status == "finished" and run.stop_reason == "end_turn"
     assert assistant_texts(page) == ["tok0 tok1 tok2 tok3 tok4 "]
     expect(page.get_by_test_id("connection-state")).to_have_attribute("data-state", "live")

@@ -1,0 +1,41 @@
+"""Cases 1, 3, 6 and 9 in the production profile: PostgreSQL + Redis, runs in
+``run_agent_worker`` processes, and two daphne processes, tab A on one and tab
+B on the other, so that everything B sees of A's actions crossed the Redis
+channel layer.
+
+Marked ``postgres``: outside that profile they are skipped with a loud reason
+(tests/conftest.py), before any second server is started. Run them with
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentsessions \\
+    REDIS_URL=redis://127.0.0.1:6379/5 \\
+    .venv/bin/pytest tests/browser -m "browser and postgres"
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser import scenarios
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.mark.parametrize("fault", ["offline", "server-close"])
+def test_socket_lost_mid_run_resumes_without_hole_or_repeat_across_servers(
+    server, server_b, ctx, fault
+):
+    scenarios.socket_lost_mid_run(ctx, server, server_b, fault)
+
+
+def test_refresh_at_an_approval_gate_keeps_the_gate_across_servers(server, server_b, ctx):
+    scenarios.refresh_at_gate(ctx, server, server_b)
+
+
+def test_idle_tab_sees_short_runs_across_servers(server, server_b, ctx):
+    scenarios.idle_tab_sees_short_run(ctx, server, server_b)
+
+
+def test_server_restart_resumes_every_tab_across_servers(daphnes, ctx):
+    """Both daphnes are killed -9 and restarted on their ports, during a stream
+    (which goes on in its worker) and at a parked gate."""
+    scenarios.server_restart(ctx, daphnes(), daphnes(), interrupted=False)
