@@ -166,6 +166,9 @@ AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces
 # A run's lease: renewed while it works; expired means its process died.
 AGENT_LEASE_SECONDS = float(os.environ.get("AGENT_LEASE_SECONDS", "10"))
 AGENT_SWEEP_SECONDS = float(os.environ.get("AGENT_SWEEP_SECONDS", "3"))
+# How long a run handed to the task framework may wait for an executor before
+# the sweeper hands it over again (all workers busy counts as waiting).
+AGENT_PICKUP_SECONDS = float(os.environ.get("AGENT_PICKUP_SECONDS", "120"))
 
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")

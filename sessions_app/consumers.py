@@ -87,9 +87,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
             )
         if self.connection_id is not None:
             await self.channel_layer.group_discard(fanout.server_group(), self.channel_name)
-            await db.close_connection(
-                self.connection_id, code, self.last_ack, presence_for=self.session_id
-            )
+            try:
+                await db.close_connection(
+                    self.connection_id, code, self.last_ack, presence_for=self.session_id
+                )
+            except Exception:
+                log.exception("connection %s: could not record the close", self.connection_id)
 
     # --- incoming frames -------------------------------------------------
 
@@ -125,6 +128,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if frame is None or frame["type"] not in p.HANDSHAKE_TYPES:
             await self._close(p.CLOSE_PROTOCOL_VIOLATION)
             return
+        # A well-formed handshake is under way: a slow database must not
+        # turn it into a 4400 (a close clients never come back from).
+        self.handshake_deadline.cancel()
         if frame["type"] == p.START:
             await self._start(frame)
         else:
@@ -135,6 +141,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             start = p.parse_start(frame)
         except p.FrameError as exc:
             await self._send(p.error_frame(exc.code, exc.message, exc.request_id))
+            self._rearm_handshake_deadline()
             return
         session = await db.start_session(self.user, start, self.connection_id)
         # Joined after creation: only this socket knows the new id, so nothing
@@ -160,15 +167,17 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except p.Rejection as exc:
             await self._reject(rid, frame.get("session_id"), exc)
             return
-        # Join first, read second: an event committed after the read below is
-        # published after we joined, so it reaches us live.
-        group = fanout.group_name(resume.session_id)
-        await self.channel_layer.group_add(group, self.channel_name)
+        # Check first (nothing of a session the user may not see ever reaches
+        # this socket), join second, read head third: an event committed after
+        # that read is published after we joined, so it reaches us live.
         try:
             head = await db.check_resume(self.user.pk, resume, self.connection_id)
         except p.Rejection as exc:
-            await self.channel_layer.group_discard(group, self.channel_name)
             await self._reject(rid, resume.session_id, exc)
+            return
+        await self.channel_layer.group_add(fanout.group_name(resume.session_id), self.channel_name)
+        head["head"] = await db.head_of(resume.session_id)
+        if head["head"] is None or self.closing:
             return
         self._attached(resume.session_id, resume.after)
         await self._send(
@@ -187,7 +196,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
     def _attached(self, session_id: str, after: int) -> None:
         self.session_id = session_id
         self.last_sent = after
-        self.handshake_deadline.cancel()
 
     async def _reject(self, rid: Any, session_id: Any, exc: p.Rejection) -> None:
         frame = {
@@ -199,6 +207,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
         }
         frame.update(exc.extra)
         await self._send(frame)
+        self._rearm_handshake_deadline()
+
+    def _rearm_handshake_deadline(self) -> None:
+        """After a failed handshake the socket gets another 10 s for one more."""
+        self.handshake_deadline = asyncio.get_running_loop().call_later(
+            p.HANDSHAKE_TIMEOUT_SECONDS, self._handshake_timeout
+        )
 
     async def _dispatch(self, frame: dict[str, Any]) -> None:
         kind = frame["type"]
@@ -326,6 +341,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def session_event(self, message: dict[str, Any]) -> None:
         """A committed event published to the session's group."""
+        if message.get("session_id") != self.session_id or self.session_id is None:
+            return  # left over from a group this socket no longer follows
         if self.replaying:
             self.live_buffer.append(message)
             return
@@ -342,6 +359,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.last_sent = seq
 
     async def session_presence(self, message: dict[str, Any]) -> None:
+        if message.get("session_id") != self.session_id or self.session_id is None:
+            return
         frame = {
             "type": p.PRESENCE,
             "session_id": self.session_id,
@@ -421,11 +440,13 @@ class _Db:
         Connection.objects.filter(id=connection_id).update(
             tab_id=resume.tab_id or "", first_frame_type=p.RESUME, resume_after=resume.after
         )
-        row = (
-            AgentSession.objects.filter(id=resume.session_id, owner_id=user_id)
-            .values("epoch", "head", "earliest")
-            .first()
-        )
+        row = None
+        if p.is_session_id(resume.session_id):
+            row = (
+                AgentSession.objects.filter(id=resume.session_id, owner_id=user_id)
+                .values("epoch", "head", "earliest")
+                .first()
+            )
         if row is None:
             raise p.Rejection(p.R_NOT_FOUND, "no such session")
         if resume.after > 0 and resume.epoch != row["epoch"]:

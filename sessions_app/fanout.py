@@ -125,7 +125,12 @@ def publish_event(session_id: str, frame: dict[str, Any]) -> None:
     """Fan one committed event frame out to the session's sockets, serialised once."""
     publisher.publish(
         group_name(session_id),
-        {"type": EVENT_MESSAGE, "seq": frame["seq"], "text": dumps(frame)},
+        {
+            "type": EVENT_MESSAGE,
+            "session_id": session_id,
+            "seq": frame["seq"],
+            "text": dumps(frame),
+        },
     )
 
 
@@ -133,5 +138,10 @@ def publish_presence(session_id: str, viewers: int, running: bool) -> None:
     """Fan a presence update out to the session's sockets."""
     publisher.publish(
         group_name(session_id),
-        {"type": PRESENCE_MESSAGE, "viewers": viewers, "running": running},
+        {
+            "type": PRESENCE_MESSAGE,
+            "session_id": session_id,
+            "viewers": viewers,
+            "running": running,
+        },
     )

@@ -8,6 +8,7 @@ step (``tests/test_protocol.py`` compares them).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,13 +180,22 @@ def _string(
     return value
 
 
+_MAX_CURSOR = 2**63 - 1  # what a BIGINT column holds
+_SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+
 def _cursor(frame: dict[str, Any], name: str) -> int:
     value = frame.get(name)
-    if not _is_int(value) or value < 0:
+    if not _is_int(value) or not 0 <= value <= _MAX_CURSOR:
         raise FrameError(
-            E_BAD_FRAME, f"'{name}' must be a non-negative integer", request_id_of(frame)
+            E_BAD_FRAME, f"'{name}' must be an integer from 0 to 2**63-1", request_id_of(frame)
         )
     return value
+
+
+def is_session_id(value: str) -> bool:
+    """Could this be a session id at all (and so a channel-layer group name)?"""
+    return bool(_SESSION_ID_RE.fullmatch(value))
 
 
 @dataclass(frozen=True)

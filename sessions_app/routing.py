@@ -61,6 +61,9 @@ def install_graceful_shutdown() -> None:
             )
             # Let the consumers send their close frames before the cancel.
             await asyncio.sleep(0.5)
+            from .runtime.executor import abort_all
+
+            abort_all()
         except Exception:
             log.exception("graceful close failed")
 

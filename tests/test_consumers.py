@@ -314,3 +314,50 @@ async def test_resume_across_a_purge(server, cookie, user):
     await c.wait_event(lambda f: f["seq"] == 10)
     assert c.seqs() == [6, 7, 8, 9, 10]
     await c.close()
+
+
+async def test_rejected_resume_never_leaks_another_users_events(server, cookie, user, other_user):
+    """A resume refused as not_found receives nothing of that session, even while it streams,
+    and the socket's next session is delivered whole."""
+    owner = await WsClient.connect(server.ws, session_cookie(other_user))
+    ok = await owner.start()
+    sent = await owner.request({"type": "send", "client_message_id": "m", "text": "/stream 400 0"})
+    spy = await _connect(server, cookie)
+    for _ in range(20):
+        reply = await spy.resume(ok["session_id"], 0)
+        assert reply["reason"] == "not_found"
+    mine = await spy.start()
+    await owner.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == sent["run_id"])
+    own = await spy.request({"type": "send", "client_message_id": "x", "text": "/stream 2 0"})
+    await spy.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == own["run_id"])
+    assert {f["session_id"] for f in spy.events()} == {mine["session_id"]}
+    assert spy.seqs() == list(range(1, spy.seqs()[-1] + 1))
+    assert not [
+        f for f in spy.frames if f["type"] == "presence" and f["session_id"] != mine["session_id"]
+    ]
+    await spy.close()
+    await owner.close()
+
+
+@pytest.mark.parametrize("session_id", ["a b", "s_é", "x" * 100, "s_../x"])
+async def test_impossible_session_ids_are_not_found(server, cookie, session_id):
+    """An id that cannot be a session id is not_found, and the socket lives on."""
+    c = await _connect(server, cookie)
+    reply = await c.resume(session_id, 0)
+    assert reply["type"] == "resume_rejected" and reply["reason"] == "not_found"
+    assert (await c.start())["type"] == "start_ok"
+    await c.close()
+
+
+async def test_huge_cursors_are_refused_cleanly(server, cookie, user):
+    """Cursors past what the log can hold are bad_request / bad_frame, never a crash."""
+    s = create_session(user)
+    c = await _connect(server, cookie)
+    reply = await c.resume(s.id, 2**63, epoch=s.epoch)
+    assert reply["reason"] == "bad_request"
+    await c.resume(s.id, 0)
+    await c.send({"type": "ack", "seq": 2**63})
+    err = await c.wait(lambda f: f["type"] == "error")
+    assert err["code"] == "bad_frame"
+    assert (await c.request({"type": "ping"}))["type"] == "pong"
+    await c.close()

@@ -78,3 +78,59 @@ def test_dead_servers_sockets_stop_counting(user):
     alive.refresh_from_db()
     assert dead.closed_at is not None and dead.clean is False
     assert alive.closed_at is None
+
+
+def test_run_whose_task_was_lost_is_handed_over_again(user, no_enqueue):
+    """A started run no executor claimed by its pickup deadline is re-enqueued, not
+    interrupted (its task was lost); one within its deadline is left alone."""
+    from sessions_app.runtime.sweeper import requeue_unclaimed
+
+    s = create_session(user)
+    r = runs.submit_message(s.id, "a", "x")
+    assert requeue_unclaimed() == []
+    Run.objects.filter(id=r.run_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert interrupt_expired() == []
+    assert requeue_unclaimed() == [r.run_id]
+    run = Run.objects.get(id=r.run_id)
+    assert run.status == "running" and run.lease_expires_at > timezone.now()
+    assert no_enqueue == [r.run_id, r.run_id]
+
+
+def test_sweep_does_not_interrupt_a_renewed_lease(user, no_enqueue):
+    """finish_run on the sweeper path re-checks expiry under the lock."""
+    s = create_session(user)
+    r = runs.submit_message(s.id, "a", "x")
+    Run.objects.filter(id=r.run_id).update(
+        worker="w:1:x", lease_expires_at=timezone.now() + timedelta(seconds=30)
+    )
+    assert not runs.finish_run(r.run_id, "interrupted", worker="w:1:x", lease_expired=True)
+    assert Run.objects.get(id=r.run_id).status == "running"
+
+
+def test_cancel_after_decision_before_continuation_logs_the_result(user, no_enqueue):
+    """Cancelling a run whose gate was approved but whose continuation has not run yet
+    logs a failed tool.result for that call, and the tool can no longer run."""
+    from sessions_app.models import ApprovalRequest
+
+    s = create_session(user)
+    r = runs.submit_message(s.id, "a", "/write f x")
+    Run.objects.filter(id=r.run_id).update(worker="w:1:x")
+    approval_id = runs.park(
+        r.run_id,
+        "w:1:x",
+        s.id,
+        tool_call_id="call_1",
+        tool="write_file",
+        args={"path": "f", "text": "x"},
+        state={"gate": "call_1"},
+    )
+    runs.decide(approval_id, "approve", "alice")
+    runs.cancel(r.run_id, "alice")
+    tail = [(e.kind, e.data) for e in read_events(s.id, 0)][-3:]
+    assert tail[0][0] == "approval.decided"
+    assert tail[1] == (
+        "tool.result",
+        {"tool_call_id": "call_1", "ok": False, "output": "cancelled before it ran"},
+    )
+    assert tail[2] == ("run.finished", {"stop_reason": "cancelled"})
+    assert ApprovalRequest.objects.get(id=approval_id).executed_at is not None

@@ -19,6 +19,7 @@ import os
 import secrets
 import socket
 import threading
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -36,6 +37,19 @@ from .base import AgentError, Parked, ToolOutcome
 log = logging.getLogger(__name__)
 
 _WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+# The runs this process is executing, so a shutdown can stop them promptly.
+_live: weakref.WeakSet = weakref.WeakSet()
+
+
+def abort_all() -> int:
+    """Stop every run this process executes at its next step (shutdown). Their
+    leases lapse and the next sweep or start-up finishes them interrupted."""
+    contexts = list(_live)
+    for ctx in contexts:
+        ctx.aborted.set()
+    return len(contexts)
 
 
 def worker_id() -> str:
@@ -140,9 +154,16 @@ class _Heartbeat(threading.Thread):
         interval = max(settings.AGENT_LEASE_SECONDS / 3, 0.2)
         try:
             while not self.stopped.wait(interval):
-                held = Run.objects.filter(
-                    id=self.ctx.run_id, status=Run.Status.RUNNING, worker=self.ctx.guard.worker
-                ).update(lease_expires_at=timezone.now() + lease_delta())
+                try:
+                    held = Run.objects.filter(
+                        id=self.ctx.run_id, status=Run.Status.RUNNING, worker=self.ctx.guard.worker
+                    ).update(lease_expires_at=timezone.now() + lease_delta())
+                except Exception:
+                    # A locked or dropped database: try again next beat (the
+                    # lease is three beats long) rather than stop renewing.
+                    log.exception("lease renewal of %s failed", self.ctx.run_id)
+                    close_old_connections()
+                    continue
                 if not held:
                     self.ctx.aborted.set()
                     return
@@ -157,6 +178,7 @@ def _drive(run_id: str, worker: str) -> None:
     if run is None:  # deleted with its session since the claim
         return
     ctx = _Context(run, worker)
+    _live.add(ctx)
     heartbeat = _Heartbeat(ctx)
     heartbeat.start()
     try:

@@ -34,6 +34,16 @@ class SendResult:
     status: str
 
 
+def pickup_deadline():
+    """Until when a run handed to the task framework may wait for an executor;
+    past it the sweeper hands it over again (a lost task must not strand it)."""
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    return timezone.now() + timedelta(seconds=settings.AGENT_PICKUP_SECONDS)
+
+
 def _lock_session(session_id: str) -> AgentSession:
     try:
         return AgentSession.objects.select_for_update().get(id=session_id)
@@ -86,6 +96,7 @@ def _submit(session_id: str, client_message_id: str, text: str) -> SendResult:
             message_seq=user_event.seq,
             status=Run.Status.QUEUED if busy else Run.Status.RUNNING,
             started_at=None if busy else timezone.now(),
+            lease_expires_at=None if busy else pickup_deadline(),
         )
         if not busy:
             _set_session_status(session, AgentSession.Status.RUNNING)
@@ -122,7 +133,7 @@ def decide(
             # Approved or denied, the parked run goes on at the same tool
             # call: the continuation runs the tool or reports the denial.
             Run.objects.filter(id=run.id, status=Run.Status.AWAITING_APPROVAL).update(
-                status=Run.Status.RUNNING, worker="", lease_expires_at=None
+                status=Run.Status.RUNNING, worker="", lease_expires_at=pickup_deadline()
             )
             _set_session_status(session, AgentSession.Status.RUNNING)
             _enqueue(run.id)
@@ -170,12 +181,27 @@ def cancel(run_id: str, cancelled_by: str, *, session_id: str | None = None) -> 
             run_id=run_id, status=ApprovalRequest.Status.PENDING
         ):
             _record_decision(approval, p.DENY, cancelled_by)
-            append_event(
-                run.session_id,
-                p.K_TOOL_RESULT,
-                {"tool_call_id": approval.tool_call_id, "ok": False, "output": "denied"},
-                run_id,
-            )
+        # Every gate of the run whose tool never ran (denied just now, or
+        # decided but its continuation not yet started) gets its result, and
+        # the mark keeps a late continuation from running it.
+        now = timezone.now()
+        for approval in ApprovalRequest.objects.filter(run_id=run_id, executed_at__isnull=True):
+            if ApprovalRequest.objects.filter(id=approval.id, executed_at__isnull=True).update(
+                executed_at=now
+            ):
+                denied = approval.status == ApprovalRequest.Status.DENIED or (
+                    approval.status == ApprovalRequest.Status.PENDING
+                )
+                append_event(
+                    run.session_id,
+                    p.K_TOOL_RESULT,
+                    {
+                        "tool_call_id": approval.tool_call_id,
+                        "ok": False,
+                        "output": "denied" if denied else "cancelled before it ran",
+                    },
+                    run_id,
+                )
         finish_run(run_id, p.STOP_CANCELLED)
         run.refresh_from_db()
     return run
@@ -188,6 +214,7 @@ def finish_run(
     *,
     worker: str | None = None,
     from_statuses=Run.ACTIVE,
+    lease_expired: bool = False,
 ) -> bool:
     """Finish an active run with ``run.finished`` and start the next queued one.
 
@@ -200,6 +227,9 @@ def finish_run(
         runs = Run.objects.filter(id=run_id, status__in=from_statuses)
         if worker is not None:
             runs = runs.filter(worker=worker)
+        if lease_expired:
+            # Checked again under the lock: a renewal since the sweep read wins.
+            runs = runs.filter(lease_expires_at__lt=timezone.now())
         updated = runs.update(
             status=Run.Status.FINISHED,
             stop_reason=stop_reason,
@@ -233,7 +263,9 @@ def _start_next(session: AgentSession) -> None:
     if nxt is None:
         _set_session_status(session, AgentSession.Status.IDLE)
         return
-    Run.objects.filter(id=nxt.id).update(status=Run.Status.RUNNING, started_at=timezone.now())
+    Run.objects.filter(id=nxt.id).update(
+        status=Run.Status.RUNNING, started_at=timezone.now(), lease_expires_at=pickup_deadline()
+    )
     append_event(session.id, p.K_RUN_STARTED, {"client_message_id": nxt.client_message_id}, nxt.id)
     _set_session_status(session, AgentSession.Status.RUNNING)
     _enqueue(nxt.id)

@@ -14,7 +14,7 @@ import threading
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from .. import protocol as p
@@ -27,14 +27,18 @@ log = logging.getLogger(__name__)
 def interrupt_expired() -> list[str]:
     """Finish every run whose worker stopped renewing its lease."""
     expired = list(
-        Run.objects.filter(
-            status=Run.Status.RUNNING, lease_expires_at__lt=timezone.now()
-        ).values_list("id", "worker")
+        Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=timezone.now())
+        .exclude(worker="")
+        .values_list("id", "worker")
     )
     done = []
     for run_id, worker in expired:
         if runs.finish_run(
-            run_id, p.STOP_INTERRUPTED, worker=worker, from_statuses=(Run.Status.RUNNING,)
+            run_id,
+            p.STOP_INTERRUPTED,
+            worker=worker,
+            from_statuses=(Run.Status.RUNNING,),
+            lease_expired=True,
         ):
             log.warning("run %s interrupted: its worker %s stopped", run_id, worker)
             done.append(run_id)
@@ -82,6 +86,26 @@ class ConnectionToucher(threading.Thread):
                 close_old_connections()
 
 
+def requeue_unclaimed() -> list[str]:
+    """Hand over again runs no executor picked up in time (their task was
+    lost: a worker died between taking the task and claiming the run). The
+    claim is a compare-and-set, so a late original delivery is harmless."""
+    stale = Run.objects.filter(
+        status=Run.Status.RUNNING, worker="", lease_expires_at__lt=timezone.now()
+    )
+    again = []
+    for run_id in stale.values_list("id", flat=True):
+        with transaction.atomic():
+            if Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker="").update(
+                lease_expires_at=runs.pickup_deadline()
+            ):
+                runs._enqueue(run_id)
+                again.append(run_id)
+    if again:
+        log.warning("re-enqueued runs nobody picked up: %s", again)
+    return again
+
+
 def recover_at_startup() -> None:
     """Embedded profile: this process is the only executor, so whatever a
     previous process was executing is interrupted, and runs that were waiting
@@ -114,6 +138,7 @@ class Sweeper(threading.Thread):
         while not self.stopped.wait(self.interval):
             try:
                 interrupt_expired()
+                requeue_unclaimed()
                 close_stale_connections()
             except Exception:
                 log.exception("sweep failed")
