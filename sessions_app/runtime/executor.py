@@ -36,7 +36,8 @@ from .base import AgentError, Parked, ToolOutcome
 
 log = logging.getLogger(__name__)
 
-_WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+# Short enough for Run.worker and Connection.server_id whatever the hostname.
+_WORKER_ID = f"{socket.gethostname()[:60]}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 # The runs this process is executing, so a shutdown can stop them promptly.
