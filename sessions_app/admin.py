@@ -6,6 +6,7 @@ user), reaches every open tab live, and continues the parked run.
 """
 
 from django.contrib import admin, messages
+from django.db import transaction
 
 from . import protocol as p
 from .exceptions import AlreadyDecided, NotPending
@@ -45,6 +46,17 @@ class AgentSessionAdmin(admin.ModelAdmin):
     readonly_fields = ("id", "epoch", "head", "earliest", "status", "created_at", "updated_at")
     raw_id_fields = ("owner",)
     inlines = [EventInline]
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, AgentSession.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        # Lock the session rows first, the order every run transition uses:
+        # the cascade would otherwise lock runs before their session and could
+        # deadlock against a streaming run on PostgreSQL.
+        with transaction.atomic():
+            ids = list(queryset.select_for_update().values_list("pk", flat=True))
+            AgentSession.objects.filter(pk__in=ids).delete()
 
     def get_deleted_objects(self, objs, request):
         # A session's log goes with the session. EventAdmin refuses to delete
