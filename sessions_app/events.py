@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from . import fanout
 from .exceptions import RunAborted, SessionGone
-from .models import Event
+from .models import Event, Run
 
 _BUMP_HEAD = (
     "UPDATE sessions_app_agentsession SET head = head + %s, updated_at = %s "
@@ -120,10 +120,6 @@ def _publish(session_id: str, frames: Iterable[dict[str, Any]]) -> None:
 
 
 def _renew_lease(guard: RunGuard, now) -> None:
-    from datetime import timedelta
-
-    from .models import Run
-
     updated = Run.objects.filter(
         id=guard.run_id, status=Run.Status.RUNNING, worker=guard.worker
     ).update(lease_expires_at=now + timedelta(seconds=guard.lease_seconds))

@@ -189,9 +189,8 @@ def cancel(run_id: str, cancelled_by: str, *, session_id: str | None = None) -> 
             if ApprovalRequest.objects.filter(id=approval.id, executed_at__isnull=True).update(
                 executed_at=now
             ):
-                denied = approval.status == ApprovalRequest.Status.DENIED or (
-                    approval.status == ApprovalRequest.Status.PENDING
-                )
+                # Re-read after the denials above: nothing is pending any more.
+                denied = approval.status != ApprovalRequest.Status.APPROVED
                 append_event(
                     run.session_id,
                     p.K_TOOL_RESULT,
