@@ -1,4 +1,4 @@
-"""The scripted demo agent answers the commands of PROTOCOL.md exactly."""
+"""The scripted demo agent answers the commands of docs/protocol.md exactly."""
 
 from __future__ import annotations
 

@@ -451,7 +451,7 @@ def park(pages: list[Page], session_id: str) -> str:
 
 def server_closes_socket(page: Page) -> None:
     """Make the server close the tab's socket: a frame over 64 KiB written on
-    it is refused with close code 4413 (PROTOCOL.md, limits) and the client
+    it is refused with close code 4413 (docs/protocol.md, limits) and the client
     reconnects like after any non-fatal close."""
     page.evaluate("() => window.__test.client.conn.ws.send('x'.repeat(65 * 1024 + 1))")
 

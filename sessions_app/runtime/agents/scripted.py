@@ -1,6 +1,6 @@
 """The scripted demo agent: deterministic answers for the demo and the tests.
 
-It implements the commands in PROTOCOL.md, "The demo agent's commands":
+It implements the commands in docs/protocol.md, "The demo agent's commands":
 plain text gets a short streamed reply, ``/stream N [MS]`` is a load
 generator, ``/write`` and ``/sh`` go through an approval gate, ``/fail`` ends
 the run with an error. It holds nothing between calls: what ``resume`` needs
