@@ -169,6 +169,16 @@ AGENT_SWEEP_SECONDS = float(os.environ.get("AGENT_SWEEP_SECONDS", "3"))
 # How long a run handed to the task framework may wait for an executor before
 # the sweeper hands it over again (all workers busy counts as waiting).
 AGENT_PICKUP_SECONDS = float(os.environ.get("AGENT_PICKUP_SECONDS", "120"))
+# Runs one process executes at once (threads of its run pool), in a worker and
+# in the embedded server alike. Each executing run holds one database
+# connection while it works: see the README on sizing.
+AGENT_WORKER_CONCURRENCY = int(os.environ.get("AGENT_WORKER_CONCURRENCY", "32"))
+# Runs one user may have executing at once, across all their sessions; more
+# wait as "queued" (0: no limit). Parked gates do not count.
+AGENT_USER_MAX_RUNS = int(os.environ.get("AGENT_USER_MAX_RUNS", "8"))
+# How long a stopped worker (SIGTERM) lets its runs go on to finish or park
+# before it stops them and finishes them "interrupted" itself.
+AGENT_WORKER_GRACE_SECONDS = float(os.environ.get("AGENT_WORKER_GRACE_SECONDS", "20"))
 
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")

@@ -28,7 +28,7 @@ from . import fanout
 from . import protocol as p
 from .events import event_frame, read_events
 from .exceptions import AlreadyDecided, NotFound, NotPending
-from .runtime.executor import worker_id
+from .identity import worker_id
 
 log = logging.getLogger(__name__)
 

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, timedelta
+from datetime import UTC
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from . import fanout
-from .exceptions import RunAborted, SessionGone
-from .models import Event, Run
+from .exceptions import SessionGone
+from .models import Event
+from .runtime.leases import renew_one
 
 _BUMP_HEAD = (
     "UPDATE sessions_app_agentsession SET head = head + %s, updated_at = %s "
@@ -42,7 +43,6 @@ class RunGuard:
 
     run_id: str
     worker: str
-    lease_seconds: float
 
 
 def event_frame(event: Event) -> dict[str, Any]:
@@ -95,7 +95,9 @@ def append_events(
         if row is None:
             raise SessionGone(session_id)
         if guard is not None:
-            _renew_lease(guard, now)
+            # Under the session lock: a cancel or a takeover either committed
+            # before (and this append fails) or waits for this one.
+            renew_one(guard.run_id, guard.worker)
         first = row[0] - len(new) + 1
         events = [
             Event(
@@ -117,14 +119,6 @@ def append_events(
 def _publish(session_id: str, frames: Iterable[dict[str, Any]]) -> None:
     for frame in frames:
         fanout.publish_event(session_id, frame)
-
-
-def _renew_lease(guard: RunGuard, now) -> None:
-    updated = Run.objects.filter(
-        id=guard.run_id, status=Run.Status.RUNNING, worker=guard.worker
-    ).update(lease_expires_at=now + timedelta(seconds=guard.lease_seconds))
-    if not updated:
-        raise RunAborted(guard.run_id)
 
 
 def read_events(session_id: str, after: int, upto: int | None = None, limit: int | None = None):

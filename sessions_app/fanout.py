@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import threading
 from typing import Any
 
 from channels.layers import get_channel_layer
+
+from . import identity
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +32,7 @@ SHUTDOWN_MESSAGE = "server.shutdown"
 
 def server_group() -> str:
     """The group of every socket on this server process (for a graceful shutdown)."""
-    from .runtime.executor import worker_id
-
-    return "server." + re.sub(r"[^A-Za-z0-9_.-]", "-", worker_id())[:90]
+    return identity.server_group()
 
 
 def group_name(session_id: str) -> str:

@@ -96,7 +96,7 @@ class RuntimeStarter:
         fanout.publisher.attach(asyncio.get_running_loop())
         if not settings.AGENT_RUNTIME_AUTOSTART:
             return
-        from .runtime.executor import worker_id
+        from .identity import worker_id
         from .runtime.sweeper import ConnectionToucher
 
         ConnectionToucher(worker_id()).start()

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def no_enqueue(monkeypatch):
     """Unit level: record what would be handed to the task framework."""
     queued: list[str] = []
-    monkeypatch.setattr(runs, "_enqueue", queued.append)
+    monkeypatch.setattr(runs, "enqueue", queued.append)
     return queued
 
 

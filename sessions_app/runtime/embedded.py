@@ -1,9 +1,12 @@
 """The embedded profile: runs execute inside the server process.
 
-``EmbeddedBackend`` is a django-tasks backend that executes tasks on a small
-thread pool of this process, so a run never blocks the server's event loop.
+``EmbeddedBackend`` is a django-tasks backend that executes tasks on the
+process's one run pool (``runtime.pool``, ``AGENT_WORKER_CONCURRENCY``
+threads), so a run never blocks the server's event loop. django-tasks makes a
+backend instance per asgiref context; the pool is not theirs, so the number of
+run threads stays bounded however many sockets and contexts there are.
 Nothing is durable in it, and nothing needs to be: the runs' rows are the
-truth, and ``recover_embedded`` re-enqueues at start-up whatever the previous
+truth, and ``sweeper.recover_at_startup`` re-enqueues at start-up whatever the previous
 process left to do (and finishes as ``interrupted`` what it was executing).
 """
 
@@ -11,13 +14,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from django.utils import timezone
 from django_tasks.backends.base import BaseTaskBackend
 from django_tasks.base import Task, TaskResult, TaskResultStatus
 from django_tasks.utils import get_random_id
+
+from .pool import run_pool
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +32,6 @@ class EmbeddedBackend(BaseTaskBackend):
     supports_async_task = False
     supports_get_result = False
     enqueue_after_commit = True
-
-    def __init__(self, alias: str, params: dict[str, Any]):
-        super().__init__(alias, params)
-        workers = int(params.get("OPTIONS", {}).get("max_workers", 16))
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="run")
 
     def enqueue(self, task: Task, args, kwargs) -> TaskResult:
         self.validate_task(task)
@@ -51,15 +49,8 @@ class EmbeddedBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        self._pool.submit(self._call, task, args, kwargs)
+        run_pool().submit(lambda: task.call(*args, **kwargs))
         return result
-
-    @staticmethod
-    def _call(task: Task, args, kwargs) -> None:
-        try:
-            task.call(*args, **kwargs)
-        except Exception:
-            log.exception("task %s failed", task.name)
 
 
 _started = threading.Lock()

@@ -1,10 +1,12 @@
 """Executing one run: claim it, drive the agent, keep the lease, finish it.
 
-``execute_run`` is what the task framework calls, in a worker process or in
-the embedded server's thread pool. It claims the run with a compare-and-set
-(so a task delivered twice executes once), renews the run's lease from a
-heartbeat thread while it works, and appends every event under a ``RunGuard``
-so that a run which was cancelled or taken away cannot log another event.
+``execute_run`` is what the task framework calls, on a thread of the process's
+run pool (``runtime.pool``), in a worker process or in the embedded server. It
+claims the run with a compare-and-set (so a task delivered twice executes
+once), has the process's ``LeaseKeeper`` renew the run's lease while it works,
+and appends every event under a ``RunGuard`` so that a run which was cancelled
+or taken away cannot log another event. Many runs execute at once in one
+process; each has its own context, guard and lease.
 
 A gated tool call executes at most once: the continuation marks the gate's
 ``executed_at`` in its own transaction before running the tool. If the process
@@ -15,67 +17,77 @@ the sweeper and the tool is never run a second time.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import socket
 import threading
-import weakref
-from datetime import timedelta
+import time
 from typing import Any
 
-from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
 from .. import protocol as p
 from ..events import RunGuard, append_event
 from ..exceptions import RunAborted, SessionGone
+from ..identity import worker_id
 from ..models import ApprovalRequest, Event, Run
-from . import runs
+from . import leases, runs
 from .base import AgentError, Parked, ToolOutcome
 
 log = logging.getLogger(__name__)
 
-# Short enough for Run.worker and Connection.server_id whatever the hostname.
-_WORKER_ID = f"{socket.gethostname()[:60]}:{os.getpid()}:{secrets.token_hex(3)}"
+# The runs this process is executing (run id -> context), so a shutdown can
+# stop them promptly and hand them back.
+_live: dict[str, _Context] = {}
+_live_lock = threading.Lock()
 
 
-# The runs this process is executing, so a shutdown can stop them promptly.
-_live: weakref.WeakSet = weakref.WeakSet()
+def live_runs() -> list[str]:
+    """Ids of the runs this process is executing now."""
+    with _live_lock:
+        return list(_live)
 
 
 def abort_all() -> int:
     """Stop every run this process executes at its next step (shutdown). Their
     leases lapse and the next sweep or start-up finishes them interrupted."""
-    contexts = list(_live)
+    with _live_lock:
+        contexts = list(_live.values())
     for ctx in contexts:
         ctx.aborted.set()
     return len(contexts)
 
 
-def worker_id() -> str:
-    """This process's identity as a lease holder."""
-    return _WORKER_ID
+def hand_back_all(wait: float = 5.0) -> list[str]:
+    """Stop every run this process executes and finish each ``interrupted`` now,
+    rather than when its lease lapses. Returns the ids finished here.
 
-
-def lease_delta() -> timedelta:
-    return timedelta(seconds=settings.AGENT_LEASE_SECONDS)
-
-
-def claim(run_id: str, worker: str) -> bool:
-    """Take a running run that no worker holds. False if someone else has it."""
-    return bool(
-        Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker="").update(
-            worker=worker, lease_expires_at=timezone.now() + lease_delta()
-        )
-    )
+    Each run is stopped first (its next append or sleep raises), and finished
+    under this worker's identity: a run another process took meanwhile is
+    left alone, and no event can follow its ``run.finished``.
+    """
+    ids = live_runs()
+    abort_all()
+    deadline = time.monotonic() + wait
+    while live_runs() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    me = worker_id()
+    done = []
+    for run_id in ids:
+        try:
+            if runs.finish_run(
+                run_id, p.STOP_INTERRUPTED, worker=me, from_statuses=(Run.Status.RUNNING,)
+            ):
+                done.append(run_id)
+        except Exception:
+            log.exception("could not hand back run %s", run_id)
+    return done
 
 
 def execute_run(run_id: str) -> None:
     """Start or continue a run, if it is still there to be run."""
     worker = worker_id()
     try:
-        if claim(run_id, worker):
+        if leases.claim(run_id, worker):
             _drive(run_id, worker)
     finally:
         close_old_connections()
@@ -91,7 +103,7 @@ class _Context:
         self.state: dict[str, Any] = dict(run.state.get("agent", {}))
         self._message_seq = run.message_seq
         self._worker = worker
-        self.guard = RunGuard(run.id, worker, settings.AGENT_LEASE_SECONDS)
+        self.guard = RunGuard(run.id, worker)
         self.aborted = threading.Event()
 
     def _append(self, kind: str, data: dict[str, Any]) -> None:
@@ -143,35 +155,6 @@ class _Context:
         ]
 
 
-class _Heartbeat(threading.Thread):
-    """Renews the run's lease; notices when the run was taken away."""
-
-    def __init__(self, ctx: _Context):
-        super().__init__(name=f"lease-{ctx.run_id}", daemon=True)
-        self.ctx = ctx
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        interval = max(settings.AGENT_LEASE_SECONDS / 3, 0.2)
-        try:
-            while not self.stopped.wait(interval):
-                try:
-                    held = Run.objects.filter(
-                        id=self.ctx.run_id, status=Run.Status.RUNNING, worker=self.ctx.guard.worker
-                    ).update(lease_expires_at=timezone.now() + lease_delta())
-                except Exception:
-                    # A locked or dropped database: try again next beat (the
-                    # lease is three beats long) rather than stop renewing.
-                    log.exception("lease renewal of %s failed", self.ctx.run_id)
-                    close_old_connections()
-                    continue
-                if not held:
-                    self.ctx.aborted.set()
-                    return
-        finally:
-            close_old_connections()
-
-
 def _drive(run_id: str, worker: str) -> None:
     from .agents import get_agent
 
@@ -179,9 +162,10 @@ def _drive(run_id: str, worker: str) -> None:
     if run is None:  # deleted with its session since the claim
         return
     ctx = _Context(run, worker)
-    _live.add(ctx)
-    heartbeat = _Heartbeat(ctx)
-    heartbeat.start()
+    keeper = leases.keeper()
+    with _live_lock:
+        _live[run_id] = ctx
+    keeper.hold(run_id, ctx.aborted)
     try:
         agent = get_agent()
         gate = run.state.get("gate")
@@ -201,7 +185,9 @@ def _drive(run_id: str, worker: str) -> None:
         log.exception("run %s failed", run_id)
         _finish_error(run_id, worker, f"internal error: {type(exc).__name__}")
     finally:
-        heartbeat.stopped.set()
+        keeper.release(run_id)
+        with _live_lock:
+            _live.pop(run_id, None)
 
 
 def _finish_error(run_id: str, worker: str, message: str) -> None:

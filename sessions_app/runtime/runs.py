@@ -7,6 +7,15 @@ run (starting it, continuing it after a decision) is enqueued through the task
 framework in the same transaction (durable backends) or right after it
 commits (the embedded one), so it is never lost and never runs on rows that
 could still roll back.
+
+Fairness: a session has at most one active run (the others queue behind it),
+and a user has at most ``AGENT_USER_MAX_RUNS`` runs executing at once across
+their sessions. A run over that limit is logged ``run.queued`` and starts,
+oldest first, when one of the user's runs finishes or parks. Admission locks
+the session row, then the owner's user row: every transaction takes at most
+one session lock before the user lock, so none can deadlock on them. A run
+continuing after a decision is never held back (a person is waiting on that
+very call); it counts towards the limit like any executing run.
 """
 
 from __future__ import annotations
@@ -14,7 +23,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from .. import fanout
@@ -22,6 +34,7 @@ from .. import protocol as p
 from ..events import NewEvent, append_event, append_events
 from ..exceptions import AlreadyDecided, NotFound, NotPending
 from ..models import AgentSession, ApprovalRequest, Connection, Run, new_run_id
+from .leases import expires_in
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +49,60 @@ class SendResult:
 
 def pickup_deadline():
     """Until when a run handed to the task framework may wait for an executor;
-    past it the sweeper hands it over again (a lost task must not strand it)."""
-    from datetime import timedelta
+    past it the sweeper hands it over again (a lost task must not strand it).
+    An expression on the database's clock, like every lease time."""
+    return expires_in(settings.AGENT_PICKUP_SECONDS)
 
-    from django.conf import settings
 
-    return timezone.now() + timedelta(seconds=settings.AGENT_PICKUP_SECONDS)
+def _user_has_room(owner_id: int) -> bool:
+    """May one more of this user's runs execute now? (Locks the user row: the
+    caller holds its session's lock, so the order is always session, user.)"""
+    cap = settings.AGENT_USER_MAX_RUNS
+    if cap <= 0:
+        return True
+    get_user_model().objects.select_for_update().filter(pk=owner_id).values_list("pk").first()
+    executing = Run.objects.filter(session__owner_id=owner_id, status=Run.Status.RUNNING)
+    return executing.count() < cap
+
+
+def admit_waiting(owner_id: int) -> list[str]:
+    """Start the user's oldest runs that wait for room (not behind another run
+    of their own session), while the user has room. Returns the ids started."""
+    started: list[str] = []
+    while True:
+        waiting = (
+            Run.objects.filter(session__owner_id=owner_id, status=Run.Status.QUEUED)
+            .exclude(session__runs__status__in=(Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL))
+            .order_by("created_at", "message_seq")
+            .values_list("session_id", flat=True)
+            .first()
+        )
+        if waiting is None:
+            return started
+        with transaction.atomic():
+            try:
+                session = _lock_session(waiting)
+            except NotFound:
+                continue
+            run_id = _start_next(session)
+        if run_id is None:
+            return started
+        started.append(run_id)
+
+
+def admit_all_waiting() -> list[str]:
+    """``admit_waiting`` for every user with a waiting run (the sweeper's net
+    for an admission lost with its process)."""
+    owners = (
+        Run.objects.filter(status=Run.Status.QUEUED)
+        .exclude(session__runs__status__in=(Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL))
+        .values_list("session__owner_id", flat=True)
+        .distinct()
+    )
+    started: list[str] = []
+    for owner_id in list(owners):
+        started += admit_waiting(owner_id)
+    return started
 
 
 def _lock_session(session_id: str) -> AgentSession:
@@ -72,7 +133,10 @@ def _submit(session_id: str, client_message_id: str, text: str) -> SendResult:
             return SendResult(
                 client_message_id, existing.message_seq, existing.id, p.SEND_DUPLICATE
             )
-        busy = Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).exists()
+        behind = Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).exists()
+        # Not behind a run of its own session, but over its user's limit: it
+        # waits, visibly queued, for one of the user's runs to end.
+        busy = behind or not _user_has_room(session.owner_id)
         run_id = new_run_id()
         follow = NewEvent(
             p.K_RUN_QUEUED if busy else p.K_RUN_STARTED,
@@ -98,9 +162,10 @@ def _submit(session_id: str, client_message_id: str, text: str) -> SendResult:
             started_at=None if busy else timezone.now(),
             lease_expires_at=None if busy else pickup_deadline(),
         )
-        if not busy:
+        if not behind:
             _set_session_status(session, AgentSession.Status.RUNNING)
-            _enqueue(run.id)
+        if not busy:
+            enqueue(run.id)
     return SendResult(
         client_message_id, user_event.seq, run_id, p.SEND_QUEUED if busy else p.SEND_STARTED
     )
@@ -136,7 +201,7 @@ def decide(
                 status=Run.Status.RUNNING, worker="", lease_expires_at=pickup_deadline()
             )
             _set_session_status(session, AgentSession.Status.RUNNING)
-            _enqueue(run.id)
+            enqueue(run.id)
     return approval
 
 
@@ -228,7 +293,7 @@ def finish_run(
             runs = runs.filter(worker=worker)
         if lease_expired:
             # Checked again under the lock: a renewal since the sweep read wins.
-            runs = runs.filter(lease_expires_at__lt=timezone.now())
+            runs = runs.filter(lease_expires_at__lt=Now())
         updated = runs.update(
             status=Run.Status.FINISHED,
             stop_reason=stop_reason,
@@ -244,16 +309,32 @@ def finish_run(
             data["message"] = message or "the run failed"
         append_event(session_id, p.K_RUN_FINISHED, data, run_id)
         _start_next(session)
+        _admit_after_commit(session.owner_id)
     return True
 
 
-def _start_next(session: AgentSession) -> None:
-    """Start the oldest queued run if nothing else is active (caller holds the lock)."""
+def _admit_after_commit(owner_id: int) -> None:
+    """A run of this user stopped executing: once that commits, start what waits."""
+    if settings.AGENT_USER_MAX_RUNS > 0:
+        transaction.on_commit(lambda: _admit_quietly(owner_id))
+
+
+def _admit_quietly(owner_id: int) -> None:
+    try:
+        admit_waiting(owner_id)
+    except Exception:
+        # The sweeper admits them on its next pass.
+        log.exception("admitting the waiting runs of user %s failed", owner_id)
+
+
+def _start_next(session: AgentSession) -> str | None:
+    """Start the oldest queued run if nothing else is active and its user has
+    room (caller holds the session lock). Returns the run started, if any."""
     active = Run.objects.filter(
         session_id=session.id, status__in=(Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL)
     )
     if active.exists():
-        return
+        return None
     nxt = (
         Run.objects.filter(session_id=session.id, status=Run.Status.QUEUED)
         .order_by("message_seq")
@@ -261,13 +342,18 @@ def _start_next(session: AgentSession) -> None:
     )
     if nxt is None:
         _set_session_status(session, AgentSession.Status.IDLE)
-        return
+        return None
+    if not _user_has_room(session.owner_id):
+        # Stays queued; admit_waiting starts it when one of the user's runs ends.
+        _set_session_status(session, AgentSession.Status.RUNNING)
+        return None
     Run.objects.filter(id=nxt.id).update(
         status=Run.Status.RUNNING, started_at=timezone.now(), lease_expires_at=pickup_deadline()
     )
     append_event(session.id, p.K_RUN_STARTED, {"client_message_id": nxt.client_message_id}, nxt.id)
     _set_session_status(session, AgentSession.Status.RUNNING)
-    _enqueue(nxt.id)
+    enqueue(nxt.id)
+    return nxt.id
 
 
 def park(
@@ -310,6 +396,7 @@ def park(
             ],
         )
         _set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
+        _admit_after_commit(session.owner_id)
     return approval.id
 
 
@@ -330,7 +417,7 @@ def send_presence(session_id: str) -> None:
     fanout.publish_presence(session_id, viewers, running)
 
 
-def _enqueue(run_id: str) -> None:
+def enqueue(run_id: str) -> None:
     """Hand the run to the task framework: durably in this transaction, or after it."""
     from .tasks import enqueue_run
 

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import close_old_connections, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from .. import protocol as p
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 def interrupt_expired() -> list[str]:
     """Finish every run whose worker stopped renewing its lease."""
     expired = list(
-        Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=timezone.now())
+        Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=Now())
         .exclude(worker="")
         .values_list("id", "worker")
     )
@@ -90,16 +91,14 @@ def requeue_unclaimed() -> list[str]:
     """Hand over again runs no executor picked up in time (their task was
     lost: a worker died between taking the task and claiming the run). The
     claim is a compare-and-set, so a late original delivery is harmless."""
-    stale = Run.objects.filter(
-        status=Run.Status.RUNNING, worker="", lease_expires_at__lt=timezone.now()
-    )
+    stale = Run.objects.filter(status=Run.Status.RUNNING, worker="", lease_expires_at__lt=Now())
     again = []
     for run_id in stale.values_list("id", flat=True):
         with transaction.atomic():
             if Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker="").update(
                 lease_expires_at=runs.pickup_deadline()
             ):
-                runs._enqueue(run_id)
+                runs.enqueue(run_id)
                 again.append(run_id)
     if again:
         log.warning("re-enqueued runs nobody picked up: %s", again)
@@ -139,6 +138,7 @@ class Sweeper(threading.Thread):
             try:
                 interrupt_expired()
                 requeue_unclaimed()
+                runs.admit_all_waiting()
                 close_stale_connections()
             except Exception:
                 log.exception("sweep failed")

@@ -1,35 +1,129 @@
 """Production run worker: executes queued runs from the durable task queue.
 
-Wraps django-tasks-db's worker loop and adds the sweeper, so that every worker
-also finishes runs whose process died (lease expired) as ``interrupted``.
-Start several for concurrency: each executes one run at a time.
+One process executes up to ``AGENT_WORKER_CONCURRENCY`` runs at once on its
+run pool. It takes a task from django-tasks-db's queue only when a pool thread
+is free (so a busy worker never sits on runs another worker could start),
+claims it with the queue's row lock, and hands it to the pool. Every worker
+also runs the sweeper, so runs whose process died (lease expired) are
+finished ``interrupted``.
+
+Stopping (SIGTERM or SIGINT): the worker takes no new runs at once, lets the
+runs it executes go on for up to ``AGENT_WORKER_GRACE_SECONDS`` to finish or
+park at a gate, then stops what is left at its next step and finishes it
+``interrupted`` itself; it exits within the grace period plus a few seconds.
+A second signal skips the grace period.
 """
 
 import logging
+import signal
+import threading
 import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, close_old_connections
+from django.db.utils import OperationalError
 from django_tasks_db.management.commands.db_worker import Worker
+from django_tasks_db.models import DBTaskResult
+from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
-from sessions_app.runtime.executor import worker_id
+from sessions_app.identity import worker_id
+from sessions_app.runtime import executor
+from sessions_app.runtime.pool import run_pool
 from sessions_app.runtime.sweeper import Sweeper
 
 log = logging.getLogger("sessions_app.worker")
 
+QUEUE = "default"
+BACKEND = "default"
 
-class ResilientWorker(Worker):
-    """A worker that outlives a task row deleted under it (the session was
-    deleted, or the queue pruned): the run's own rows are the truth, so a
-    failure to record the task's result is logged, not fatal."""
+
+class ConcurrentWorker(Worker):
+    """django-tasks-db's worker, taking tasks only into free pool threads.
+
+    A failure to record a task's result (its row was deleted with the
+    session, or the queue pruned) is logged, not fatal: the run's own rows are
+    the truth.
+    """
+
+    def __init__(self, *, interval: float, pool):
+        super().__init__(
+            queue_names=[QUEUE],
+            interval=interval,
+            batch=False,
+            backend_name=BACKEND,
+            startup_delay=False,
+            max_tasks=None,
+            worker_id=worker_id()[:64],
+            excluded_queue_names=[],
+        )
+        self.pool = pool
+        self.stopping = threading.Event()
+        self.hurry = threading.Event()
+
+    def configure_signals(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.stopping.is_set():
+            self.hurry.set()
+        self.stopping.set()
+        self.running = False
+
+    def take_one(self) -> DBTaskResult | None:
+        """Claim the next ready task of our queue, or None."""
+        close_old_connections()
+        tasks = DBTaskResult.objects.ready().filter(backend_name=BACKEND, queue_name=QUEUE)
+        with exclusive_transaction(tasks.db):
+            try:
+                task_result = tasks.get_locked()
+                if task_result is not None:
+                    task_result.claim(self.worker_id)
+            except OperationalError as exc:
+                if is_locked_database_exception(exc):
+                    return None
+                raise
+        return task_result
 
     def run_task(self, db_task_result) -> None:
         try:
             super().run_task(db_task_result)
         except DatabaseError:
             log.warning("could not record the result of task %s", db_task_result.id)
+        finally:
             close_old_connections()
+
+    def loop(self) -> None:
+        """Take tasks into free threads until asked to stop."""
+        while not self.stopping.is_set():
+            if not self.pool.slots.acquire(timeout=self.interval):
+                continue  # every thread busy
+            try:
+                task_result = self.take_one()
+            except DatabaseError:
+                self.pool.slots.release()
+                # The database restarted or dropped us: reconnect and go on.
+                log.exception("taking a task failed; reconnecting")
+                close_old_connections()
+                self.stopping.wait(1)
+                continue
+            if task_result is None:
+                self.pool.slots.release()
+                self.stopping.wait(self.interval)
+                continue
+            self.pool.submit(lambda t=task_result: self.run_task(t), slot_taken=True)
+
+    def drain(self, grace: float) -> list[str]:
+        """Let runs in flight finish or park for ``grace`` seconds, then hand
+        back what is left (finished ``interrupted``). Returns those ids."""
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and not self.hurry.is_set():
+            if self.pool.wait_idle(timeout=0.2):
+                return []
+        handed_back = executor.hand_back_all()
+        self.pool.wait_idle(timeout=5)
+        return handed_back
 
 
 class Command(BaseCommand):
@@ -46,25 +140,26 @@ class Command(BaseCommand):
                 "AGENT_RUNNER is not 'worker': runs execute inside the server process "
                 "(set REDIS_URL or AGENT_RUNNER=worker to use separate workers)"
             )
-        Sweeper().start()
-        worker = ResilientWorker(
-            queue_names=["default"],
-            interval=interval,
-            batch=False,
-            backend_name="default",
-            startup_delay=False,
-            max_tasks=None,
-            worker_id=worker_id()[:64],
-            excluded_queue_names=[],
-        )
+        sweeper = Sweeper()
+        sweeper.start()
+        pool = run_pool()
+        worker = ConcurrentWorker(interval=interval, pool=pool)
         worker.configure_signals()
-        self.stdout.write(f"run worker {worker_id()} started", ending="\n")
+        self.stdout.write(
+            f"run worker {worker_id()} started (concurrency {pool.size})", ending="\n"
+        )
         self.stdout.flush()
-        while worker.running:
-            try:
-                worker.run()
-            except DatabaseError:
-                # The database restarted or dropped us: reconnect and go on.
-                log.exception("worker loop failed; reconnecting")
-                close_old_connections()
-                time.sleep(1)
+        worker.loop()
+        self.stdout.write(
+            f"run worker {worker_id()} stopping: {pool.busy} run(s) in flight, "
+            f"grace {settings.AGENT_WORKER_GRACE_SECONDS:g} s",
+            ending="\n",
+        )
+        self.stdout.flush()
+        sweeper.stopped.set()
+        handed_back = worker.drain(settings.AGENT_WORKER_GRACE_SECONDS)
+        self.stdout.write(
+            f"run worker {worker_id()} stopped; interrupted: {','.join(handed_back) or 'none'}",
+            ending="\n",
+        )
+        self.stdout.flush()

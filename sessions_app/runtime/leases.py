@@ -1,0 +1,138 @@
+"""Run leases: who executes a run, and until when that claim holds.
+
+A running run is held by one process (``Run.worker``) until
+``Run.lease_expires_at``. The holder renews the lease while it works; when the
+lease lapses the sweeper finishes the run ``interrupted``. Every time in here
+is the database's clock (``Now()``), never a process's own, so hosts whose
+clocks drift apart cannot take each other's live runs.
+
+One ``LeaseKeeper`` thread per process renews the leases of every run the
+process executes, in one statement per beat, however many runs that is: a
+worker with 32 concurrent runs holds one connection for its leases, not 32.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.db.models import DateTimeField, ExpressionWrapper
+from django.db.models.functions import Now
+
+from ..exceptions import RunAborted
+from ..models import Run
+
+log = logging.getLogger(__name__)
+
+
+def expires_in(seconds: float | None = None) -> ExpressionWrapper:
+    """``now + seconds`` (default: one lease) on the database's clock."""
+    if seconds is None:
+        seconds = settings.AGENT_LEASE_SECONDS
+    return ExpressionWrapper(Now() + timedelta(seconds=seconds), output_field=DateTimeField())
+
+
+def claim(run_id: str, worker: str) -> bool:
+    """Take a running run that no worker holds. False if someone else has it."""
+    return bool(
+        Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker="").update(
+            worker=worker, lease_expires_at=expires_in()
+        )
+    )
+
+
+def renew(run_ids: Iterable[str], worker: str) -> set[str]:
+    """Extend the leases ``worker`` still holds among ``run_ids``; returns those.
+
+    A run missing from the result was cancelled, finished, parked or taken
+    over: its executor must stop appending.
+    """
+    ids = list(run_ids)
+    if not ids:
+        return set()
+    held = Run.objects.filter(id__in=ids, status=Run.Status.RUNNING, worker=worker)
+    # No row locks (they would add a lock order to keep): renew what is held,
+    # then read what is still held. A run lost between the two is reported
+    # lost; one lost before the update is not renewed and reported lost.
+    held.update(lease_expires_at=expires_in())
+    return set(held.values_list("id", flat=True))
+
+
+def renew_one(run_id: str, worker: str) -> None:
+    """Renew one lease inside the caller's transaction, or raise ``RunAborted``."""
+    updated = Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker).update(
+        lease_expires_at=expires_in()
+    )
+    if not updated:
+        raise RunAborted(run_id)
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews the leases of every run this process executes, one beat at a time.
+
+    ``hold`` registers a run with the event to set when its lease is lost;
+    ``release`` forgets it. Started on first use, stopped with ``stop``.
+    """
+
+    def __init__(self, worker: str):
+        super().__init__(name="lease-keeper", daemon=True)
+        self.worker = worker
+        self._held: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.stopped = threading.Event()
+
+    def hold(self, run_id: str, lost: threading.Event) -> None:
+        with self._lock:
+            self._held[run_id] = lost
+
+    def release(self, run_id: str) -> None:
+        with self._lock:
+            self._held.pop(run_id, None)
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def beat(self) -> None:
+        """Renew every held lease once; flag the runs whose lease is gone."""
+        with self._lock:
+            held = dict(self._held)
+        if not held:
+            return
+        kept = renew(held, self.worker)
+        for run_id, lost in held.items():
+            if run_id not in kept:
+                lost.set()
+
+    def run(self) -> None:
+        interval = max(settings.AGENT_LEASE_SECONDS / 3, 0.2)
+        try:
+            while not self.stopped.wait(interval):
+                try:
+                    self.beat()
+                except Exception:
+                    # A locked or dropped database: try again next beat (the
+                    # lease is three beats long) rather than stop renewing.
+                    log.exception("lease renewal failed")
+                    close_old_connections()
+        finally:
+            close_old_connections()
+
+
+_keeper: LeaseKeeper | None = None
+_keeper_lock = threading.Lock()
+
+
+def keeper() -> LeaseKeeper:
+    """This process's lease keeper, started on first use."""
+    global _keeper
+    from ..identity import worker_id
+
+    with _keeper_lock:
+        if _keeper is None or not _keeper.is_alive():
+            _keeper = LeaseKeeper(worker_id())
+            _keeper.start()
+        return _keeper
