@@ -134,3 +134,32 @@ def test_cancel_after_decision_before_continuation_logs_the_result(user, no_enqu
     )
     assert tail[2] == ("run.finished", {"stop_reason": "cancelled"})
     assert ApprovalRequest.objects.get(id=approval_id).executed_at is not None
+
+
+def test_user_limit_queues_and_admits_across_sessions(user, other_user, no_enqueue, settings):
+    """Over AGENT_USER_MAX_RUNS a run is queued (run.queued), another user's is not;
+    when one of the user's runs finishes the oldest waiting one starts."""
+    settings.AGENT_USER_MAX_RUNS = 1
+    a, b = create_session(user), create_session(user)
+    first = runs.submit_message(a.id, "m1", "/stream 1 0")
+    second = runs.submit_message(b.id, "m2", "/stream 1 0")
+    theirs = runs.submit_message(create_session(other_user).id, "m3", "/stream 1 0")
+    assert (first.status, second.status, theirs.status) == ("started", "queued", "started")
+    assert [e.kind for e in read_events(b.id, 0)][-1] == "run.queued"
+    assert no_enqueue == [first.run_id, theirs.run_id]
+    runs.finish_run(first.run_id, "end_turn")
+    assert no_enqueue == [first.run_id, theirs.run_id, second.run_id]
+    assert [e.kind for e in read_events(b.id, 0)][-2:] == ["run.queued", "run.started"]
+    assert Run.objects.get(id=second.run_id).status == "running"
+
+
+def test_sweeper_admits_a_waiting_run_whose_admission_was_lost(user, no_enqueue, settings):
+    """A run left queued with room for it (its admission died with a process) is
+    started by the sweeper's pass."""
+    settings.AGENT_USER_MAX_RUNS = 1
+    a, b = create_session(user), create_session(user)
+    first = runs.submit_message(a.id, "m1", "/stream 1 0")
+    second = runs.submit_message(b.id, "m2", "/stream 1 0")
+    Run.objects.filter(id=first.run_id).update(status="finished")  # no admission ran
+    assert runs.admit_all_waiting() == [second.run_id]
+    assert runs.admit_all_waiting() == []
