@@ -99,7 +99,8 @@ class RunAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
-    @admin.action(description="Cancel selected runs")
+    # Cancelling ends someone's run: the change permission, not view, is needed.
+    @admin.action(description="Cancel selected runs", permissions=["change"])
     def cancel_runs(self, request, queryset):
         done = 0
         for run in queryset:
@@ -144,11 +145,12 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
             else:
                 self.message_user(request, f"{approval.id}: {decision}")
 
-    @admin.action(description="Approve selected requests")
+    # Deciding runs a tool: the change permission, not view, is needed.
+    @admin.action(description="Approve selected requests", permissions=["change"])
     def approve(self, request, queryset):
         self._decide(request, queryset, p.APPROVE)
 
-    @admin.action(description="Deny selected requests")
+    @admin.action(description="Deny selected requests", permissions=["change"])
     def deny(self, request, queryset):
         self._decide(request, queryset, p.DENY)
 

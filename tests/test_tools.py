@@ -331,3 +331,44 @@ def test_write_refuses_a_symlink_swapped_in_after_the_checks(
     ok, output = execute("write_file", {"path": path, "text": "pwned"}, workspace)
     assert ok is False and output
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "date 010100002000",
+        "date -u 010100002000",
+        "date -- 0101",
+        "date +%s 0101",
+        "date --se=2001-01-01",
+        "date --s 2001-01-01",
+        "date -d",
+        "date --debug",
+        "pwd somewhere",
+        "ls --dereference-command-line",
+        "ls -H",
+        "cat --help-me",
+        "wc --files0",
+    ],
+)
+def test_terminal_allows_only_listed_options_and_operands(workspace, no_process, command):
+    """Allow-list per program: a clock-setting date operand, a long-option prefix or any
+    unlisted option is refused before anything runs."""
+    ok, output = execute("terminal", {"command": command}, workspace)
+    assert ok is False and output
+    assert no_process == []
+
+
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        ("date -u -d @0 +%Y", "1970\n"),
+        ("date --date=@0 --utc +%Y", "1970\n"),
+        ("date -u -d @0 -Iminutes", "1970-01-01T00:00+00:00\n"),
+        ("echo -n -hello", "-hello"),
+        ("echo -- x", "-- x\n"),
+    ],
+)
+def test_terminal_read_only_options_still_work(workspace, command, expected):
+    """Formats, --date, -I with a glued value and echo's words are allowed."""
+    assert execute("terminal", {"command": command}, workspace) == (True, expected)

@@ -19,6 +19,7 @@ import signal
 import stat
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -40,17 +41,60 @@ MAX_COMMAND_CHARS = 4096
 # an id can never name anything but a direct child of AGENT_WORKSPACES.
 _SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
-# Options of allowed programs that read a file named in the option itself, set
-# the clock (we may run as root) or follow symlinks out of the workspace.
-# Short letters, and long names (GNU accepts any unambiguous prefix).
-_FORBIDDEN_SHORT = {"date": frozenset("frs"), "ls": frozenset("L")}
-_FORBIDDEN_LONG = {
-    "date": ("--file", "--reference", "--set"),
-    "wc": ("--files0-from",),
-    "ls": ("--dereference",),
+
+@dataclass(frozen=True)
+class _Spec:
+    """What one allowed program may be given: an allow-list, never a deny-list.
+
+    ``short``/``long``: options that only change what is shown. ``short_value``
+    and ``long_value``: options that take a value (glued on, ``-dnow``,
+    ``--date=now``, or the next argument). ``operands``: ``paths`` (files
+    inside the workspace), ``text`` (echo's words), ``format`` (date's
+    ``+FORMAT`` only: any other operand of date sets the clock) or ``none``.
+    Long options must be spelled in full: GNU's prefix matching would let
+    ``--se`` mean ``--set``.
+    """
+
+    short: str = ""
+    short_value: str = ""
+    long: frozenset[str] = frozenset()
+    long_value: frozenset[str] = frozenset()
+    operands: str = "paths"
+
+
+_SPECS = {
+    "echo": _Spec(short="neE", operands="text"),
+    "ls": _Spec(
+        short="aAlh1RStrsdFpinogGQmxCcuUXv",
+        short_value="ITw",
+        long=frozenset(
+            {"--all", "--almost-all", "--human-readable", "--recursive", "--reverse", "--size"}
+            | {"--directory", "--classify", "--inode", "--numeric-uid-gid", "--literal"}
+        ),
+        long_value=frozenset({"--hide", "--ignore", "--sort", "--time-style", "--width"}),
+    ),
+    "cat": _Spec(
+        short="AbeEnstTuv",
+        long=frozenset({"--show-all", "--number-nonblank", "--show-ends", "--number"})
+        | frozenset({"--squeeze-blank", "--show-tabs", "--show-nonprinting"}),
+    ),
+    "wc": _Spec(
+        short="cmlwL",
+        long=frozenset({"--bytes", "--chars", "--lines", "--words", "--max-line-length"}),
+    ),
+    "date": _Spec(
+        short="uRI",
+        short_value="d",
+        long=frozenset({"--utc", "--universal", "--rfc-email", "--iso-8601"}),
+        long_value=frozenset({"--date", "--iso-8601", "--rfc-3339"}),
+        operands="format",
+    ),
+    "pwd": _Spec(short="LP", operands="none"),
 }
-# Short options whose value may be glued on ("-dnow"): stop scanning there.
-_SHORT_WITH_VALUE = {"date": frozenset("dI"), "ls": frozenset("ITw")}
+# A program added to ALLOWED_PROGRAMS without a spec takes no option at all.
+_NO_OPTIONS = _Spec()
+# date -I takes an optional value glued on (-Ihours); nothing else follows it.
+_OPTIONAL_GLUED = {"date": "I"}
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -219,22 +263,49 @@ def _check_path_like(arg: str) -> None:
         raise _Refused(f"'..' is not allowed in paths: {arg}")
 
 
-def _check_option(program: str, arg: str) -> None:
-    if arg.startswith("--"):
-        name, _, value = arg.partition("=")
-        for forbidden in _FORBIDDEN_LONG.get(program, ()):
-            if len(name) > 2 and forbidden.startswith(name):
+def _check_options(program: str, spec: _Spec, argv: list[str]) -> None:
+    """Refuse any option, operand or value the program's spec does not allow."""
+    options_done = False
+    expect_value = False
+    for arg in argv[1:]:
+        if expect_value:
+            expect_value = False  # the value of the option before it
+            continue
+        if not options_done and arg == "--" and program != "echo":
+            options_done = True
+        elif not options_done and arg.startswith("--") and program != "echo":
+            name, eq, _ = arg.partition("=")
+            allowed = name in spec.long_value if eq else name in spec.long | spec.long_value
+            if not allowed:
                 raise _Refused(f"option not allowed: {name}")
-        if value:
-            _check_path_like(value)
-        return
-    forbidden_short = _FORBIDDEN_SHORT.get(program, frozenset())
-    with_value = _SHORT_WITH_VALUE.get(program, frozenset())
-    for letter in arg[1:]:
-        if letter in forbidden_short:
-            raise _Refused(f"option not allowed: -{letter}")
-        if letter in with_value:
-            break
+            expect_value = not eq and name in spec.long_value and name not in spec.long
+        elif not options_done and _is_short_cluster(program, spec, arg):
+            for index, letter in enumerate(arg[1:]):
+                if letter in _OPTIONAL_GLUED.get(program, "") and letter in spec.short:
+                    break
+                if letter in spec.short_value:
+                    expect_value = index == len(arg) - 2  # its value is the next argument
+                    break
+                if letter not in spec.short:
+                    raise _Refused(f"option not allowed: -{letter}")
+        else:
+            _check_operand(program, spec, arg)
+    if expect_value:
+        raise _Refused(f"an option of {program} is missing its value")
+
+
+def _is_short_cluster(program: str, spec: _Spec, arg: str) -> bool:
+    if not arg.startswith("-") or arg == "-":
+        return False
+    # echo prints "-hello" as a word; only all-option clusters are options.
+    return program != "echo" or all(letter in spec.short for letter in arg[1:])
+
+
+def _check_operand(program: str, spec: _Spec, arg: str) -> None:
+    if spec.operands == "none":
+        raise _Refused(f"{program} takes no operands: {arg}")
+    if spec.operands == "format" and not arg.startswith("+"):
+        raise _Refused(f"{program} takes only a +FORMAT operand (anything else sets the clock)")
 
 
 def _terminal_argv(command: str, root: Path) -> list[str]:
@@ -248,16 +319,15 @@ def _terminal_argv(command: str, root: Path) -> list[str]:
     if program not in ALLOWED_PROGRAMS:
         allowed = ", ".join(sorted(ALLOWED_PROGRAMS))
         raise _Refused(f"program not allowed: {program} (allowed: {allowed})")
-    options_done = False
+    _check_options(program, _SPECS.get(program, _NO_OPTIONS), argv)
     for arg in argv[1:]:
         _check_path_like(arg)
-        if arg == "--":
-            options_done = True
-        elif not options_done and arg.startswith("-") and arg != "-":
-            _check_option(program, arg)
         # Catches a symlink inside the workspace that points out of it.
         if not _inside(root, os.path.join(root, arg)):
             raise _Refused(f"the path leaves the workspace: {arg}")
+        name, eq, value = arg.partition("=")
+        if arg.startswith("--") and eq:
+            _check_path_like(value)
     return argv
 
 

@@ -1,0 +1,84 @@
+"""The admin: deciding and cancelling need the change permission, not view."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
+
+from sessions_app.models import ApprovalRequest, Run
+from sessions_app.runtime import runs
+from sessions_app.services import create_session
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def no_enqueue(monkeypatch):
+    queued: list[str] = []
+    monkeypatch.setattr(runs, "enqueue", queued.append)
+    return queued
+
+
+def _staff(django_user_model, name: str, *codenames: str):
+    user = django_user_model.objects.create_user(name, password=f"{name}-pass-1", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _parked(user) -> tuple[Run, ApprovalRequest]:
+    session = create_session(user)
+    sent = runs.submit_message(session.id, "m1", "/write a.txt x")
+    run = Run.objects.get(id=sent.run_id)
+    Run.objects.filter(id=run.id).update(worker="w")
+    approval_id = runs.park(
+        run.id,
+        "w",
+        session.id,
+        tool_call_id="call_x",
+        tool="write_file",
+        args={"path": "a.txt", "text": "x"},
+        state={},
+    )
+    return run, ApprovalRequest.objects.get(id=approval_id)
+
+
+def _action(client, model: str, action: str, pk: str):
+    return client.post(
+        f"/admin/sessions_app/{model}/",
+        {"action": action, "_selected_action": [pk], "index": 0},
+    )
+
+
+@pytest.mark.parametrize("action", ["approve", "deny"])
+def test_view_only_staff_cannot_decide(user, django_user_model, no_enqueue, action):
+    """A staff user with view permission only: the action is refused, the gate stays pending."""
+    _, approval = _parked(user)
+    viewer = _staff(django_user_model, "viewer", "view_approvalrequest")
+    page = viewer.get("/admin/sessions_app/approvalrequest/")
+    assert page.status_code == 200 and b'value="approve"' not in page.content
+    _action(viewer, "approvalrequest", action, approval.id)
+    assert ApprovalRequest.objects.get(id=approval.id).status == "pending"
+
+
+def test_staff_with_change_permission_decides(user, django_user_model, no_enqueue):
+    """With the change permission the admin action decides the gate, as that user."""
+    _, approval = _parked(user)
+    editor = _staff(django_user_model, "editor", "view_approvalrequest", "change_approvalrequest")
+    _action(editor, "approvalrequest", "approve", approval.id)
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("approved", "editor")
+
+
+def test_view_only_staff_cannot_cancel_runs(user, django_user_model, no_enqueue):
+    """Cancel needs the run change permission; with view only the run goes on."""
+    session = create_session(user)
+    sent = runs.submit_message(session.id, "m1", "/stream 10 0")
+    viewer = _staff(django_user_model, "viewer", "view_run")
+    _action(viewer, "run", "cancel_runs", sent.run_id)
+    assert Run.objects.get(id=sent.run_id).status == "running"
+    editor = _staff(django_user_model, "editor", "view_run", "change_run")
+    _action(editor, "run", "cancel_runs", sent.run_id)
+    assert Run.objects.get(id=sent.run_id).stop_reason == "cancelled"
