@@ -184,6 +184,11 @@ OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 OPENAI_MODEL = os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
 
+# A socket checks the session's head this long after its last live event, and
+# this often while idle, to refill a publication lost at the end of a burst.
+AGENT_TAIL_SETTLE_SECONDS = float(os.environ.get("AGENT_TAIL_SETTLE_SECONDS", "1"))
+AGENT_TAIL_PROBE_SECONDS = float(os.environ.get("AGENT_TAIL_PROBE_SECONDS", "30"))
+
 # Test hooks in the browser client (fault injection); never on in production.
 AGENT_TEST_HOOKS = _env_bool("AGENT_TEST_HOOKS", False)
 

@@ -13,6 +13,11 @@ what is at or below the last sent seq and refills any hole from the log (a
 hole means a publication was lost or overtaken: seqs commit in order, so the
 missing events are already readable). In the steady state a live event costs
 no database query.
+
+A publication lost at the *end* of a burst leaves no later event to reveal the
+hole, so each socket checks the tail: ``AGENT_TAIL_SETTLE_SECONDS`` after the
+last live event (and every ``AGENT_TAIL_PROBE_SECONDS`` while idle) it reads
+the session's head once and refills up to it if it is behind.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 
 from . import fanout
 from . import protocol as p
@@ -54,6 +60,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.pending_presence: dict[str, Any] | None = None
         self.last_ack = 0
         self.bucket = p.TokenBucket()
+        # One sender at a time: live delivery, sync and the tail check all
+        # move last_sent, and the tail check runs outside the message loop.
+        self.send_lock = asyncio.Lock()
+        self.tail_timer: asyncio.TimerHandle | None = None
+        self.tail_task: asyncio.Task | None = None
+        self.last_live = 0.0
         await self.accept()
         if self.user is None or not self.user.is_authenticated:
             await self._close(p.CLOSE_NOT_AUTHENTICATED)
@@ -81,6 +93,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             deadline.cancel()
         if self.replay_task is not None:
             self.replay_task.cancel()
+        if self.tail_timer is not None:
+            self.tail_timer.cancel()
+        if self.tail_task is not None:
+            self.tail_task.cancel()
         if self.session_id is not None:
             await self.channel_layer.group_discard(
                 fanout.group_name(self.session_id), self.channel_name
@@ -298,10 +314,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
         head = await db.head_of(self.session_id)
         if head is None:
             raise p.FrameError(p.E_NOT_FOUND, "this session no longer exists", rid)
-        await self._send({"type": p.SYNC_OK, "request_id": rid, "after": after, "head": head})
-        # The client asked for these, so they may repeat what it already has.
-        await self._send_range(after, head)
-        self.last_sent = max(self.last_sent, head)
+        async with self.send_lock:
+            await self._send({"type": p.SYNC_OK, "request_id": rid, "after": after, "head": head})
+            # The client asked for these, so they may repeat what it already has.
+            await self._send_range(after, head)
+            self.last_sent = max(self.last_sent, head)
 
     # --- outgoing events -------------------------------------------------
 
@@ -319,6 +336,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 for message in sorted(buffered, key=lambda m: m["seq"]):
                     await self._deliver(message)
             self.replaying = False
+            self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
             await db.presence(self.session_id)
             if self.pending_presence is not None:
                 presence, self.pending_presence = self.pending_presence, None
@@ -349,14 +367,62 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await self._deliver(message)
 
     async def _deliver(self, message: dict[str, Any]) -> None:
-        seq = message["seq"]
-        if seq <= self.last_sent or self.closing:
+        async with self.send_lock:
+            seq = message["seq"]
+            if seq <= self.last_sent or self.closing:
+                return
+            if seq > self.last_sent + 1:
+                # A hole: a publication was lost (a full channel) or overtaken.
+                await self._send_range(self.last_sent, seq - 1)
+            await self.send(text_data=message["text"])
+            self.last_sent = seq
+        self.last_live = asyncio.get_running_loop().time()
+        self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
+
+    # --- the tail check ----------------------------------------------------
+
+    def _arm_tail_check(self, delay: float) -> None:
+        """Check the head ``delay`` seconds from now, unless a check is due sooner."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay
+        if self.tail_timer is not None:
+            if self.tail_timer.when() <= due:
+                return
+            self.tail_timer.cancel()
+        self.tail_timer = loop.call_at(due, self._tail_due)
+
+    def _tail_due(self) -> None:
+        self.tail_timer = None
+        if self.closing or self.session_id is None:
             return
-        if seq > self.last_sent + 1:
-            # A hole: a publication was lost (a full channel) or overtaken.
-            await self._send_range(self.last_sent, seq - 1)
-        await self.send(text_data=message["text"])
-        self.last_sent = seq
+        settle = settings.AGENT_TAIL_SETTLE_SECONDS
+        quiet = asyncio.get_running_loop().time() - self.last_live
+        if self.replaying or quiet < settle:
+            self._arm_tail_check(max(settle - quiet, 0.05))
+            return
+        if self.tail_task is None or self.tail_task.done():
+            self.tail_task = asyncio.ensure_future(self._check_tail())
+
+    async def _check_tail(self) -> None:
+        """Refill events that were committed but whose publication never came."""
+        try:
+            async with self.send_lock:
+                head = await db.head_of(self.session_id)
+                if head is not None and head > self.last_sent and not self.closing:
+                    log.info(
+                        "connection %s: refilling %s..%s after a lost publication",
+                        self.connection_id,
+                        self.last_sent + 1,
+                        head,
+                    )
+                    await self._send_range(self.last_sent, head)
+                    self.last_sent = max(self.last_sent, head)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("connection %s: tail check failed", self.connection_id)
+        if not self.closing:
+            self._arm_tail_check(settings.AGENT_TAIL_PROBE_SECONDS)
 
     async def session_presence(self, message: dict[str, Any]) -> None:
         if message.get("session_id") != self.session_id or self.session_id is None:

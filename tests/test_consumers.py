@@ -361,3 +361,55 @@ async def test_huge_cursors_are_refused_cleanly(server, cookie, user):
     assert err["code"] == "bad_frame"
     assert (await c.request({"type": "ping"}))["type"] == "pong"
     await c.close()
+
+
+def _append_unpublished(session_id: str, kind: str, data: dict) -> int:
+    """Commit an event whose publication is lost: written like append_events, never
+    published (what a full channel or a Redis error does to the last event of a burst)."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    with transaction.atomic():
+        session = AgentSession.objects.select_for_update().get(id=session_id)
+        seq = session.head + 1
+        AgentSession.objects.filter(id=session_id).update(head=seq)
+        Event.objects.create(
+            session_id=session_id, seq=seq, kind=kind, data=data, created_at=timezone.now()
+        )
+    return seq
+
+
+async def test_lost_publication_at_the_end_of_a_burst_is_refilled(server, cookie, user):
+    """The last event of a burst whose publication was lost reaches the quiet socket
+    by the tail check, in order, once."""
+    c = await _connect(server, cookie)
+    ok = await c.start()
+    sid = ok["session_id"]
+    await c.request({"type": "send", "client_message_id": "m", "text": "/stream 5 0"})
+    await c.wait_event(lambda f: f["kind"] == "run.finished")
+    lost = await asyncio.to_thread(_append_unpublished, sid, "assistant.message", {"text": "x"})
+    got = await c.wait_event(lambda f: f["seq"] == lost, timeout=10)
+    assert got["kind"] == "assistant.message"
+    assert c.seqs() == list(range(1, lost + 1))
+    await c.close()
+
+
+async def test_idle_socket_probe_refills_a_lone_lost_event(
+    cookie, user, tmp_path, transactional_db
+):
+    """A socket that saw no live event still learns of a lost one by its idle probe."""
+    from tests.harness import Daphne
+
+    daphne = Daphne(tmp_path, AGENT_TAIL_SETTLE_SECONDS="0.2", AGENT_TAIL_PROBE_SECONDS="0.5")
+    daphne.start()
+    try:
+        s = create_session(user)
+        c = await _connect(daphne, cookie)
+        await c.resume(s.id, 1, epoch=s.epoch)
+        await c.wait(lambda f: f["type"] == "presence")
+        lost = await asyncio.to_thread(_append_unpublished, s.id, "approval.decided", {})
+        got = await c.wait_event(lambda f: f["seq"] == lost, timeout=10)
+        assert got["kind"] == "approval.decided" and c.seqs() == [lost]
+        await c.close()
+    finally:
+        daphne.stop()
