@@ -1,7 +1,9 @@
 """ASGI entry point: HTTP through Django, WebSockets through the session consumer.
 
-The upgrade is refused (403) unless its Origin's host is in ALLOWED_HOSTS (a
-missing Origin included); the user is the one of the session cookie.
+The upgrade is refused (403) unless its Origin is this site's own origin
+(scheme, host and port) or in CSRF_TRUSTED_ORIGINS (a missing Origin
+included; see ``sessions_app.security``); the user is the one of the session
+cookie.
 """
 
 import os
@@ -13,7 +15,6 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
@@ -22,6 +23,7 @@ from sessions_app.routing import (  # noqa: E402
     install_graceful_shutdown,
     websocket_urlpatterns,
 )
+from sessions_app.security import SameOriginValidator  # noqa: E402
 
 if settings.DEBUG or settings.SERVE_STATIC:
     # Plain daphne serves no static files; in production a proxy usually does.
@@ -31,9 +33,7 @@ application = RuntimeStarter(
     ProtocolTypeRouter(
         {
             "http": django_asgi_app,
-            "websocket": AllowedHostsOriginValidator(
-                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-            ),
+            "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
         }
     )
 )

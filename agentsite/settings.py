@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
-from django.core.management.utils import get_random_secret_key
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("AGENT_VAR_DIR", BASE_DIR / "var"))
@@ -31,19 +31,20 @@ def _env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-DEBUG = _env_bool("DEBUG", "SECRET_KEY" not in os.environ)
+# Off unless asked for: ./scripts/run asks for it (and binds loopback).
+DEBUG = _env_bool("DEBUG", False)
 
-if "SECRET_KEY" in os.environ:
+# SECRET_KEY from the environment, or the file ./scripts/run creates (0600)
+# for development. Importing the settings writes no file.
+if os.environ.get("SECRET_KEY"):
     SECRET_KEY = os.environ["SECRET_KEY"]
-elif DEBUG:
-    # A development key that survives restarts, so logins survive them too.
-    _key_file = VAR_DIR / "secret_key"
-    if not _key_file.exists():
-        VAR_DIR.mkdir(parents=True, exist_ok=True)
-        _key_file.write_text(get_random_secret_key())
-    SECRET_KEY = _key_file.read_text().strip()
+elif (VAR_DIR / "secret_key").is_file():
+    SECRET_KEY = (VAR_DIR / "secret_key").read_text().strip()
 else:
-    raise RuntimeError("SECRET_KEY must be set when DEBUG is off")
+    raise ImproperlyConfigured(
+        f"SECRET_KEY is not set and {VAR_DIR / 'secret_key'} does not exist: "
+        "set SECRET_KEY (production) or start the app once with ./scripts/run"
+    )
 
 ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -96,13 +97,17 @@ ASGI_APPLICATION = "agentsite.asgi.application"
 # --- Database ---------------------------------------------------------------
 
 _sqlite_default = f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
+# Persistent connections (checked before reuse): a server process sends all
+# its database work through one thread, and opening a PostgreSQL connection
+# per query would cost more than the query.
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", _sqlite_default), conn_max_age=0
+        os.environ.get("DATABASE_URL", _sqlite_default),
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES["default"]["OPTIONS"] = {
         # IMMEDIATE: a writer takes the lock when it begins, so two appenders
         # queue on the busy timeout instead of deadlocking on a lock upgrade.
@@ -212,8 +217,9 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
-# Let the ASGI app serve /static/ itself (always on with DEBUG).
-SERVE_STATIC = _env_bool("SERVE_STATIC", False)
+# The ASGI app serves /static/ itself unless SERVE_STATIC=0 (a proxy serves
+# the collected files from STATIC_ROOT instead).
+SERVE_STATIC = _env_bool("SERVE_STATIC", True)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -222,13 +228,19 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
 }
 
-if not DEBUG:
+# HTTPS=1 when the site is served over HTTPS (directly or behind a proxy):
+# redirects, secure cookies, HSTS. Off by default so that the loopback demo
+# and the tests work over plain HTTP; `manage.py check --deploy` warns.
+if _env_bool("HTTPS", False):
     SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", True)
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
+# Trust X-Forwarded-Proto only behind a proxy that sets it (and strips what
+# clients send): otherwise any client could claim HTTPS.
+if _env_bool("TRUST_X_FORWARDED_PROTO", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 LOGGING = {

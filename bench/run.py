@@ -29,6 +29,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
 if "DATABASE_URL" not in os.environ:
     os.environ["AGENT_VAR_DIR"] = tempfile.mkdtemp(prefix="agent-bench-")
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+# A throwaway key: the bench signs nothing that outlives it.
+os.environ.setdefault("SECRET_KEY", "bench-" + os.urandom(16).hex())
 
 import django  # noqa: E402
 

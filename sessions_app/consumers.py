@@ -23,6 +23,7 @@ the session's head once and refills up to it if it is behind.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -406,17 +407,20 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def _check_tail(self) -> None:
         """Refill events that were committed but whose publication never came."""
         try:
-            async with self.send_lock:
-                head = await db.head_of(self.session_id)
-                if head is not None and head > self.last_sent and not self.closing:
-                    log.info(
-                        "connection %s: refilling %s..%s after a lost publication",
-                        self.connection_id,
-                        self.last_sent + 1,
-                        head,
-                    )
-                    await self._send_range(self.last_sent, head)
-                    self.last_sent = max(self.last_sent, head)
+            # Read without the lock: live delivery goes on meanwhile, and most
+            # checks find nothing missing.
+            head = await db.head_of(self.session_id)
+            if head is not None and head > self.last_sent and not self.closing:
+                async with self.send_lock:
+                    if head > self.last_sent:
+                        log.info(
+                            "connection %s: refilling %s..%s after a lost publication",
+                            self.connection_id,
+                            self.last_sent + 1,
+                            head,
+                        )
+                        await self._send_range(self.last_sent, head)
+                        self.last_sent = max(self.last_sent, head)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -444,7 +448,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _send(self, frame: dict[str, Any]) -> None:
         if not self.closing:
-            await self.send(text_data=_dumps(frame))
+            text = _dumps(frame)
+            if not p.is_unicode(text):
+                # Something echoed a lone surrogate: escape it (still valid JSON)
+                # rather than fail in the server's UTF-8 encoder.
+                text = json.dumps(frame, separators=(",", ":"))
+            await self.send(text_data=text)
 
 
 _HANDLERS = {

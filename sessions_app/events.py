@@ -11,6 +11,7 @@ event that could still roll back.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC
@@ -20,13 +21,22 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from . import fanout
-from .exceptions import SessionGone
+from .exceptions import RunAborted, SessionGone
 from .models import Event
-from .runtime.leases import renew_one
 
 _BUMP_HEAD = (
     "UPDATE sessions_app_agentsession SET head = head + %s, updated_at = %s "
     "WHERE id = %s RETURNING head"
+)
+# Checked in a statement of its own after the head bump took the session row's
+# lock: under READ COMMITTED each statement sees what committed before it, so
+# a cancel or takeover (which lock the session row first) is either seen here
+# or waits for this append to commit. A read, not an update: the lease keeper
+# renews leases, so appends and renewals never wait for each other's row locks.
+_HELD = "SELECT 1 FROM sessions_app_run WHERE id = %s AND status = 'running' AND worker = %s"
+_INSERT = (
+    "INSERT INTO sessions_app_event (session_id, seq, kind, run_id, data, created_at) "
+    "VALUES (%s, %s, %s, %s, %s, %s)"
 )
 
 
@@ -86,19 +96,29 @@ def append_events(
     if not new:
         return []
     now = timezone.now()
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    payloads = [json.dumps(item.data, separators=(",", ":")) for item in new]
     with transaction.atomic():
-        # The session row first, the run row second: the same lock order as
-        # every run transition, so a cancel and a streaming worker never deadlock.
+        # The session row first, the run second: the same lock order as every
+        # run transition, so a cancel and a streaming worker never deadlock.
         with connection.cursor() as cursor:
-            cursor.execute(_BUMP_HEAD, [len(new), now, session_id])
+            cursor.execute(_BUMP_HEAD, [len(new), stamp, session_id])
             row = cursor.fetchone()
-        if row is None:
-            raise SessionGone(session_id)
-        if guard is not None:
-            # Under the session lock: a cancel or a takeover either committed
-            # before (and this append fails) or waits for this one.
-            renew_one(guard.run_id, guard.worker)
-        first = row[0] - len(new) + 1
+            if row is None:
+                raise SessionGone(session_id)
+            if guard is not None:
+                cursor.execute(_HELD, [guard.run_id, guard.worker])
+                if cursor.fetchone() is None:
+                    raise RunAborted(guard.run_id)
+            first = row[0] - len(new) + 1
+            # Raw rows: one statement per batch, no model instances to build.
+            cursor.executemany(
+                _INSERT,
+                [
+                    (session_id, first + i, item.kind, item.run_id, payload, stamp)
+                    for i, (item, payload) in enumerate(zip(new, payloads, strict=True))
+                ],
+            )
         events = [
             Event(
                 session_id=session_id,
@@ -110,7 +130,6 @@ def append_events(
             )
             for i, item in enumerate(new)
         ]
-        Event.objects.bulk_create(events)
         frames = [event_frame(e) for e in events]
         transaction.on_commit(lambda: _publish(session_id, frames))
     return events

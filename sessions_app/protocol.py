@@ -133,11 +133,25 @@ def decode(text: str | None, binary: bytes | None) -> dict[str, Any]:
     return frame
 
 
+def is_unicode(value: str) -> bool:
+    """Is ``value`` valid Unicode? JSON can carry a lone surrogate (``"\\ud800"``),
+    which no UTF-8 text (a reply, a database row) can hold."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _safe_request_id(value: Any) -> Any:
     """Echo a request id only if it is a short string or an integer."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int) or (isinstance(value, str) and len(value) <= MAX_ID_CHARS):
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and len(value) <= MAX_ID_CHARS and is_unicode(value):
         return value
     return None
 
@@ -177,6 +191,8 @@ def _string(
             f"'{name}' must be a non-empty string of at most {max_len} characters",
             request_id_of(frame),
         )
+    if not is_unicode(value):
+        raise FrameError(E_BAD_FRAME, f"'{name}' is not valid Unicode", request_id_of(frame))
     return value
 
 
@@ -235,9 +251,11 @@ def parse_start(frame: dict[str, Any]) -> Start:
     title = frame.get("title")
     if title is None:
         title = ""
-    if not isinstance(title, str) or len(title) > MAX_TITLE_CHARS:
+    if not isinstance(title, str) or len(title) > MAX_TITLE_CHARS or not is_unicode(title):
         raise FrameError(
-            E_BAD_FRAME, f"'title' must be a string of at most {MAX_TITLE_CHARS} characters", rid
+            E_BAD_FRAME,
+            f"'title' must be a Unicode string of at most {MAX_TITLE_CHARS} characters",
+            rid,
         )
     return Start(request_id=rid, tab_id=tab_id, title=title.strip())
 
@@ -255,7 +273,7 @@ def parse_resume(frame: dict[str, Any]) -> Resume:
         epoch = frame.get("epoch")
         if after > 0:
             _string(frame, "epoch")
-        elif epoch is not None and not isinstance(epoch, str):
+        elif epoch is not None and (not isinstance(epoch, str) or not is_unicode(epoch)):
             raise FrameError(E_BAD_FRAME, "'epoch' must be a string")
     except FrameError as exc:
         raise Rejection(R_BAD_REQUEST, exc.message) from None
@@ -291,8 +309,8 @@ def parse_send(frame: dict[str, Any]) -> Send:
     rid = check_request_id(frame)
     cmid = _string(frame, "client_message_id")
     text = frame.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise FrameError(E_BAD_FRAME, "'text' must be a non-empty string", rid)
+    if not isinstance(text, str) or not text.strip() or not is_unicode(text):
+        raise FrameError(E_BAD_FRAME, "'text' must be a non-empty Unicode string", rid)
     if len(text) > MAX_TEXT_CHARS:
         raise FrameError(E_TOO_LARGE, f"'text' is longer than {MAX_TEXT_CHARS:,} characters", rid)
     return Send(request_id=rid, client_message_id=cmid, text=text)

@@ -223,7 +223,11 @@ class WsClient:
         self.closed_code: int | None = None
 
     @classmethod
-    async def connect(cls, url: str, cookie: str | None, origin: str = "http://127.0.0.1"):
+    async def connect(cls, url: str, cookie: str | None, origin: str | None = None):
+        """Open a socket to ``url`` with ``cookie``, from the server's own origin
+        (``http://host:port`` of the URL) unless ``origin`` says otherwise."""
+        if origin is None:
+            origin = "http" + url.removeprefix("ws").split("/ws/", 1)[0]
         headers = {"Cookie": cookie} if cookie else {}
         ws = await websockets.connect(
             url, origin=origin, additional_headers=headers, max_size=2**24, ping_interval=None

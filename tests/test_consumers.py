@@ -112,12 +112,32 @@ async def test_not_logged_in_closes_4401(server):
     assert await c.wait_closed() == 4401
 
 
-@pytest.mark.parametrize("origin", ["http://evil.example", None])
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://evil.example",
+        None,
+        "null",
+        "http://127.0.0.1",  # the right host on another port
+        "http://127.0.0.1:1",
+        "https://127.0.0.1:PORT",  # the right host and port, another scheme
+        "http://localhost:PORT",  # an allowed host, but not the one asked for
+    ],
+)
 async def test_origin_checked_at_upgrade(server, cookie, origin):
-    """A foreign or missing Origin is refused at the upgrade with HTTP 403."""
+    """Only this site's own origin (scheme, host and port) may open a socket: anything
+    else, a missing Origin included, is refused at the upgrade with HTTP 403."""
+    if origin:
+        origin = origin.replace("PORT", str(server.port))
     with pytest.raises(websockets.InvalidStatus) as info:
         await websockets.connect(server.ws, origin=origin, additional_headers={"Cookie": cookie})
     assert info.value.response.status_code == 403
+    own = await websockets.connect(
+        server.ws,
+        origin=f"http://127.0.0.1:{server.port}",
+        additional_headers={"Cookie": cookie},
+    )
+    await own.close()
 
 
 async def test_resume_replays_after_cursor_then_live(server, cookie, user):
@@ -210,6 +230,12 @@ BAD_FRAMES = [
     ('{"type":"sync","after":-2}', "bad_frame"),
     ('{"type":"resume","protocol":1,"session_id":"x","after":0}', "bad_frame"),
     ('{"type":"ping","request_id":{"a":1}}', "bad_frame"),
+    # Lone surrogates: valid JSON, not valid Unicode.
+    ('{"type":"send","client_message_id":"m","text":"a\\ud800b"}', "bad_frame"),
+    ('{"type":"send","client_message_id":"\\udfff","text":"hi"}', "bad_frame"),
+    ('{"type":"decide","approval_id":"\\ud800","decision":"approve"}', "bad_frame"),
+    ('{"type":"ping","request_id":"\\ud800"}', "bad_frame"),
+    ('{"type":"\\ud800"}', "unknown_type"),
 ]
 
 
@@ -223,6 +249,33 @@ async def test_bad_frames_get_error_and_socket_lives(server, cookie, raw, code):
     assert err["code"] == code, err
     pong = await c.request({"type": "ping"})
     assert pong["type"] == "pong"
+    await c.close()
+
+
+@pytest.mark.parametrize(
+    "raw, reply_type",
+    [
+        ('{"type":"start","protocol":1,"title":"\\ud800"}', "error"),
+        ('{"type":"start","protocol":1,"tab_id":"t\\udc00"}', "error"),
+        ('{"type":"resume","protocol":1,"session_id":"\\ud800","after":0}', "resume_rejected"),
+        (
+            '{"type":"resume","protocol":1,"session_id":"s","after":0,"tab_id":"\\ud800"}',
+            "resume_rejected",
+        ),
+    ],
+)
+async def test_lone_surrogates_in_a_handshake_are_refused_and_socket_lives(
+    server, cookie, raw, reply_type
+):
+    """A handshake with a string that is not valid Unicode gets bad_frame/bad_request;
+    the socket stays open for a good handshake."""
+    c = await _connect(server, cookie)
+    await c.send_raw(raw)
+    reply = await c.wait(lambda f: f["type"] in ("error", "resume_rejected"))
+    assert reply["type"] == reply_type
+    assert reply.get("code", reply.get("reason")) in ("bad_frame", "bad_request"), reply
+    ok = await c.start()
+    assert ok["type"] == "start_ok"
     await c.close()
 
 

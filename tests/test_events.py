@@ -123,3 +123,27 @@ def test_purge_sets_earliest_and_keeps_the_rest(user):
     s.refresh_from_db()
     assert s.earliest == 7 and s.head == 10
     assert [e.seq for e in read_events(s.id, 0)] == [7, 8, 9, 10]
+
+
+def test_guarded_append_refuses_once_the_run_is_not_held(user, monkeypatch):
+    """An append under a RunGuard succeeds while the worker holds the run and raises
+    RunAborted, appending nothing, once it was cancelled or taken over."""
+    from sessions_app.events import RunGuard
+    from sessions_app.exceptions import RunAborted
+    from sessions_app.runtime import leases, runs
+
+    monkeypatch.setattr(runs, "enqueue", lambda run_id: None)
+    s = create_session(user)
+    run_id = runs.submit_message(s.id, "m1", "/stream 1 0").run_id
+    assert leases.claim(run_id, "me")
+    guard = RunGuard(run_id, "me")
+    ev = append_event(s.id, "assistant.delta", {"text": "a"}, run_id, guard=guard)
+    with pytest.raises(RunAborted):
+        append_event(s.id, "assistant.delta", {"text": "b"}, run_id, guard=RunGuard(run_id, "x"))
+    runs.cancel(run_id, "alice")
+    head = AgentSession.objects.get(id=s.id).head
+    with pytest.raises(RunAborted):
+        append_event(s.id, "assistant.delta", {"text": "c"}, run_id, guard=guard)
+    assert AgentSession.objects.get(id=s.id).head == head
+    texts = [e.data.get("text") for e in read_events(s.id, 0) if e.kind == "assistant.delta"]
+    assert texts == ["a"] and ev.seq == 4

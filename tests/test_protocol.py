@@ -88,3 +88,26 @@ def test_token_bucket_allows_burst_then_rate():
         t += 1 / 30
         assert bucket.take(t)
     assert not bucket.take(t)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        {"type": "send", "client_message_id": "m", "text": "a\ud800"},
+        {"type": "send", "client_message_id": "\udfff", "text": "hi"},
+        {"type": "decide", "approval_id": "\ud800", "decision": "deny"},
+        {"type": "cancel", "run_id": "r\udc00"},
+    ],
+)
+def test_lone_surrogates_are_bad_frames(frame):
+    """Strings that are not valid Unicode are refused as bad_frame by the parsers."""
+    parse = {"send": p.parse_send, "decide": p.parse_decide, "cancel": p.parse_cancel}
+    with pytest.raises(p.FrameError) as err:
+        parse[frame["type"]](frame)
+    assert err.value.code == p.E_BAD_FRAME
+
+
+def test_surrogate_pairs_are_fine():
+    """A proper pair (an emoji written as two escapes) is valid text."""
+    frame = p.decode('{"type":"send","client_message_id":"m","text":"\\ud83d\\ude00"}', None)
+    assert p.parse_send(frame).text == "\U0001f600"

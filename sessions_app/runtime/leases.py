@@ -23,7 +23,6 @@ from django.db import close_old_connections
 from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 
-from ..exceptions import RunAborted
 from ..models import Run
 
 log = logging.getLogger(__name__)
@@ -60,15 +59,6 @@ def renew(run_ids: Iterable[str], worker: str) -> set[str]:
     # lost; one lost before the update is not renewed and reported lost.
     held.update(lease_expires_at=expires_in())
     return set(held.values_list("id", flat=True))
-
-
-def renew_one(run_id: str, worker: str) -> None:
-    """Renew one lease inside the caller's transaction, or raise ``RunAborted``."""
-    updated = Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker).update(
-        lease_expires_at=expires_in()
-    )
-    if not updated:
-        raise RunAborted(run_id)
 
 
 class LeaseKeeper(threading.Thread):

@@ -110,7 +110,8 @@ def workspace_for(session_id: str) -> Path:
     if not isinstance(session_id, str) or not _SESSION_ID_RE.fullmatch(session_id):
         raise ValueError("invalid session id")
     path = Path(settings.AGENT_WORKSPACES) / session_id
-    path.mkdir(parents=True, exist_ok=True)
+    # Other local users have no business reading a session's files.
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
 
 

@@ -1,5 +1,6 @@
 """Create (once) the demo user and print how to log in."""
 
+import os
 import secrets
 
 from django.conf import settings
@@ -15,8 +16,11 @@ class Command(BaseCommand):
         # different on every machine.
         path = settings.VAR_DIR / "demo_password"
         if not path.exists():
-            settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
-            path.write_text(secrets.token_urlsafe(9))
+            settings.VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # A superuser's password: readable by this user only.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(9))
         password = path.read_text().strip()
         User = get_user_model()
         user, created = User.objects.get_or_create(
@@ -25,8 +29,6 @@ class Command(BaseCommand):
         if created or not user.check_password(password):
             user.set_password(password)
             user.save()
-        import os
-
         port = os.environ.get("PORT", "8000")
         self.stdout.write(
             f"\n  Open http://127.0.0.1:{port}/ and log in as  demo / {password}\n"

@@ -1,0 +1,76 @@
+"""The WebSocket upgrade's Origin check: same scheme, host and port, as CSRF.
+
+Browsers send cookies with a WebSocket upgrade whatever page opened it, so the
+Origin header is what stops another site (or another service on this host, on
+another port) from opening sockets as the user. An upgrade is accepted only
+when its Origin is exactly this site's own origin (the scheme the browser
+used, the Host it asked for, that host allowed by ``ALLOWED_HOSTS``), or is
+listed in ``CSRF_TRUSTED_ORIGINS``: the rule Django's CSRF check applies to
+unsafe requests. Anything else, a missing Origin included, is refused with 403.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from channels.security.websocket import WebsocketDenier
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
+
+
+def _header(scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin1")
+    return None
+
+
+def _browser_scheme(scope) -> str:
+    """http or https: what the page that opened this socket was served with."""
+    secure = scope.get("scheme") == "wss"
+    proxy = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    if proxy:
+        # "HTTP_X_FORWARDED_PROTO" -> b"x-forwarded-proto"
+        name = proxy[0].removeprefix("HTTP_").lower().replace("_", "-").encode()
+        forwarded = _header(scope, name)
+        if forwarded is not None:
+            secure = forwarded.split(",")[0].strip() == proxy[1]
+    return "https" if secure else "http"
+
+
+def origin_allowed(scope) -> bool:
+    """Is this upgrade's Origin this site's own, or a trusted one?"""
+    origin = _header(scope, b"origin")
+    if not origin or origin == "null":
+        return False
+    if origin in settings.CSRF_TRUSTED_ORIGINS:
+        return True
+    host = _header(scope, b"host")
+    if not host:
+        return False
+    domain, _ = split_domain_port(host)
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return False
+    parts = urlsplit(origin)
+    expected = urlsplit(f"{_browser_scheme(scope)}://{host}")
+    try:
+        return (parts.scheme, parts.hostname, parts.port) == (
+            expected.scheme,
+            expected.hostname,
+            expected.port,
+        )
+    except ValueError:  # a port that is not a number
+        return False
+
+
+class SameOriginValidator:
+    """ASGI middleware: refuse (403) WebSocket upgrades from any other origin."""
+
+    def __init__(self, application):
+        self.application = application
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "websocket" and not origin_allowed(scope):
+            denier = WebsocketDenier()
+            return await denier(scope, receive, send)
+        return await self.application(scope, receive, send)

@@ -1,0 +1,73 @@
+"""Settings: safe by default, nothing written on import, secrets kept private."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+from django.core.management import call_command
+
+from tests.harness import ROOT
+
+
+def _settings_value(tmp_path, expr: str, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG", "HTTPS")}
+    base.update(AGENT_VAR_DIR=str(tmp_path / "var"), DJANGO_SETTINGS_MODULE="agentsite.settings")
+    base.update(env)
+    code = f"import django; django.setup(); from django.conf import settings; print({expr})"
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=base, capture_output=True, text=True
+    )
+
+
+def test_debug_is_off_unless_asked_for(tmp_path):
+    """No DEBUG in the environment means DEBUG off, whether or not SECRET_KEY is set."""
+    out = _settings_value(tmp_path, "settings.DEBUG", SECRET_KEY="k" * 50)
+    assert out.stdout.strip() == "False", out.stderr
+    out = _settings_value(tmp_path, "settings.DEBUG", SECRET_KEY="k" * 50, DEBUG="1")
+    assert out.stdout.strip() == "True", out.stderr
+
+
+def test_no_secret_key_is_a_clear_error_and_writes_nothing(tmp_path):
+    """Without SECRET_KEY or the key file, start-up fails saying what to do; the
+    import creates no file or directory."""
+    out = _settings_value(tmp_path, "settings.SECRET_KEY")
+    assert out.returncode != 0
+    assert "SECRET_KEY is not set" in out.stderr and "./scripts/run" in out.stderr
+    assert not (tmp_path / "var").exists()
+
+
+def test_proxy_header_and_https_only_when_configured(tmp_path):
+    """X-Forwarded-Proto is trusted only with TRUST_X_FORWARDED_PROTO=1; secure
+    cookies and redirects only with HTTPS=1."""
+    expr = (
+        "getattr(settings, 'SECURE_PROXY_SSL_HEADER', None), "
+        "settings.SESSION_COOKIE_SECURE, settings.SECURE_SSL_REDIRECT"
+    )
+    out = _settings_value(tmp_path, expr, SECRET_KEY="k" * 50)
+    assert out.stdout.strip() == "None False False", out.stderr
+    out = _settings_value(
+        tmp_path, expr, SECRET_KEY="k" * 50, HTTPS="1", TRUST_X_FORWARDED_PROTO="1"
+    )
+    assert out.stdout.strip() == "('HTTP_X_FORWARDED_PROTO', 'https') True True", out.stderr
+
+
+@pytest.mark.django_db
+def test_demo_password_file_is_private(settings, tmp_path):
+    """The demo superuser's password is written 0600."""
+    settings.VAR_DIR = tmp_path / "var"
+    call_command("ensure_demo_user", stdout=open(os.devnull, "w"))  # noqa: SIM115
+    mode = stat.S_IMODE((tmp_path / "var" / "demo_password").stat().st_mode)
+    assert mode == 0o600
+
+
+def test_workspaces_are_private(settings, tmp_path):
+    """A session's workspace directory is 0700."""
+    from sessions_app.runtime.tools import workspace_for
+
+    settings.AGENT_WORKSPACES = tmp_path / "ws"
+    path = workspace_for("s_private")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700
