@@ -26,9 +26,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def one_executor(_shared_server, transactional_db, tmp_path):
     """Start a daphne and, in production, exactly one run worker: every run
-    executes in one process (the shared workers are stopped meanwhile)."""
+    executes in one process. The shared processes are stopped meanwhile (in the
+    embedded profile the shared daphne executes runs and sweeps too)."""
     for worker in getattr(_shared_server, "workers", []):
         worker.kill()
+    embedded = settings.AGENT_RUNNER == "embedded"
+    if embedded:
+        _shared_server.kill()
     procs: list = []
 
     def start(**env):
@@ -43,6 +47,8 @@ def one_executor(_shared_server, transactional_db, tmp_path):
     yield start
     for proc in procs:
         proc.kill()
+    if embedded:
+        _shared_server.restart()
 
 
 async def _sessions(server, cookie, n: int) -> list[tuple[WsClient, str]]:
