@@ -226,6 +226,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "sessions_app.api.exception_handler",
 }
 
 # HTTPS=1 when the site is served over HTTPS (directly or behind a proxy):

@@ -1,25 +1,43 @@
 """REST API (Django REST framework): sessions, their logs, decisions, cancels.
 
 Logged-in users only (session cookie, CSRF on writes); another user's session,
-run or approval is 404, exactly like one that does not exist. Decisions and
-cancels go through the same functions as the socket and the admin.
+run or approval is 404, exactly like one that does not exist: every view's
+``get_queryset`` is filtered by owner, the way ``rest_framework.generics``
+intends. Decisions and cancels go through the same functions as the socket
+and the admin; their domain errors become responses in ``exception_handler``
+(``{"code", "message", ...}`` with the error's HTTP status).
 """
 
 from __future__ import annotations
 
-from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound as Http404
+from rest_framework import generics, serializers, status
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
-from rest_framework.views import APIView
+from rest_framework.views import exception_handler as drf_exception_handler
 
 from . import protocol as p
 from .events import event_frame, read_events
-from .exceptions import AlreadyDecided, NotFound, NotPending
+from .exceptions import SessionError
 from .models import AgentSession, ApprovalRequest, Run
 from .runtime import runs
-from .services import create_session, get_owned_session
+from .services import create_session
 
 MAX_PAGE = 1000
+
+
+def exception_handler(exc, context):
+    """DRF's handler, plus the domain errors with their code and status."""
+    if isinstance(exc, SessionError):
+        return Response(exc.detail(), status=exc.status)
+    return drf_exception_handler(exc, context)
+
+
+class SessionPagination(PageNumberPagination):
+    """Pages of sessions, newest first, with ``next``/``previous`` links."""
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
 
 
 class SessionSerializer(serializers.ModelSerializer):
@@ -42,35 +60,40 @@ class EventsQuerySerializer(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, default=MAX_PAGE)
 
 
-def _owned(request, session_id: str) -> AgentSession:
-    session = get_owned_session(request.user, session_id)
-    if session is None:
-        raise Http404("no such session")
-    return session
+class OwnedSessions:
+    """Views over the requesting user's sessions only."""
+
+    lookup_field = "id"
+    lookup_url_kwarg = "session_id"
+
+    def get_queryset(self):
+        return AgentSession.objects.filter(owner=self.request.user)
 
 
-class SessionList(APIView):
-    def get(self, request):
-        sessions = AgentSession.objects.filter(owner=request.user)[:200]
-        return Response(SessionSerializer(sessions, many=True).data)
+class SessionList(OwnedSessions, generics.ListCreateAPIView):
+    serializer_class = SessionSerializer
+    pagination_class = SessionPagination
 
-    def post(self, request):
+    def get_queryset(self):
+        # A stable order, so pages neither skip nor repeat while sessions change.
+        return super().get_queryset().order_by("-created_at", "id")
+
+    def create(self, request, *args, **kwargs):
         body = CreateSessionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         session = create_session(request.user, body.validated_data.get("title", ""))
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
 
 
-class SessionDetail(APIView):
-    def get(self, request, session_id: str):
-        return Response(SessionSerializer(_owned(request, session_id)).data)
+class SessionDetail(OwnedSessions, generics.RetrieveAPIView):
+    serializer_class = SessionSerializer
 
 
-class SessionEvents(APIView):
+class SessionEvents(OwnedSessions, generics.GenericAPIView):
     """The log after a cursor: ``?after=N&limit=M`` (the same frames as the socket)."""
 
     def get(self, request, session_id: str):
-        session = _owned(request, session_id)
+        session = self.get_object()
         query = EventsQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         events = read_events(
@@ -86,41 +109,29 @@ class SessionEvents(APIView):
         )
 
 
-class ApprovalDecide(APIView):
+class ApprovalDecide(generics.GenericAPIView):
+    serializer_class = DecisionSerializer
+    lookup_url_kwarg = "approval_id"
+
+    def get_queryset(self):
+        return ApprovalRequest.objects.filter(session__owner=self.request.user)
+
     def post(self, request, approval_id: str):
-        body = DecisionSerializer(data=request.data)
+        body = self.get_serializer(data=request.data)
         body.is_valid(raise_exception=True)
-        if not ApprovalRequest.objects.filter(id=approval_id, session__owner=request.user).exists():
-            raise Http404("no such approval")
-        try:
-            approval = runs.decide(
-                approval_id, body.validated_data["decision"], request.user.get_username()
-            )
-        except NotFound:
-            raise Http404("no such approval") from None
-        except AlreadyDecided as exc:
-            return Response(
-                {
-                    "code": p.E_ALREADY_DECIDED,
-                    "decision": exc.decision,
-                    "decided_by": exc.decided_by,
-                },
-                status=status.HTTP_409_CONFLICT,
-            )
-        return Response({"approval_id": approval.id, "decision": body.validated_data["decision"]})
+        approval = self.get_object()
+        decision = body.validated_data["decision"]
+        runs.decide(approval.id, decision, request.user.get_username())
+        return Response({"approval_id": approval.id, "decision": decision})
 
 
-class RunCancel(APIView):
+class RunCancel(generics.GenericAPIView):
+    lookup_url_kwarg = "run_id"
+
+    def get_queryset(self):
+        return Run.objects.filter(session__owner=self.request.user)
+
     def post(self, request, run_id: str):
-        if not Run.objects.filter(id=run_id, session__owner=request.user).exists():
-            raise Http404("no such run")
-        try:
-            runs.cancel(run_id, request.user.get_username())
-        except NotFound:
-            raise Http404("no such run") from None
-        except NotPending:
-            return Response(
-                {"code": p.E_NOT_PENDING, "message": "this run has already finished"},
-                status=status.HTTP_409_CONFLICT,
-            )
-        return Response({"run_id": run_id})
+        run = self.get_object()
+        runs.cancel(run.id, request.user.get_username())
+        return Response({"run_id": run.id})

@@ -34,7 +34,7 @@ from django.conf import settings
 from . import fanout
 from . import protocol as p
 from .events import event_frame, read_events
-from .exceptions import AlreadyDecided, NotFound, NotPending
+from .exceptions import SessionError
 from .identity import worker_id
 
 log = logging.getLogger(__name__)
@@ -128,14 +128,21 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if self.session_id is None:
             await self._receive_handshake(text_data, bytes_data)
             return
+        frame: dict[str, Any] = {}
         try:
             frame = p.decode(text_data, bytes_data)
             await self._dispatch(frame)
         except p.FrameError as exc:
             await self._send(p.error_frame(exc.code, exc.message, exc.request_id))
+        except SessionError as exc:
+            await self._send(error_frame_for(exc, p.request_id_of(frame)))
         except Exception:
             log.exception("connection %s: frame failed", self.connection_id)
-            await self._send(p.error_frame("internal_error", "the server could not handle that"))
+            await self._send(
+                p.error_frame(
+                    p.E_INTERNAL, "the server could not handle that", p.request_id_of(frame)
+                )
+            )
 
     async def _receive_handshake(self, text_data, bytes_data) -> None:
         try:
@@ -253,12 +260,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _on_send(self, frame: dict[str, Any]) -> None:
         send = p.parse_send(frame)
-        try:
-            result = await db.submit(self.session_id, send)
-        except NotFound:
-            raise p.FrameError(
-                p.E_NOT_FOUND, "this session no longer exists", send.request_id
-            ) from None
+        result = await db.submit(self.session_id, send)
         await self._send(
             {
                 "type": p.SEND_OK,
@@ -272,23 +274,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _on_decide(self, frame: dict[str, Any]) -> None:
         decide = p.parse_decide(frame)
-        try:
-            await db.decide(self.session_id, decide, self.user.get_username())
-        except NotFound:
-            raise p.FrameError(
-                p.E_NOT_FOUND, "no such approval in this session", decide.request_id
-            ) from None
-        except AlreadyDecided as exc:
-            await self._send(
-                p.error_frame(
-                    p.E_ALREADY_DECIDED,
-                    f"this approval was already decided: {exc.decision} by {exc.decided_by}",
-                    decide.request_id,
-                    decision=exc.decision,
-                    decided_by=exc.decided_by,
-                )
-            )
-            return
+        await db.decide(self.session_id, decide, self.user.get_username())
         await self._send(
             {
                 "type": p.DECIDE_OK,
@@ -300,12 +286,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _on_cancel(self, frame: dict[str, Any]) -> None:
         rid, run_id = p.parse_cancel(frame)
-        try:
-            await db.cancel(self.session_id, run_id, self.user.get_username())
-        except NotFound:
-            raise p.FrameError(p.E_NOT_FOUND, "no such run in this session", rid) from None
-        except NotPending:
-            raise p.FrameError(p.E_NOT_PENDING, "this run has already finished", rid) from None
+        await db.cancel(self.session_id, run_id, self.user.get_username())
         await self._send({"type": p.CANCEL_OK, "request_id": rid, "run_id": run_id})
 
     async def _on_sync(self, frame: dict[str, Any]) -> None:
@@ -346,7 +327,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             raise
         except Exception:
             log.exception("connection %s: replay failed", self.connection_id)
-            await self._close(1011)
+            await self._close(p.CLOSE_INTERNAL_ERROR)
 
     async def _send_range(self, after: int, upto: int) -> None:
         cursor = after
@@ -456,6 +437,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=text)
 
 
+def error_frame_for(exc: SessionError, request_id: Any) -> dict[str, Any]:
+    """The ``error`` frame reporting a domain error (``already_decided`` carries the
+    standing ``decision`` and ``decided_by``)."""
+    detail = exc.detail()
+    return p.error_frame(detail.pop("code"), detail.pop("message"), request_id, **detail)
+
+
 _HANDLERS = {
     p.PING: SessionConsumer._on_ping,
     p.ACK: SessionConsumer._on_ack,
@@ -489,7 +477,7 @@ class _Db:
         Connection.objects.filter(id=connection_id).update(
             closed_at=timezone.now(),
             close_code=code,
-            clean=code in (1000, 1001, p.CLOSE_SERVICE_RESTART),
+            clean=code in (p.CLOSE_NORMAL, p.CLOSE_GOING_AWAY, p.CLOSE_SERVICE_RESTART),
             last_ack=last_ack or None,
         )
         if presence_for:

@@ -1,4 +1,14 @@
-"""Exceptions the session server and the runtime raise to each other."""
+"""Exceptions the session server and the runtime raise to each other.
+
+The domain errors a client can cause (``SessionError`` and its subclasses)
+carry their protocol error code, a message and an HTTP status, as DRF's
+``APIException`` does: ``consumers.error_frame_for`` turns one into an
+``error`` frame for the socket, ``api.exception_handler`` into a response.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 
 class SessionGone(Exception):
@@ -9,18 +19,51 @@ class RunAborted(Exception):
     """The run was cancelled, finished or taken over: its worker must stop."""
 
 
-class NotFound(Exception):
+class SessionError(Exception):
+    """A request that cannot be done; ``code`` is a protocol error code."""
+
+    code = "bad_frame"
+    status = 400
+    message = "the request cannot be done"
+
+    def __init__(self, message: str | None = None, **extra: Any):
+        super().__init__(message or self.message)
+        if message:
+            self.message = message
+        self.extra = extra
+
+    def detail(self) -> dict[str, Any]:
+        """The error's fields as the socket and the API report them."""
+        return {"code": self.code, "message": self.message, **self.extra}
+
+
+class NotFound(SessionError):
     """A session, run or approval that does not exist for this user and session."""
 
+    code = "not_found"
+    status = 404
+    message = "not found"
 
-class AlreadyDecided(Exception):
+
+class AlreadyDecided(SessionError):
     """An approval whose first decision already stands."""
 
+    code = "already_decided"
+    status = 409
+
     def __init__(self, decision: str, decided_by: str):
-        super().__init__(f"already {decision} by {decided_by}")
+        super().__init__(
+            f"this approval was already decided: {decision} by {decided_by}",
+            decision=decision,
+            decided_by=decided_by,
+        )
         self.decision = decision
         self.decided_by = decided_by
 
 
-class NotPending(Exception):
+class NotPending(SessionError):
     """A run that has already finished."""
+
+    code = "not_pending"
+    status = 409
+    message = "this run has already finished"

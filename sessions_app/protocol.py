@@ -19,6 +19,9 @@ CLOSE_PROTOCOL_VIOLATION = 4400
 CLOSE_NOT_AUTHENTICATED = 4401
 CLOSE_TOO_LARGE = 4413
 CLOSE_RATE_LIMITED = 4429
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
+CLOSE_INTERNAL_ERROR = 1011
 CLOSE_SERVICE_RESTART = 1012
 
 # --- Limits -------------------------------------------------------------------
@@ -55,7 +58,6 @@ PRESENCE = "presence"
 ERROR = "error"
 
 HANDSHAKE_TYPES = (START, RESUME)
-SESSION_TYPES = (ACK, SEND, DECIDE, CANCEL, SYNC, PING)
 
 # --- Error codes ----------------------------------------------------------------
 E_BAD_JSON = "bad_json"
@@ -66,6 +68,7 @@ E_NOT_FOUND = "not_found"
 E_ALREADY_DECIDED = "already_decided"
 E_NOT_PENDING = "not_pending"
 E_TOO_LARGE = "too_large"
+E_INTERNAL = "internal_error"
 
 # --- Resume rejection reasons (checked in this order) ---------------------------
 R_UNSUPPORTED_PROTOCOL = "unsupported_protocol"

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from sessions_app.events import append_event
-from sessions_app.models import AgentSession
+from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.services import create_session
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +36,7 @@ def test_list_and_create_sessions(client_for, user, other_user):
     made = c.post("/api/sessions/", {"title": "mine"}, content_type="application/json")
     assert made.status_code == 201 and made.json()["head"] == 1
     listed = c.get("/api/sessions/").json()
-    assert [s["title"] for s in listed] == ["mine"]
+    assert [s["title"] for s in listed["results"]] == ["mine"] and listed["count"] == 1
 
 
 def test_csrf_is_enforced_on_api_writes(client_for, user):
@@ -57,19 +57,101 @@ def test_events_after_cursor(client_for, user):
     assert bad.status_code == 400
 
 
-def test_other_users_objects_are_404(client_for, user, other_user):
-    """Another user's session, approval or run is 404, like a missing one."""
-    s = create_session(other_user)
+@pytest.fixture
+def no_enqueue(monkeypatch):
+    from sessions_app.runtime import runs
+
+    queued: list[str] = []
+    monkeypatch.setattr(runs, "enqueue", queued.append)
+    return queued
+
+
+def _parked_gate(owner):
+    """A session of ``owner`` with a run parked at a real approval gate."""
+    from sessions_app.runtime import runs
+
+    s = create_session(owner)
+    sent = runs.submit_message(s.id, "m1", "/write a.txt x")
+    Run.objects.filter(id=sent.run_id).update(worker="w")
+    approval_id = runs.park(
+        sent.run_id,
+        "w",
+        s.id,
+        tool_call_id="call_" + s.id,
+        tool="write_file",
+        args={"path": "a.txt", "text": "x"},
+        state={},
+    )
+    return s, sent.run_id, approval_id
+
+
+def test_other_users_objects_are_404(client_for, user, other_user, no_enqueue):
+    """Another user's real session, approval and run are 404, like missing ones, and
+    nothing of theirs changes."""
+    s, run_id, approval_id = _parked_gate(other_user)
     c = client_for(user)
     assert c.get(f"/api/sessions/{s.id}/").status_code == 404
     assert c.get(f"/api/sessions/{s.id}/events/").status_code == 404
     assert c.get("/api/sessions/s_nope/").status_code == 404
-    decide = c.post(
-        "/api/approvals/ap_x/decide/", {"decision": "approve"}, content_type="application/json"
-    )
-    assert decide.status_code == 404
+    for target in (approval_id, "ap_x"):
+        decide = c.post(
+            f"/api/approvals/{target}/decide/",
+            {"decision": "approve"},
+            content_type="application/json",
+        )
+        assert decide.status_code == 404
+    assert c.post(f"/api/runs/{run_id}/cancel/").status_code == 404
     assert c.post("/api/runs/run_x/cancel/").status_code == 404
     assert c.get(f"/s/{s.id}/").status_code == 404
+    assert ApprovalRequest.objects.get(id=approval_id).status == "pending"
+    assert Run.objects.get(id=run_id).status == "awaiting_approval"
+
+
+def test_decide_through_the_api_then_409_with_the_standing_decision(client_for, user, no_enqueue):
+    """The owner decides through the API; a second decision is 409 naming the first."""
+    _, run_id, approval_id = _parked_gate(user)
+    c = client_for(user)
+    url = f"/api/approvals/{approval_id}/decide/"
+    ok = c.post(url, {"decision": "deny"}, content_type="application/json")
+    assert ok.status_code == 200
+    assert ok.json() == {"approval_id": approval_id, "decision": "deny"}
+    again = c.post(url, {"decision": "approve"}, content_type="application/json")
+    assert again.status_code == 409
+    body = again.json()
+    assert (body["code"], body["decision"], body["decided_by"]) == (
+        "already_decided",
+        "deny",
+        "alice",
+    )
+    assert no_enqueue == [run_id, run_id]  # its start, and one continuation
+
+
+def test_cancel_through_the_api_then_409(client_for, user, no_enqueue):
+    """The owner cancels a running run (200); cancelling it again is 409 not_pending."""
+    s = create_session(user)
+    from sessions_app.runtime import runs
+
+    sent = runs.submit_message(s.id, "m1", "/stream 5 0")
+    c = client_for(user)
+    ok = c.post(f"/api/runs/{sent.run_id}/cancel/")
+    assert ok.status_code == 200 and ok.json() == {"run_id": sent.run_id}
+    assert Run.objects.get(id=sent.run_id).stop_reason == "cancelled"
+    again = c.post(f"/api/runs/{sent.run_id}/cancel/")
+    assert again.status_code == 409 and again.json()["code"] == "not_pending"
+
+
+def test_session_list_is_paginated_with_next_links(client_for, user):
+    """More sessions than a page: every one is reachable through the next links, once."""
+    made = {create_session(user, f"t{i}").id for i in range(120)}
+    c = client_for(user)
+    seen: list[str] = []
+    url = "/api/sessions/"
+    while url:
+        page = c.get(url).json()
+        assert page["count"] == 120
+        seen += [s["id"] for s in page["results"]]
+        url = page["next"]
+    assert len(seen) == 120 and set(seen) == made
 
 
 def test_decision_is_validated(client_for, user):

@@ -109,7 +109,7 @@ def _lock_session(session_id: str) -> AgentSession:
     try:
         return AgentSession.objects.select_for_update().get(id=session_id)
     except AgentSession.DoesNotExist:
-        raise NotFound(session_id) from None
+        raise NotFound("this session no longer exists") from None
 
 
 def submit_message(session_id: str, client_message_id: str, text: str) -> SendResult:
@@ -186,7 +186,7 @@ def decide(
         lookup = lookup.filter(session_id=session_id)
     found = lookup.values_list("session_id", flat=True).first()
     if found is None:
-        raise NotFound(approval_id)
+        raise NotFound("no such approval in this session")
     with transaction.atomic():
         session = _lock_session(found)
         approval = ApprovalRequest.objects.select_related("run").get(id=approval_id)
@@ -236,12 +236,12 @@ def cancel(run_id: str, cancelled_by: str, *, session_id: str | None = None) -> 
         lookup = lookup.filter(session_id=session_id)
     found = lookup.values_list("session_id", flat=True).first()
     if found is None:
-        raise NotFound(run_id)
+        raise NotFound("no such run in this session")
     with transaction.atomic():
         _lock_session(found)
         run = Run.objects.get(id=run_id)
         if run.status == Run.Status.FINISHED:
-            raise NotPending(run_id)
+            raise NotPending()
         for approval in ApprovalRequest.objects.filter(
             run_id=run_id, status=ApprovalRequest.Status.PENDING
         ):

@@ -14,6 +14,9 @@ export const CLOSE_PROTOCOL_VIOLATION = 4400;
 export const CLOSE_NOT_AUTHENTICATED = 4401;
 export const CLOSE_TOO_LARGE = 4413;
 export const CLOSE_RATE_LIMITED = 4429;
+export const CLOSE_NORMAL = 1000;
+export const CLOSE_GOING_AWAY = 1001;
+export const CLOSE_INTERNAL_ERROR = 1011;
 export const CLOSE_SERVICE_RESTART = 1012;
 
 // --- Limits --------------------------------------------------------------------
@@ -50,7 +53,6 @@ export const PRESENCE = "presence";
 export const ERROR = "error";
 
 export const HANDSHAKE_TYPES = ["start", "resume"];
-export const SESSION_TYPES = ["ack", "send", "decide", "cancel", "sync", "ping"];
 
 // --- Error codes ---------------------------------------------------------------
 export const E_BAD_JSON = "bad_json";
@@ -61,6 +63,7 @@ export const E_NOT_FOUND = "not_found";
 export const E_ALREADY_DECIDED = "already_decided";
 export const E_NOT_PENDING = "not_pending";
 export const E_TOO_LARGE = "too_large";
+export const E_INTERNAL = "internal_error";
 
 // --- Resume rejection reasons (checked in this order) --------------------------
 export const R_UNSUPPORTED_PROTOCOL = "unsupported_protocol";

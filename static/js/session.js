@@ -508,7 +508,7 @@ export class SessionClient {
   _onRejected(frame) {
     if (this.handshake !== "pending") return;
     this.handshake = "none";
-    this.conn.stop(1000, "resume rejected");
+    this.conn.stop(P.CLOSE_NORMAL, "resume rejected");
     this.acker.cancel();
     this.loop.reset();
     this._clearBusy();
@@ -739,7 +739,7 @@ export class SessionClient {
    * are re-sent after the replay, with their ids.
    */
   reloadFromZero() {
-    this.conn.stop(1000, "reload from 0");
+    this.conn.stop(P.CLOSE_NORMAL, "reload from 0");
     this.store.drop(this.sessionId);
     this.epoch = null;
     this.model = emptyModel();

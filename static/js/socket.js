@@ -134,7 +134,7 @@ export class Connection {
    * @param {number} [code=1000]
    * @param {string} [reason]
    */
-  stop(code = 1000, reason = "client stopped") {
+  stop(code = P.CLOSE_NORMAL, reason = "client stopped") {
     this.running = false;
     this._cancelRetry();
     this._teardown(code, reason);
