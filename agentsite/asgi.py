@@ -18,12 +18,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from sessions_app.routing import (  # noqa: E402
-    RuntimeStarter,
-    install_graceful_shutdown,
-    websocket_urlpatterns,
-)
+from sessions_app.routing import websocket_urlpatterns  # noqa: E402
 from sessions_app.security import SameOriginValidator  # noqa: E402
+from sessions_app.server import RuntimeStarter, install_daphne_hooks  # noqa: E402
 
 if settings.DEBUG or settings.SERVE_STATIC:
     # Plain daphne serves no static files; in production a proxy usually does.
@@ -38,4 +35,4 @@ application = RuntimeStarter(
     )
 )
 
-install_graceful_shutdown()
+install_daphne_hooks()

@@ -194,6 +194,11 @@ OPENAI_MODEL = os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
 AGENT_TAIL_SETTLE_SECONDS = float(os.environ.get("AGENT_TAIL_SETTLE_SECONDS", "1"))
 AGENT_TAIL_PROBE_SECONDS = float(os.environ.get("AGENT_TAIL_PROBE_SECONDS", "30"))
 
+# Flow control per socket: stop sending past this many unread bytes, close
+# (4408, retryable) a client that read nothing for this long.
+AGENT_SEND_BUFFER_BYTES = int(os.environ.get("AGENT_SEND_BUFFER_BYTES", str(1024 * 1024)))
+AGENT_SLOW_CONSUMER_SECONDS = float(os.environ.get("AGENT_SLOW_CONSUMER_SECONDS", "10"))
+
 # Test hooks in the browser client (fault injection); never on in production.
 AGENT_TEST_HOOKS = _env_bool("AGENT_TEST_HOOKS", False)
 

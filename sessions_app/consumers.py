@@ -14,6 +14,14 @@ hole means a publication was lost or overtaken: seqs commit in order, so the
 missing events are already readable). In the steady state a live event costs
 no database query.
 
+Flow control: under daphne each socket can see how many bytes wait in its
+transport (``server.SEND_BUFFER_EXTENSION``). Past ``AGENT_SEND_BUFFER_BYTES``
+the consumer stops sending (replay, sync and live alike) until the client has
+read half of it; a client that reads nothing for ``AGENT_SLOW_CONSUMER_SECONDS``
+is closed with 4408 (retryable: it resumes from its cursor later). Live
+messages meanwhile wait in, or overflow, the channel layer's queue and are
+refilled from the log: the memory one socket holds stays bounded.
+
 A publication lost at the *end* of a burst leaves no later event to reveal the
 hole, so each socket checks the tail: ``AGENT_TAIL_SETTLE_SECONDS`` after the
 last live event (and every ``AGENT_TAIL_PROBE_SECONDS`` while idle) it reads
@@ -36,6 +44,7 @@ from . import protocol as p
 from .events import event_frame, read_events
 from .exceptions import SessionError
 from .identity import worker_id
+from .server import SEND_BUFFER_EXTENSION
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +76,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.tail_timer: asyncio.TimerHandle | None = None
         self.tail_task: asyncio.Task | None = None
         self.last_live = 0.0
+        self.send_buffer = self.scope.get("extensions", {}).get(SEND_BUFFER_EXTENSION)
         await self.accept()
         if self.user is None or not self.user.is_authenticated:
             await self._close(p.CLOSE_NOT_AUTHENTICATED)
@@ -336,8 +346,34 @@ class SessionConsumer(AsyncWebsocketConsumer):
             if not page:
                 break
             for text, seq in page:
+                if self.closing or not await self._writable():
+                    return
                 await self.send(text_data=text)
                 cursor = seq
+
+    async def _writable(self) -> bool:
+        """Wait while the client has too much unread; False once it was closed
+        for reading nothing for too long."""
+        probe = self.send_buffer
+        limit = settings.AGENT_SEND_BUFFER_BYTES
+        if probe is None or probe() <= limit:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.AGENT_SLOW_CONSUMER_SECONDS
+        while probe() > limit // 2:
+            if self.closing:
+                return False
+            if loop.time() > deadline:
+                log.warning(
+                    "connection %s: closing a client that stopped reading (%s bytes unread)",
+                    self.connection_id,
+                    probe(),
+                )
+                await self._close(p.CLOSE_SLOW_CONSUMER)
+                return False
+            # The transport offers no wake-up to an ASGI app: look again shortly.
+            await asyncio.sleep(0.02)
+        return True
 
     async def session_event(self, message: dict[str, Any]) -> None:
         """A committed event published to the session's group."""
@@ -348,6 +384,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         await self._deliver(message)
 
+    async def session_events(self, message: dict[str, Any]) -> None:
+        """Several committed events of the session, in seq order (a busy publisher
+        merges what it had queued)."""
+        if message.get("session_id") != self.session_id or self.session_id is None:
+            return
+        for seq, text in message["events"]:
+            await self.session_event({"session_id": self.session_id, "seq": seq, "text": text})
+
     async def _deliver(self, message: dict[str, Any]) -> None:
         async with self.send_lock:
             seq = message["seq"]
@@ -356,6 +400,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             if seq > self.last_sent + 1:
                 # A hole: a publication was lost (a full channel) or overtaken.
                 await self._send_range(self.last_sent, seq - 1)
+                if seq > self.last_sent + 1:
+                    return  # closed meanwhile
+            if not await self._writable():
+                return
             await self.send(text_data=message["text"])
             self.last_sent = seq
         self.last_live = asyncio.get_running_loop().time()

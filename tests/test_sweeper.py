@@ -161,5 +161,9 @@ def test_sweeper_admits_a_waiting_run_whose_admission_was_lost(user, no_enqueue,
     first = runs.submit_message(a.id, "m1", "/stream 1 0")
     second = runs.submit_message(b.id, "m2", "/stream 1 0")
     Run.objects.filter(id=first.run_id).update(status="finished")  # no admission ran
+    assert runs.admit_all_waiting() == []  # younger than a lease: being admitted
+    Run.objects.filter(id=second.run_id).update(
+        created_at=timezone.now() - timedelta(seconds=settings.AGENT_LEASE_SECONDS + 1)
+    )
     assert runs.admit_all_waiting() == [second.run_id]
     assert runs.admit_all_waiting() == []

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -91,10 +92,12 @@ def admit_waiting(owner_id: int) -> list[str]:
 
 
 def admit_all_waiting() -> list[str]:
-    """``admit_waiting`` for every user with a waiting run (the sweeper's net
-    for an admission lost with its process)."""
+    """``admit_waiting`` for every user with a run waiting longer than a lease
+    period (the sweeper's net for an admission lost with its process; younger
+    ones are being admitted by the transition that freed their room)."""
+    settled = Now() - timedelta(seconds=settings.AGENT_LEASE_SECONDS)
     owners = (
-        Run.objects.filter(status=Run.Status.QUEUED)
+        Run.objects.filter(status=Run.Status.QUEUED, created_at__lt=settled)
         .exclude(session__runs__status__in=(Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL))
         .values_list("session__owner_id", flat=True)
         .distinct()

@@ -14,6 +14,7 @@ export const CLOSE_PROTOCOL_VIOLATION = 4400;
 export const CLOSE_NOT_AUTHENTICATED = 4401;
 export const CLOSE_TOO_LARGE = 4413;
 export const CLOSE_RATE_LIMITED = 4429;
+export const CLOSE_SLOW_CONSUMER = 4408;
 export const CLOSE_NORMAL = 1000;
 export const CLOSE_GOING_AWAY = 1001;
 export const CLOSE_INTERNAL_ERROR = 1011;

@@ -1,0 +1,150 @@
+"""The server process around the ASGI application: start-up, shutdown, buffers.
+
+``RuntimeStarter`` registers daphne's event loop for fan-out and starts the
+runtime's background part on the first connection. ``install_daphne_hooks``
+adapts daphne: sockets are closed with 1012 on a graceful stop (SIGTERM
+included), and each WebSocket scope gets a probe of how many bytes wait in
+its transport, so a consumer can stop sending to a client that stopped
+reading (``consumers``' flow control) instead of buffering without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import threading
+import weakref
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from . import fanout
+from .protocol import CLOSE_SERVICE_RESTART
+
+SEND_BUFFER_EXTENSION = "sessions_app.send_buffer"
+
+log = logging.getLogger(__name__)
+
+
+def install_daphne_hooks() -> None:
+    """Under daphne: graceful close with 1012, and the send-buffer probe."""
+    if "daphne.server" not in sys.modules:
+        return
+    _install_send_buffer_probe()
+    _install_graceful_shutdown()
+
+
+def _transport_buffered(protocol_ref) -> int:
+    """Bytes written to a socket's transport that the kernel has not taken yet."""
+    protocol = protocol_ref()
+    transport = getattr(protocol, "transport", None)
+    if transport is None:
+        return 0
+    # Twisted's FileDescriptor keeps what it could not write yet in these.
+    pending = len(getattr(transport, "dataBuffer", b"")) - getattr(transport, "offset", 0)
+    return pending + getattr(transport, "_tempDataLen", 0)
+
+
+def _install_send_buffer_probe() -> None:
+    from daphne.server import Server
+
+    original = Server.create_application
+
+    def create_application(self, protocol, scope):
+        if scope.get("type") == "websocket":
+            probe = _transport_buffered.__get__(weakref.ref(protocol))
+            scope.setdefault("extensions", {})[SEND_BUFFER_EXTENSION] = probe
+        return original(self, protocol, scope)
+
+    Server.create_application = create_application
+
+
+def _install_graceful_shutdown() -> None:
+    """Under daphne, close every socket with 1012 before the server stops.
+
+    Daphne cancels its applications at shutdown without a close frame (the
+    client would see 1006). Called while the ASGI module is imported, which is
+    before daphne registers its own shutdown trigger, so ours runs first: it
+    tells this process's sockets, through their server group, to close.
+    """
+    from daphne.ws_protocol import WebSocketProtocol
+    from twisted.internet import defer, reactor
+
+    def server_close(protocol, code=None):
+        # Autobahn's sendClose accepts only 1000 and 3000-4999, but 1012
+        # ("service restart") is the registered code the protocol specifies;
+        # sendCloseFrame is what sendClose calls once its checks pass.
+        if code == CLOSE_SERVICE_RESTART:
+            if protocol.state == protocol.STATE_OPEN:
+                protocol.sendCloseFrame(code=code, isReply=False)
+            return
+        original_server_close(protocol, code)
+
+    original_server_close = WebSocketProtocol.serverClose
+    WebSocketProtocol.serverClose = server_close
+    # Daphne's reactor stops on SIGINT but not on SIGTERM (what process
+    # managers send): make SIGTERM a graceful stop too.
+    reactor.callWhenRunning(
+        lambda: signal.signal(signal.SIGTERM, lambda *_: reactor.callFromThread(reactor.stop))
+    )
+
+    async def close_all() -> None:
+        from channels.layers import get_channel_layer
+
+        try:
+            await get_channel_layer().group_send(
+                fanout.server_group(), {"type": fanout.SHUTDOWN_MESSAGE}
+            )
+            # Let the consumers send their close frames before the cancel.
+            await asyncio.sleep(0.5)
+            from .runtime.executor import abort_all
+
+            abort_all()
+        except Exception:
+            log.exception("graceful close failed")
+
+    reactor.addSystemEventTrigger(
+        "before", "shutdown", lambda: defer.Deferred.fromFuture(asyncio.ensure_future(close_all()))
+    )
+
+
+class RuntimeStarter:
+    """ASGI wrapper that, on the first connection or request, registers the
+    server's event loop for fan-out and starts the runtime's background part:
+    in the embedded profile recovery of what a previous process left plus the
+    lease sweeper, in the production profile the sweeper alone."""
+
+    def __init__(self, app):
+        self.app = app
+        self._started = False
+        self._lock = threading.Lock()
+
+    async def __call__(self, scope, receive, send):
+        if not self._started and scope["type"] in ("http", "websocket"):
+            await self._start()
+        return await self.app(scope, receive, send)
+
+    async def _start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        fanout.publisher.attach(asyncio.get_running_loop())
+        if not settings.AGENT_RUNTIME_AUTOSTART:
+            return
+        from .identity import worker_id
+        from .runtime.sweeper import ConnectionToucher
+
+        ConnectionToucher(worker_id()).start()
+        if settings.AGENT_RUNNER == "embedded":
+            from .runtime.embedded import start_embedded_runtime
+
+            await database_sync_to_async(start_embedded_runtime)()
+        else:
+            # Workers sweep too; a server sweeping as well means a run whose
+            # worker died is finished even when every worker is down.
+            from .runtime.sweeper import Sweeper
+
+            Sweeper().start()

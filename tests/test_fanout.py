@@ -1,0 +1,32 @@
+"""fanout: a busy publisher merges each session's queued events, in order."""
+
+from __future__ import annotations
+
+from sessions_app import fanout
+
+
+def _event(sid: str, seq: int) -> tuple[str, dict]:
+    return (
+        fanout.group_name(sid),
+        {"type": fanout.EVENT_MESSAGE, "session_id": sid, "seq": seq, "text": f"{sid}{seq}"},
+    )
+
+
+def test_merge_keeps_each_sessions_order_and_separates_presence():
+    """Queued events of one session become one session.events in seq order; a presence
+    between them splits the run; another session's events stay apart."""
+    presence = (fanout.group_name("a"), {"type": fanout.PRESENCE_MESSAGE, "session_id": "a"})
+    batch = [_event("a", 1), _event("b", 7), _event("a", 2), presence, _event("a", 3)]
+    merged = dict(fanout._merge(batch))
+    assert merged[fanout.group_name("a")] == [
+        {"type": fanout.EVENTS_MESSAGE, "session_id": "a", "events": [[1, "a1"], [2, "a2"]]},
+        presence[1],
+        {"type": fanout.EVENT_MESSAGE, "session_id": "a", "seq": 3, "text": "a3"},
+    ]
+    assert merged[fanout.group_name("b")] == [batch[1][1]]
+
+
+def test_a_lone_event_is_published_as_itself():
+    """With nothing else queued, an event goes out as a plain session.event."""
+    ((group, messages),) = fanout._merge([_event("a", 5)])
+    assert messages == [_event("a", 5)[1]]
