@@ -95,6 +95,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if self.closing:
             return
         self.closing = True
+        # Recorded as the socket's close code: the peer may never answer the
+        # close frame (a client that stopped reading), and daphne then reports 1006.
+        self.close_code = code
         await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
@@ -116,7 +119,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(fanout.server_group(), self.channel_name)
             try:
                 await db.close_connection(
-                    self.connection_id, code, self.last_ack, presence_for=self.session_id
+                    self.connection_id,
+                    getattr(self, "close_code", None) or code,
+                    self.last_ack,
+                    presence_for=self.session_id,
                 )
             except Exception:
                 log.exception("connection %s: could not record the close", self.connection_id)
