@@ -194,6 +194,10 @@ OPENAI_MODEL = os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
 AGENT_TAIL_SETTLE_SECONDS = float(os.environ.get("AGENT_TAIL_SETTLE_SECONDS", "1"))
 AGENT_TAIL_PROBE_SECONDS = float(os.environ.get("AGENT_TAIL_PROBE_SECONDS", "30"))
 
+# Sockets one user may have open on one server process; more are closed with
+# 4429 (retryable) at once, before any database work.
+AGENT_USER_MAX_SOCKETS = int(os.environ.get("AGENT_USER_MAX_SOCKETS", "50"))
+
 # Flow control per socket: stop sending past this many unread bytes, close
 # (4408, retryable) a client that read nothing for this long.
 AGENT_SEND_BUFFER_BYTES = int(os.environ.get("AGENT_SEND_BUFFER_BYTES", str(1024 * 1024)))

@@ -31,6 +31,7 @@ the session's head once and refills up to it if it is behind.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 from typing import Any
@@ -47,6 +48,10 @@ from .identity import worker_id
 from .server import SEND_BUFFER_EXTENSION
 
 log = logging.getLogger(__name__)
+
+# Open sockets per user in this process, for AGENT_USER_MAX_SOCKETS (a count,
+# not a registry: fan-out goes through the channel layer's groups).
+_open_sockets: collections.Counter[int] = collections.Counter()
 
 REPLAY_PAGE = 500
 
@@ -77,10 +82,17 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.tail_task: asyncio.Task | None = None
         self.last_live = 0.0
         self.send_buffer = self.scope.get("extensions", {}).get(SEND_BUFFER_EXTENSION)
+        self.counted_user: int | None = None
         await self.accept()
         if self.user is None or not self.user.is_authenticated:
             await self._close(p.CLOSE_NOT_AUTHENTICATED)
             return
+        if _open_sockets[self.user.pk] >= settings.AGENT_USER_MAX_SOCKETS:
+            # Retryable: another of the user's tabs may close; backoff spaces it.
+            await self._close(p.CLOSE_RATE_LIMITED)
+            return
+        _open_sockets[self.user.pk] += 1
+        self.counted_user = self.user.pk
         self.connection_id = await db.open_connection(self.user.pk, worker_id())
         await self.channel_layer.group_add(fanout.server_group(), self.channel_name)
         self.handshake_deadline = asyncio.get_running_loop().call_later(
@@ -102,6 +114,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.closing = True
+        if getattr(self, "counted_user", None) is not None:
+            _open_sockets[self.counted_user] -= 1
+            if not _open_sockets[self.counted_user]:
+                del _open_sockets[self.counted_user]
+            self.counted_user = None
         deadline = getattr(self, "handshake_deadline", None)
         if deadline is not None:
             deadline.cancel()
@@ -335,27 +352,41 @@ class SessionConsumer(AsyncWebsocketConsumer):
                     await self._deliver(message)
             self.replaying = False
             self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
-            await db.presence(self.session_id)
+            # This socket's own presence at once; the others' is coalesced.
+            mine = await db.presence(self.session_id)
             if self.pending_presence is not None:
                 presence, self.pending_presence = self.pending_presence, None
                 await self._send(presence)
+            elif mine is not None:
+                await self._send({"type": p.PRESENCE, "session_id": self.session_id, **mine})
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("connection %s: replay failed", self.connection_id)
             await self._close(p.CLOSE_INTERNAL_ERROR)
 
-    async def _send_range(self, after: int, upto: int) -> None:
+    async def _send_range(self, after: int, upto: int) -> int:
+        """Send the logged events ``after < seq <= upto``; returns the last seq sent
+        (short of ``upto`` only if the socket closed meanwhile)."""
         cursor = after
         while cursor < upto and not self.closing:
             page = await db.events_page(self.session_id, cursor, upto)
             if not page:
                 break
             for text, seq in page:
+                if seq != cursor + 1:
+                    # Purged under this replay (purge_events): never skip silently.
+                    # The client resumes and is told cursor_expired.
+                    log.warning(
+                        "connection %s: log purged under a replay at %s", self.connection_id, cursor
+                    )
+                    await self._close(p.CLOSE_TRY_AGAIN)
+                    return cursor
                 if self.closing or not await self._writable():
-                    return
+                    return cursor
                 await self.send(text_data=text)
                 cursor = seq
+        return cursor
 
     async def _writable(self) -> bool:
         """Wait while the client has too much unread; False once it was closed
@@ -405,9 +436,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 return
             if seq > self.last_sent + 1:
                 # A hole: a publication was lost (a full channel) or overtaken.
-                await self._send_range(self.last_sent, seq - 1)
-                if seq > self.last_sent + 1:
-                    return  # closed meanwhile
+                self.last_sent = await self._send_range(self.last_sent, seq - 1)
+                if self.closing:
+                    return
             if not await self._writable():
                 return
             await self.send(text_data=message["text"])
@@ -471,6 +502,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             "session_id": self.session_id,
             "viewers": message["viewers"],
             "running": message["running"],
+            "head": message.get("head"),
         }
         if self.replaying:
             self.pending_presence = frame
@@ -526,7 +558,7 @@ class _Db:
         from django.utils import timezone
 
         from .models import Connection
-        from .runtime.runs import send_presence
+        from .presence import request_presence
 
         Connection.objects.filter(id=connection_id).update(
             closed_at=timezone.now(),
@@ -535,7 +567,7 @@ class _Db:
             last_ack=last_ack or None,
         )
         if presence_for:
-            send_presence(presence_for)
+            request_presence(presence_for)
 
     @staticmethod
     @database_sync_to_async
@@ -627,10 +659,13 @@ class _Db:
 
     @staticmethod
     @database_sync_to_async
-    def presence(session_id: str) -> None:
-        from .runtime.runs import send_presence
+    def presence(session_id: str) -> dict[str, Any] | None:
+        """The presence for a socket that just caught up; the other sockets of
+        the session get theirs coalesced with other joins and leaves."""
+        from .presence import presence_of, request_presence
 
-        send_presence(session_id)
+        request_presence(session_id)
+        return presence_of(session_id)
 
 
 db = _Db()

@@ -178,7 +178,7 @@ def publish_event(session_id: str, frame: dict[str, Any]) -> None:
     )
 
 
-def publish_presence(session_id: str, viewers: int, running: bool) -> None:
+def publish_presence(session_id: str, viewers: int, running: bool, head: int) -> None:
     """Fan a presence update out to the session's sockets."""
     publisher.publish(
         group_name(session_id),
@@ -187,5 +187,6 @@ def publish_presence(session_id: str, viewers: int, running: bool) -> None:
             "session_id": session_id,
             "viewers": viewers,
             "running": running,
+            "head": head,
         },
     )

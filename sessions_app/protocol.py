@@ -24,6 +24,7 @@ CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001
 CLOSE_INTERNAL_ERROR = 1011
 CLOSE_SERVICE_RESTART = 1012
+CLOSE_TRY_AGAIN = 1013  # retryable: come back and resume
 
 # --- Limits -------------------------------------------------------------------
 MAX_FRAME_BYTES = 64 * 1024

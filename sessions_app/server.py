@@ -21,9 +21,10 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from . import fanout
-from .protocol import CLOSE_SERVICE_RESTART
+from .protocol import CLOSE_INTERNAL_ERROR, CLOSE_SERVICE_RESTART, CLOSE_TRY_AGAIN
 
 SEND_BUFFER_EXTENSION = "sessions_app.send_buffer"
+_REGISTERED_SERVER_CODES = (CLOSE_INTERNAL_ERROR, CLOSE_SERVICE_RESTART, CLOSE_TRY_AGAIN)
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +74,10 @@ def _install_graceful_shutdown() -> None:
     from twisted.internet import defer, reactor
 
     def server_close(protocol, code=None):
-        # Autobahn's sendClose accepts only 1000 and 3000-4999, but 1012
-        # ("service restart") is the registered code the protocol specifies;
-        # sendCloseFrame is what sendClose calls once its checks pass.
-        if code == CLOSE_SERVICE_RESTART:
+        # Autobahn's sendClose accepts only 1000 and 3000-4999, but 1011,
+        # 1012 and 1013 are registered codes the protocol uses; sendCloseFrame
+        # is what sendClose calls once its checks pass.
+        if code in _REGISTERED_SERVER_CODES:
             if protocol.state == protocol.STATE_OPEN:
                 protocol.sendCloseFrame(code=code, isReply=False)
             return
@@ -135,7 +136,7 @@ class RuntimeStarter:
         if not settings.AGENT_RUNTIME_AUTOSTART:
             return
         from .identity import worker_id
-        from .runtime.sweeper import ConnectionToucher
+        from .presence import ConnectionToucher
 
         ConnectionToucher(worker_id()).start()
         if settings.AGENT_RUNNER == "embedded":

@@ -565,3 +565,47 @@ async def test_a_client_that_stops_reading_is_closed_4408_with_bounded_memory(
         await reader.close()
     finally:
         daphne.stop()
+
+
+async def test_per_user_socket_limit_closes_4429_and_others_are_unaffected(
+    cookie, user, other_user, tmp_path, transactional_db
+):
+    """Past AGENT_USER_MAX_SOCKETS one user's next socket is closed 4429 (retryable);
+    another user connects as usual, and a freed place can be taken again."""
+    from tests.harness import Daphne
+
+    daphne = Daphne(tmp_path, AGENT_USER_MAX_SOCKETS="3").start()
+    try:
+        mine = [await _connect(daphne, cookie) for _ in range(3)]
+        for c in mine:
+            assert (await c.request({"type": "start", "protocol": 1}))["type"] == "start_ok"
+        extra = await _connect(daphne, cookie)
+        assert await extra.wait_closed() == 4429
+        theirs = await _connect(daphne, session_cookie(other_user))
+        assert (await theirs.start())["type"] == "start_ok"
+        first = mine[0].frames[0]["connection_id"]
+        await mine[0].close()
+        # The place is freed when the server handles the close (before the row is).
+        await wait_until(
+            lambda: Connection.objects.filter(id=first, closed_at__isnull=False).exists()
+        )
+        again = await _connect(daphne, cookie)
+        assert (await again.start())["type"] == "start_ok"
+        for c in [*mine[1:], theirs, again]:
+            await c.close()
+    finally:
+        daphne.stop()
+
+
+async def test_presence_of_many_joining_sockets_is_coalesced(server, cookie, user):
+    """40 sockets joining one session at once: every socket ends with viewers == 40,
+    and the presence frames sent are far fewer than one broadcast per join (820)."""
+    s = create_session(user)
+    socks = await asyncio.gather(*(_connect(server, cookie) for _ in range(40)))
+    await asyncio.gather(*(c.resume(s.id, 0) for c in socks))
+    for c in socks:
+        await c.wait(lambda f: f["type"] == "presence" and f["viewers"] == 40, timeout=20)
+        assert all(f["head"] == 1 for f in c.frames if f["type"] == "presence")
+    total = sum(1 for c in socks for f in c.frames if f["type"] == "presence")
+    assert total < 400, total
+    await asyncio.gather(*(c.close() for c in socks))

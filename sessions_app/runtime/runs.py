@@ -30,11 +30,11 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from .. import fanout
 from .. import protocol as p
 from ..events import NewEvent, append_event, append_events
 from ..exceptions import AlreadyDecided, NotFound, NotPending
-from ..models import AgentSession, ApprovalRequest, Connection, Run, new_run_id
+from ..models import AgentSession, ApprovalRequest, Run, new_run_id
+from ..presence import request_presence
 from .leases import expires_in
 
 log = logging.getLogger(__name__)
@@ -410,14 +410,7 @@ def _set_session_status(session: AgentSession, status: str) -> None:
         AgentSession.objects.filter(id=session.id).update(status=status)
         session.status = status
     if was_running != (status != AgentSession.Status.IDLE):
-        transaction.on_commit(lambda: send_presence(session.id))
-
-
-def send_presence(session_id: str) -> None:
-    """Push viewers and running to every socket of the session."""
-    viewers = Connection.objects.filter(session_id=session_id, closed_at__isnull=True).count()
-    running = Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).exists()
-    fanout.publish_presence(session_id, viewers, running)
+        transaction.on_commit(lambda: request_presence(session.id))
 
 
 def enqueue(run_id: str) -> None:

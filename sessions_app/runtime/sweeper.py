@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import close_old_connections, transaction
@@ -20,6 +19,7 @@ from django.utils import timezone
 
 from .. import protocol as p
 from ..models import Connection, Run
+from ..presence import close_stale_connections
 from . import runs
 
 log = logging.getLogger(__name__)
@@ -44,47 +44,6 @@ def interrupt_expired() -> list[str]:
             log.warning("run %s interrupted: its worker %s stopped", run_id, worker)
             done.append(run_id)
     return done
-
-
-CONNECTION_TOUCH_SECONDS = 10.0
-CONNECTION_STALE_SECONDS = 35.0
-
-
-def touch_connections(server_id: str) -> None:
-    """Vouch for this server's open sockets (see ``Connection.seen_at``)."""
-    Connection.objects.filter(server_id=server_id, closed_at__isnull=True).update(
-        seen_at=timezone.now()
-    )
-
-
-def close_stale_connections() -> list[str]:
-    """Close socket rows of servers that died, and re-announce presence."""
-    stale = Connection.objects.filter(
-        closed_at__isnull=True,
-        seen_at__lt=timezone.now() - timedelta(seconds=CONNECTION_STALE_SECONDS),
-    )
-    sessions = sorted({sid for sid in stale.values_list("session_id", flat=True) if sid})
-    stale.update(closed_at=timezone.now(), clean=False)
-    for session_id in sessions:
-        runs.send_presence(session_id)
-    return sessions
-
-
-class ConnectionToucher(threading.Thread):
-    """A server's heartbeat for its sockets' rows."""
-
-    def __init__(self, server_id: str):
-        super().__init__(name="connection-toucher", daemon=True)
-        self.server_id = server_id
-
-    def run(self) -> None:
-        while not threading.Event().wait(CONNECTION_TOUCH_SECONDS):
-            try:
-                touch_connections(self.server_id)
-            except Exception:
-                log.exception("touching connections failed")
-            finally:
-                close_old_connections()
 
 
 def requeue_unclaimed() -> list[str]:

@@ -19,6 +19,7 @@ export const CLOSE_NORMAL = 1000;
 export const CLOSE_GOING_AWAY = 1001;
 export const CLOSE_INTERNAL_ERROR = 1011;
 export const CLOSE_SERVICE_RESTART = 1012;
+export const CLOSE_TRY_AGAIN = 1013;
 
 // --- Limits --------------------------------------------------------------------
 export const MAX_FRAME_BYTES = 65536;

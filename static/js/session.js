@@ -348,6 +348,8 @@ export class SessionClient {
     this.everLive = false;
     this.rejection = null;
     this.presence = { viewers: 0, running: false };
+    /** @type {number|null} head of the newest presence applied */
+    this.presenceHead = null;
     this.framesSent = {};
     this.lastResumeAfter = null;
     this.firstReplayedSeq = null;
@@ -483,10 +485,16 @@ export class SessionClient {
       case P.SYNC_OK:
         this.requests.delete(frame.request_id);
         return this.loop.onSyncOk(frame);
-      case P.PRESENCE:
+      case P.PRESENCE: {
         if (frame.session_id && frame.session_id !== this.sessionId) return;
+        // Presence carries the head it was computed at: an older one that
+        // arrives late (from another server) must not undo a newer "running".
+        const head = Number.isInteger(frame.head) ? frame.head : null;
+        if (head !== null && this.presenceHead !== null && head < this.presenceHead) return;
+        if (head !== null) this.presenceHead = head;
         this.presence = { viewers: Number(frame.viewers) || 0, running: !!frame.running };
         return this.view.setPresence(this.presence);
+      }
       case P.ERROR:
         return this._onError(frame);
       default:
@@ -498,6 +506,7 @@ export class SessionClient {
     if (this.handshake !== "pending") return;
     if (frame.session_id && frame.session_id !== this.sessionId) return;
     this.handshake = "ok";
+    this.presenceHead = null; // a new socket: its presence frames start afresh
     this.conn.setReady(true);
     if (typeof frame.epoch === "string" && frame.epoch) this.epoch = frame.epoch;
     this.replayHead = Number.isInteger(frame.head) ? frame.head : this.loop.cursor;

@@ -353,6 +353,17 @@ test("decide and cancel: busy until the event; already_decided is reported", () 
   assert.deepEqual(view.busy.at(-1), ["cancel", "run_1", false]);
 });
 
+test("a presence older than one applied is ignored", () => {
+  const { client, view, sock, resume } = setup();
+  client.start();
+  resume(0);
+  sock().receive({ type: "presence", session_id: SID, viewers: 2, running: true, head: 9 });
+  sock().receive({ type: "presence", session_id: SID, viewers: 1, running: false, head: 7 });
+  assert.deepEqual(view.presence, { viewers: 2, running: true });
+  sock().receive({ type: "presence", session_id: SID, viewers: 1, running: false, head: 10 });
+  assert.deepEqual(view.presence, { viewers: 1, running: false });
+});
+
 test("presence is passed to the view", () => {
   const { client, view, sock, resume } = setup();
   client.start();
