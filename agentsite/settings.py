@@ -72,6 +72,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "sessions_app.security.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "agentsite.urls"
@@ -144,6 +145,7 @@ if REDIS_URL:
                 # past this; the consumer refills holes from the log.
                 "capacity": 5000,
                 "expiry": 60,
+                "group_expiry": int(os.environ.get("CHANNEL_GROUP_EXPIRY", "86400")),
             },
         }
     }
@@ -151,7 +153,11 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels.layers.InMemoryChannelLayer",
-            "CONFIG": {"capacity": 5000, "expiry": 60},
+            "CONFIG": {
+                "capacity": 5000,
+                "expiry": 60,
+                "group_expiry": int(os.environ.get("CHANNEL_GROUP_EXPIRY", "86400")),
+            },
         }
     }
 
@@ -161,6 +167,9 @@ else:
 # event loop). "worker": runs go through django-tasks-db's durable queue and
 # execute in `manage.py run_agent_worker` processes.
 AGENT_RUNNER = os.environ.get("AGENT_RUNNER", "worker" if REDIS_URL else "embedded")
+if AGENT_RUNNER not in ("embedded", "worker"):
+    # Read in one place, here: a typo must not quietly run runs in-process.
+    raise ImproperlyConfigured(f"AGENT_RUNNER must be 'embedded' or 'worker', not {AGENT_RUNNER!r}")
 if AGENT_RUNNER == "worker":
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 else:

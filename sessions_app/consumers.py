@@ -126,6 +126,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
             self.replay_task.cancel()
         if self.tail_timer is not None:
             self.tail_timer.cancel()
+        if getattr(self, "group_timer", None) is not None:
+            self.group_timer.cancel()
         if self.tail_task is not None:
             self.tail_task.cancel()
         if self.session_id is not None:
@@ -253,6 +255,28 @@ class SessionConsumer(AsyncWebsocketConsumer):
     def _attached(self, session_id: str, after: int) -> None:
         self.session_id = session_id
         self.last_sent = after
+        self._schedule_group_renewal()
+
+    def _schedule_group_renewal(self) -> None:
+        """Channel layers forget a group membership after ``group_expiry`` (a
+        day by default): a tab open longer would silently stop receiving.
+        Joining again refreshes it, well before it lapses."""
+        expiry = getattr(self.channel_layer, "group_expiry", 86400)
+        self.group_timer = asyncio.get_running_loop().call_later(
+            max(expiry / 3, 0.1), lambda: asyncio.ensure_future(self._renew_groups())
+        )
+
+    async def _renew_groups(self) -> None:
+        if self.closing or self.session_id is None:
+            return
+        try:
+            await self.channel_layer.group_add(
+                fanout.group_name(self.session_id), self.channel_name
+            )
+            await self.channel_layer.group_add(fanout.server_group(), self.channel_name)
+        except Exception:
+            log.exception("connection %s: renewing group membership failed", self.connection_id)
+        self._schedule_group_renewal()
 
     async def _reject(self, rid: Any, session_id: Any, exc: p.Rejection) -> None:
         frame = {

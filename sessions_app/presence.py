@@ -78,12 +78,17 @@ class _Coalescer(threading.Thread):
                     continue
                 for sid in ready:
                     del self._due[sid]
-            for sid in ready:
-                try:
+            try:
+                for sid in ready:
                     send_presence(sid)
+            except Exception:
+                # Presence is advisory: a lost one is corrected by the next.
+                log.exception("presence of %s failed", ready)
+            finally:
+                try:
+                    close_old_connections()
                 except Exception:
-                    log.exception("presence of %s failed", sid)
-            close_old_connections()
+                    log.exception("closing the presence thread's connection failed")
 
 
 _coalescer: _Coalescer | None = None

@@ -178,3 +178,12 @@ def test_new_session_form_needs_csrf(client_for, user):
     r = client_for(user).post("/sessions/new/")
     s = AgentSession.objects.get(owner=user)
     assert r.status_code == 302 and r["Location"] == f"/s/{s.id}/"
+
+
+def test_pages_carry_a_strict_content_security_policy(client_for, user):
+    """The app's pages allow same-origin scripts, styles and sockets only."""
+    s = create_session(user)
+    for url in ("/", f"/s/{s.id}/", "/accounts/login/"):
+        csp = client_for(user).get(url)["Content-Security-Policy"]
+        assert "script-src 'self'" in csp and "default-src 'self'" in csp
+        assert "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp

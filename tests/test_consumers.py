@@ -609,3 +609,25 @@ async def test_presence_of_many_joining_sockets_is_coalesced(server, cookie, use
     total = sum(1 for c in socks for f in c.frames if f["type"] == "presence")
     assert total < 400, total
     await asyncio.gather(*(c.close() for c in socks))
+
+
+async def test_a_socket_outlives_the_channel_layers_group_expiry(
+    cookie, user, tmp_path, transactional_db
+):
+    """With group memberships expiring after 2 s, a socket open longer still gets live
+    events at once (it renews its membership), not only from a later tail probe."""
+    from tests.harness import Daphne
+
+    daphne = Daphne(tmp_path, CHANNEL_GROUP_EXPIRY="2", AGENT_TAIL_PROBE_SECONDS="600").start()
+    try:
+        c = await _connect(daphne, cookie)
+        await c.start()
+        await c.wait(lambda f: f["type"] == "presence")
+        # Time passing is what is under test: outlive the expiry twice over.
+        await asyncio.sleep(4.5)
+        await c.request({"type": "send", "client_message_id": "late", "text": "/stream 2 0"})
+        end = await c.wait_event(lambda f: f["kind"] == "run.finished", timeout=5)
+        assert c.seqs() == list(range(1, end["seq"] + 1))
+        await c.close()
+    finally:
+        daphne.stop()

@@ -71,3 +71,11 @@ def test_workspaces_are_private(settings, tmp_path):
     settings.AGENT_WORKSPACES = tmp_path / "ws"
     path = workspace_for("s_private")
     assert stat.S_IMODE(path.stat().st_mode) == 0o700
+
+
+def test_agent_runner_typo_fails_at_start(tmp_path):
+    """AGENT_RUNNER is 'embedded' or 'worker'; anything else stops start-up, saying so."""
+    out = _settings_value(
+        tmp_path, "settings.AGENT_RUNNER", SECRET_KEY="k" * 50, AGENT_RUNNER="wrker"
+    )
+    assert out.returncode != 0 and "AGENT_RUNNER must be 'embedded' or 'worker'" in out.stderr

@@ -358,6 +358,8 @@ export class SessionClient {
     this.requests = new Map();
     /** client_message_ids written on the current socket */
     this.sentOnSocket = new Set();
+    /** decide / cancel commands not yet answered, by "type:id" (re-sent after a resume) */
+    this.commands = new Map();
     /** approval ids / run ids with a decide / cancel in flight */
     this.busy = { approval: new Set(), cancel: new Set() };
     this._persistTimer = null;
@@ -477,11 +479,9 @@ export class SessionClient {
       case P.SEND_OK:
         return this._onSendOk(frame);
       case P.DECIDE_OK:
-        this.requests.delete(frame.request_id);
-        return; // the card changes with the approval.decided event
       case P.CANCEL_OK:
-        this.requests.delete(frame.request_id);
-        return; // the run changes with its run.finished event
+        this._commandAnswered(frame.request_id);
+        return; // the card or run changes with its approval.decided / run.finished event
       case P.SYNC_OK:
         this.requests.delete(frame.request_id);
         return this.loop.onSyncOk(frame);
@@ -534,6 +534,7 @@ export class SessionClient {
     this.everLive = true;
     this._setState(STATE.LIVE, {});
     this._flushLedger();
+    this._flushCommands();
   }
 
   // --- events ------------------------------------------------------------------
@@ -558,8 +559,10 @@ export class SessionClient {
       this._pruneLedger();
       this.view.setLedger(this.ledger.entries(), this.model);
     } else if (ev.kind === P.K_APPROVAL_DECIDED && d.approval_id) {
+      this.commands.delete(`${P.DECIDE}:${d.approval_id}`);
       this._setBusy("approval", d.approval_id, false);
     } else if (ev.kind === P.K_RUN_FINISHED && ev.run_id) {
+      this.commands.delete(`${P.CANCEL}:${ev.run_id}`);
       this._setBusy("cancel", ev.run_id, false);
     }
   }
@@ -690,9 +693,8 @@ export class SessionClient {
    */
   decide(approvalId, decision) {
     if (this.state !== STATE.LIVE || !P.DECISIONS.includes(decision)) return false;
-    const requestId = this._requestId();
-    this.requests.set(requestId, { type: P.DECIDE, id: approvalId });
-    if (!this._send({ type: P.DECIDE, request_id: requestId, approval_id: approvalId, decision })) return false;
+    const command = { type: P.DECIDE, approval_id: approvalId, decision };
+    if (!this._sendCommand(command, approvalId)) return false;
     this._setBusy("approval", approvalId, true);
     return true;
   }
@@ -705,16 +707,41 @@ export class SessionClient {
   cancel(runId) {
     const target = runId || activeRun(this.model)?.runId;
     if (this.state !== STATE.LIVE || !target) return false;
-    const requestId = this._requestId();
-    this.requests.set(requestId, { type: P.CANCEL, id: target });
-    if (!this._send({ type: P.CANCEL, request_id: requestId, run_id: target })) return false;
+    if (!this._sendCommand({ type: P.CANCEL, run_id: target }, target)) return false;
     this._setBusy("cancel", target, true);
     return true;
   }
 
+  /**
+   * Send a decide or cancel and remember it until it is answered or its outcome
+   * (approval.decided, run.finished) is in the log: one lost with a socket is
+   * sent again after the next resume. Repeating either is safe: the first
+   * decision stands, and a finished run is not_pending.
+   */
+  _sendCommand(command, id) {
+    const requestId = this._requestId();
+    this.requests.set(requestId, { type: command.type, id });
+    this.commands.set(`${command.type}:${id}`, command);
+    return this._send({ ...command, request_id: requestId });
+  }
+
+  _commandAnswered(requestId) {
+    const req = this.requests.get(requestId);
+    this.requests.delete(requestId);
+    if (req) this.commands.delete(`${req.type}:${req.id}`);
+  }
+
+  _flushCommands() {
+    for (const [key, command] of Array.from(this.commands)) {
+      const id = key.slice(command.type.length + 1);
+      if (!this._sendCommand(command, id)) return;
+      this._setBusy(command.type === P.DECIDE ? "approval" : "cancel", id, true);
+    }
+  }
+
   _onError(frame) {
     const req = this.requests.get(frame.request_id);
-    this.requests.delete(frame.request_id);
+    this._commandAnswered(frame.request_id);
     const message = String(frame.message || frame.code || "error");
     if (!req) {
       console.warn("server error", frame);

@@ -372,3 +372,27 @@ test("presence is passed to the view", () => {
   assert.deepEqual(view.presence, { viewers: 3, running: true });
   assert.equal(view.state, "live");
 });
+
+test("a decide and a cancel lost with the socket are sent again after the replay, once", () => {
+  const { client, sock, resume } = setup();
+  client.start();
+  resume(2, [ev(1, "session.created", {}, null), ev(2, "run.started", {}, "run_a")]);
+  assert.ok(client.decide("ap_1", "approve"));
+  assert.ok(client.cancel("run_b"));
+  sock().serverClose(1006); // no reply to either
+  const r = resume(3, [ev(3, "assistant.delta", { text: "x" }, "run_a")]);
+  assert.equal(r.after, 2);
+  const again = sock().framesOf("decide");
+  assert.deepEqual(
+    again.map((f) => [f.approval_id, f.decision]),
+    [["ap_1", "approve"]],
+  );
+  assert.deepEqual(sock().framesOf("cancel").map((f) => f.run_id), ["run_b"]);
+  // Answered (or its outcome logged): not sent on the next socket.
+  sock().receive({ type: "decide_ok", request_id: again[0].request_id, approval_id: "ap_1", decision: "approve" });
+  sock().receive(ev(4, "run.finished", { stop_reason: "cancelled" }, "run_b"));
+  sock().serverClose(1006);
+  resume(4, []);
+  assert.equal(sock().framesOf("decide").length, 0);
+  assert.equal(sock().framesOf("cancel").length, 0);
+});
