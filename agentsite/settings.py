@@ -137,7 +137,8 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels_redis's layer, receiving a server's messages in batches.
+            "BACKEND": "sessions_app.layers.BatchReceiveRedisChannelLayer",
             "CONFIG": {
                 "hosts": [REDIS_URL],
                 "prefix": os.environ.get("CHANNELS_PREFIX", "asgi"),
