@@ -1,10 +1,12 @@
 """The one way events enter a session's log.
 
-``append_events`` assigns seqs with one atomic ``UPDATE … SET head = head + n
-RETURNING head`` on the session row. That statement takes the row's write lock
-(PostgreSQL) or the database's (SQLite, IMMEDIATE transactions) until commit, so
-seqs are handed out in commit order with no holes and no duplicates however
-many writers race. Frames are published to the session's group only after the
+``append_events`` assigns seqs by bumping the session row's ``head`` while it
+holds that row's lock (PostgreSQL: ``sessions_append``, one server-side
+statement, see migration 0003) or the database's write lock (SQLite,
+IMMEDIATE transactions) until commit, so seqs are handed out in commit order
+with no holes and no duplicates however many writers race. A guarded append
+(a run's) checks, after taking the lock, that its worker still holds the run.
+Frames are published to the session's group only after the
 transaction commits (``transaction.on_commit``), so no socket ever sees an
 event that could still roll back.
 """
@@ -96,43 +98,76 @@ def append_events(
     if not new:
         return []
     now = timezone.now()
-    stamp = connection.ops.adapt_datetimefield_value(now)
     payloads = [json.dumps(item.data, separators=(",", ":")) for item in new]
-    with transaction.atomic():
-        # The session row first, the run second: the same lock order as every
-        # run transition, so a cancel and a streaming worker never deadlock.
-        with connection.cursor() as cursor:
-            cursor.execute(_BUMP_HEAD, [len(new), stamp, session_id])
-            row = cursor.fetchone()
-            if row is None:
-                raise SessionGone(session_id)
-            if guard is not None:
-                cursor.execute(_HELD, [guard.run_id, guard.worker])
-                if cursor.fetchone() is None:
-                    raise RunAborted(guard.run_id)
-            first = row[0] - len(new) + 1
-            # Raw rows: one statement per batch, no model instances to build.
-            cursor.executemany(
-                _INSERT,
-                [
-                    (session_id, first + i, item.kind, item.run_id, payload, stamp)
-                    for i, (item, payload) in enumerate(zip(new, payloads, strict=True))
-                ],
-            )
-        events = [
-            Event(
-                session_id=session_id,
-                seq=first + i,
-                kind=item.kind,
-                run_id=item.run_id,
-                data=item.data,
-                created_at=now,
-            )
-            for i, item in enumerate(new)
-        ]
-        frames = [event_frame(e) for e in events]
-        transaction.on_commit(lambda: _publish(session_id, frames))
+    if connection.vendor == "postgresql":
+        # One round trip (see migration 0003); in autocommit it commits in it too.
+        head = _append_postgresql(session_id, new, payloads, now, guard)
+    else:
+        head = _append_python(session_id, new, payloads, now, guard)
+    first = head - len(new) + 1
+    events = [
+        Event(
+            session_id=session_id,
+            seq=first + i,
+            kind=item.kind,
+            run_id=item.run_id,
+            data=item.data,
+            created_at=now,
+        )
+        for i, item in enumerate(new)
+    ]
+    frames = [event_frame(e) for e in events]
+    # In the caller's transaction: published when it commits. Outside one the
+    # append has committed already, and this publishes at once.
+    transaction.on_commit(lambda: _publish(session_id, frames))
     return events
+
+
+def _append_postgresql(session_id, new, payloads, now, guard) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT sessions_append(%s, %s, %s, %s, %s, %s, %s)",
+            [
+                session_id,
+                guard.run_id if guard else None,
+                guard.worker if guard else None,
+                [item.kind for item in new],
+                [item.run_id for item in new],
+                payloads,
+                now,
+            ],
+        )
+        head = cursor.fetchone()[0]
+    if head == -1:
+        raise SessionGone(session_id)
+    if head == -2:
+        raise RunAborted(guard.run_id)
+    return head
+
+
+def _append_python(session_id, new, payloads, now, guard) -> int:
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    # The session row first, the run second: the same lock order as every run
+    # transition, so a cancel and a streaming worker never deadlock.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_BUMP_HEAD, [len(new), stamp, session_id])
+        row = cursor.fetchone()
+        if row is None:
+            raise SessionGone(session_id)
+        if guard is not None:
+            cursor.execute(_HELD, [guard.run_id, guard.worker])
+            if cursor.fetchone() is None:
+                raise RunAborted(guard.run_id)
+        first = row[0] - len(new) + 1
+        # Raw rows: one statement per batch, no model instances to build.
+        cursor.executemany(
+            _INSERT,
+            [
+                (session_id, first + i, item.kind, item.run_id, payload, stamp)
+                for i, (item, payload) in enumerate(zip(new, payloads, strict=True))
+            ],
+        )
+    return row[0]
 
 
 def _publish(session_id: str, frames: Iterable[dict[str, Any]]) -> None:
