@@ -154,7 +154,8 @@ async def _scenario(server, pairs, runs: int, stream: str, label: str) -> dict:
     sends = await asyncio.gather(
         *(
             tabs[i][0].request(
-                {"type": "send", "client_message_id": f"{label}-{i}", "text": f"/stream {stream}"}
+                {"type": "send", "client_message_id": f"{label}-{i}", "text": f"/stream {stream}"},
+                timeout=300,
             )
             for i in range(runs)
         )
@@ -226,7 +227,7 @@ async def main() -> None:
         f"runner={settings.AGENT_RUNNER}; python {sys.version.split()[0]}; "
         f"{os.cpu_count()} cpus"
     )
-    env = {"AGENT_TEST_HOOKS": "0"}
+    env = {"AGENT_TEST_HOOKS": "0", "AGENT_WORKER_GRACE_SECONDS": "2"}
     if args.concurrency:
         env["AGENT_WORKER_CONCURRENCY"] = str(args.concurrency)
     log_dir = Path(tempfile.mkdtemp(prefix="agent-bench-logs-"))

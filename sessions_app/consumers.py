@@ -576,18 +576,26 @@ _HANDLERS = {
 }
 
 
+def _in_db_pool(fn):
+    """Run ``fn`` on a thread of a small pool, not Channels' one shared thread:
+    each call is self-contained (its own transaction, if any), and hundreds of
+    sockets resuming or sending at once must not queue behind one thread. The
+    pool is asgiref's executor; each of its threads keeps one connection."""
+    return database_sync_to_async(fn, thread_sensitive=False)
+
+
 class _Db:
-    """The consumer's database calls, each one ``database_sync_to_async``."""
+    """The consumer's database calls, each one on the database thread pool."""
 
     @staticmethod
-    @database_sync_to_async
+    @_in_db_pool
     def open_connection(user_id: int, server_id: str) -> str:
         from .models import Connection
 
         return Connection.objects.create(user_id=user_id, server_id=server_id).id
 
     @staticmethod
-    @database_sync_to_async
+    @_in_db_pool
     def close_connection(
         connection_id: str, code: int, last_ack: int, presence_for: str | None
     ) -> None:
@@ -606,7 +614,7 @@ class _Db:
             request_presence(presence_for)
 
     @staticmethod
-    @database_sync_to_async
+    @_in_db_pool
     def start_session(user, start: p.Start, connection_id: str) -> dict[str, Any]:
         from .models import Connection
         from .services import create_session
@@ -618,7 +626,7 @@ class _Db:
         return {"id": session.id, "epoch": session.epoch, "head": session.head}
 
     @staticmethod
-    @database_sync_to_async
+    @_in_db_pool
     def check_resume(user_id: int, resume: p.Resume, connection_id: str) -> dict[str, Any]:
         from .models import AgentSession, Connection
 
@@ -653,48 +661,48 @@ class _Db:
         return row
 
     @staticmethod
-    @database_sync_to_async
+    @_in_db_pool
     def events_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]:
         events = read_events(session_id, after, upto, limit=REPLAY_PAGE)
         return [(_dumps(event_frame(e)), e.seq) for e in events]
 
     @staticmethod
-    @database_sync_to_async
+    @_in_db_pool
     def head_of(session_id: str) -> int | None:
         from .models import AgentSession
 
         return AgentSession.objects.filter(id=session_id).values_list("head", flat=True).first()
 
     @staticmethod
-    @database_sync_to_async
+    @_in_db_pool
     def store_ack(connection_id: str, seq: int) -> None:
         from .models import Connection
 
         Connection.objects.filter(id=connection_id).update(last_ack=seq)
 
     @staticmethod
-    @database_sync_to_async
+    @_in_db_pool
     def submit(session_id: str, send: p.Send):
         from .runtime.runs import submit_message
 
         return submit_message(session_id, send.client_message_id, send.text)
 
     @staticmethod
-    @database_sync_to_async
+    @_in_db_pool
     def decide(session_id: str, decide: p.Decide, username: str) -> None:
         from .runtime.runs import decide as decide_gate
 
         decide_gate(decide.approval_id, decide.decision, username, session_id=session_id)
 
     @staticmethod
-    @database_sync_to_async
+    @_in_db_pool
     def cancel(session_id: str, run_id: str, username: str) -> None:
         from .runtime.runs import cancel as cancel_run
 
         cancel_run(run_id, username, session_id=session_id)
 
     @staticmethod
-    @database_sync_to_async
+    @_in_db_pool
     def presence(session_id: str) -> dict[str, Any] | None:
         """The presence for a socket that just caught up; the other sockets of
         the session get theirs coalesced with other joins and leaves."""

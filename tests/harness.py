@@ -131,7 +131,7 @@ class Process:
         if self.proc and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
-            self.proc.wait(15)
+            self.proc.wait(40)  # a stopped worker may take its grace period
             # The output of the dead process is read to its end before a
             # restart resets what wait_for_log searches.
             self._pump_thread.join(5)
