@@ -71,7 +71,8 @@ class Event(models.Model):
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveBigIntegerField()
     kind = models.CharField(max_length=64)
-    run_id = models.CharField(max_length=40, null=True, blank=True)
+    # NULL, not "": the protocol's "run_id": null for events outside a run.
+    run_id = models.CharField(max_length=40, null=True, blank=True)  # noqa: DJ001
     data = models.JSONField(default=dict)
     created_at = models.DateTimeField()
 
@@ -130,10 +131,6 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return self.id
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in self.ACTIVE
 
 
 class ApprovalRequest(models.Model):

@@ -202,7 +202,6 @@ def _string(
 
 
 _MAX_CURSOR = 2**63 - 1  # what a BIGINT column holds
-_SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
 
 def _cursor(frame: dict[str, Any], name: str) -> int:
@@ -214,9 +213,15 @@ def _cursor(frame: dict[str, Any], name: str) -> int:
     return value
 
 
-def is_session_id(value: str) -> bool:
-    """Could this be a session id at all (and so a channel-layer group name)?"""
-    return bool(_SESSION_ID_RE.fullmatch(value))
+# What a session id can look like: "s_" + URL-safe base64 (models.new_session_id)
+# in the column's 40 characters. The one rule for ids that come from outside:
+# no dot or slash, so an id is also a safe group name and workspace directory.
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+
+def is_session_id(value: object) -> bool:
+    """Could ``value`` be a session id at all (a group name, a directory name)?"""
+    return isinstance(value, str) and bool(SESSION_ID_RE.fullmatch(value))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from django.db import transaction
 from . import protocol as p
 from .events import append_event
 from .models import AgentSession
+from .protocol import is_session_id
 
 
 def create_session(owner, title: str = "") -> AgentSession:
@@ -20,6 +21,6 @@ def create_session(owner, title: str = "") -> AgentSession:
 
 def get_owned_session(owner, session_id: str) -> AgentSession | None:
     """The session if ``owner`` owns it; None otherwise (no enumeration)."""
-    if not isinstance(session_id, str) or len(session_id) > 40:
+    if not is_session_id(session_id):
         return None
     return AgentSession.objects.filter(id=session_id, owner=owner).first()

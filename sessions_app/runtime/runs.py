@@ -197,9 +197,10 @@ def decide(
             raise AlreadyDecided(_decision_word(approval.status), approval.decided_by)
         _record_decision(approval, decision, decided_by)
         run = approval.run
-        if decision == p.APPROVE or run.status == Run.Status.AWAITING_APPROVAL:
+        if run.status == Run.Status.AWAITING_APPROVAL:
             # Approved or denied, the parked run goes on at the same tool
-            # call: the continuation runs the tool or reports the denial.
+            # call: the continuation runs the tool or reports the denial. (A
+            # gate whose run is no longer parked is only recorded.)
             Run.objects.filter(id=run.id, status=Run.Status.AWAITING_APPROVAL).update(
                 status=Run.Status.RUNNING, worker="", lease_expires_at=pickup_deadline()
             )

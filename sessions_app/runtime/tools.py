@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import shlex
 import signal
@@ -25,6 +24,8 @@ from typing import Any
 
 from django.conf import settings
 
+from ..protocol import is_session_id
+
 TOOLS = ("write_file", "terminal")
 
 ALLOWED_PROGRAMS = frozenset({"echo", "ls", "cat", "wc", "date", "pwd"})
@@ -36,10 +37,6 @@ TERMINAL_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 MAX_PATH_CHARS = 1024
 MAX_TEXT_CHARS = 1_000_000
 MAX_COMMAND_CHARS = 4096
-
-# Session ids are "s_" + URL-safe base64; no dot or slash can get through, so
-# an id can never name anything but a direct child of AGENT_WORKSPACES.
-_SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 @dataclass(frozen=True)
@@ -107,7 +104,8 @@ class _Refused(Exception):
 
 def workspace_for(session_id: str) -> Path:
     """The session's workspace directory, created if missing."""
-    if not isinstance(session_id, str) or not _SESSION_ID_RE.fullmatch(session_id):
+    # No dot or slash can get through: an id names only a direct child.
+    if not is_session_id(session_id):
         raise ValueError("invalid session id")
     path = Path(settings.AGENT_WORKSPACES) / session_id
     # Other local users have no business reading a session's files.
@@ -344,7 +342,8 @@ def _terminal(command: str, root: Path) -> tuple[bool, str]:
     )
     if executable is None:
         return False, f"program not installed: {argv[0]}"
-    proc = subprocess.Popen(
+    # argv passed the allow-list above; no shell is involved.
+    proc = subprocess.Popen(  # noqa: S603
         argv,
         executable=executable,
         cwd=root,

@@ -94,7 +94,6 @@ export class Connection {
     this.ready = false;
     this.attempts = 0; // sockets opened so far
     this.retryTimer = null;
-    this.retryAt = null;
     this.stableTimer = null;
     this.tickTimer = null;
     this.outbox = [];
@@ -327,10 +326,8 @@ export class Connection {
   _scheduleRetry() {
     this._cancelRetry();
     const delay = this.backoff.next();
-    this.retryAt = this.now() + delay;
     this.retryTimer = this.timers.setTimeout(() => {
       this.retryTimer = null;
-      this.retryAt = null;
       this._connect();
     }, delay);
     this.handlers.onWaiting?.(delay, this.backoff.attempt);
@@ -339,7 +336,6 @@ export class Connection {
   _cancelRetry() {
     if (this.retryTimer !== null) this.timers.clearTimeout(this.retryTimer);
     this.retryTimer = null;
-    this.retryAt = null;
   }
 }
 
