@@ -37,13 +37,12 @@ import logging
 from typing import Any
 
 from channels.consumer import get_handler_name
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from . import fanout
 from . import protocol as p
-from .events import event_frame, read_events
+from . import socket_db as db
 from .exceptions import SessionError
 from .identity import worker_id
 from .server import SEND_BUFFER_EXTENSION
@@ -53,8 +52,6 @@ log = logging.getLogger(__name__)
 # Open sockets per user in this process, for AGENT_USER_MAX_SOCKETS (a count,
 # not a registry: fan-out goes through the channel layer's groups).
 _open_sockets: collections.Counter[int] = collections.Counter()
-
-REPLAY_PAGE = 500
 
 
 _dumps = fanout.dumps
@@ -574,142 +571,3 @@ _HANDLERS = {
     p.CANCEL: SessionConsumer._on_cancel,
     p.SYNC: SessionConsumer._on_sync,
 }
-
-
-def _in_db_pool(fn):
-    """Run ``fn`` on a thread of a small pool, not Channels' one shared thread:
-    each call is self-contained (its own transaction, if any), and hundreds of
-    sockets resuming or sending at once must not queue behind one thread. The
-    pool is asgiref's executor; each of its threads keeps one connection."""
-    return database_sync_to_async(fn, thread_sensitive=False)
-
-
-class _Db:
-    """The consumer's database calls, each one on the database thread pool."""
-
-    @staticmethod
-    @_in_db_pool
-    def open_connection(user_id: int, server_id: str) -> str:
-        from .models import Connection
-
-        return Connection.objects.create(user_id=user_id, server_id=server_id).id
-
-    @staticmethod
-    @_in_db_pool
-    def close_connection(
-        connection_id: str, code: int, last_ack: int, presence_for: str | None
-    ) -> None:
-        from django.utils import timezone
-
-        from .models import Connection
-        from .presence import request_presence
-
-        Connection.objects.filter(id=connection_id).update(
-            closed_at=timezone.now(),
-            close_code=code,
-            clean=code in (p.CLOSE_NORMAL, p.CLOSE_GOING_AWAY, p.CLOSE_SERVICE_RESTART),
-            last_ack=last_ack or None,
-        )
-        if presence_for:
-            request_presence(presence_for)
-
-    @staticmethod
-    @_in_db_pool
-    def start_session(user, start: p.Start, connection_id: str) -> dict[str, Any]:
-        from .models import Connection
-        from .services import create_session
-
-        session = create_session(user, start.title)
-        Connection.objects.filter(id=connection_id).update(
-            session_id=session.id, tab_id=start.tab_id or "", first_frame_type=p.START
-        )
-        return {"id": session.id, "epoch": session.epoch, "head": session.head}
-
-    @staticmethod
-    @_in_db_pool
-    def check_resume(user_id: int, resume: p.Resume, connection_id: str) -> dict[str, Any]:
-        from .models import AgentSession, Connection
-
-        Connection.objects.filter(id=connection_id).update(
-            tab_id=resume.tab_id or "", first_frame_type=p.RESUME, resume_after=resume.after
-        )
-        row = None
-        if p.is_session_id(resume.session_id):
-            row = (
-                AgentSession.objects.filter(id=resume.session_id, owner_id=user_id)
-                .values("epoch", "head", "earliest")
-                .first()
-            )
-        if row is None:
-            raise p.Rejection(p.R_NOT_FOUND, "no such session")
-        if resume.after > 0 and resume.epoch != row["epoch"]:
-            raise p.Rejection(
-                p.R_EPOCH_MISMATCH,
-                "the session's log was rebuilt: drop the cached transcript and resume from 0",
-            )
-        if resume.after > row["head"]:
-            raise p.Rejection(
-                p.R_CURSOR_AHEAD, "the cursor is past the end of the log", head=row["head"]
-            )
-        if resume.after + 1 < row["earliest"]:
-            raise p.Rejection(
-                p.R_CURSOR_EXPIRED,
-                "events after this cursor were purged",
-                earliest=row["earliest"],
-            )
-        Connection.objects.filter(id=connection_id).update(session_id=resume.session_id)
-        return row
-
-    @staticmethod
-    @_in_db_pool
-    def events_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]:
-        events = read_events(session_id, after, upto, limit=REPLAY_PAGE)
-        return [(_dumps(event_frame(e)), e.seq) for e in events]
-
-    @staticmethod
-    @_in_db_pool
-    def head_of(session_id: str) -> int | None:
-        from .models import AgentSession
-
-        return AgentSession.objects.filter(id=session_id).values_list("head", flat=True).first()
-
-    @staticmethod
-    @_in_db_pool
-    def store_ack(connection_id: str, seq: int) -> None:
-        from .models import Connection
-
-        Connection.objects.filter(id=connection_id).update(last_ack=seq)
-
-    @staticmethod
-    @_in_db_pool
-    def submit(session_id: str, send: p.Send):
-        from .runtime.runs import submit_message
-
-        return submit_message(session_id, send.client_message_id, send.text)
-
-    @staticmethod
-    @_in_db_pool
-    def decide(session_id: str, decide: p.Decide, username: str) -> None:
-        from .runtime.runs import decide as decide_gate
-
-        decide_gate(decide.approval_id, decide.decision, username, session_id=session_id)
-
-    @staticmethod
-    @_in_db_pool
-    def cancel(session_id: str, run_id: str, username: str) -> None:
-        from .runtime.runs import cancel as cancel_run
-
-        cancel_run(run_id, username, session_id=session_id)
-
-    @staticmethod
-    @_in_db_pool
-    def presence(session_id: str) -> dict[str, Any] | None:
-        """The presence for a socket that just caught up; the other sockets of
-        the session get theirs coalesced with other joins and leaves."""
-        from .presence import presence_of, request_presence
-
-        request_presence(session_id)
-        return presence_of(session_id)
-
-
-db = _Db()

@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from . import fanout
+from . import protocol as p
 from .exceptions import RunAborted, SessionGone
 from .models import Event
 
@@ -173,6 +174,25 @@ def _append_python(session_id, new, payloads, now, guard) -> int:
 def _publish(session_id: str, frames: Iterable[dict[str, Any]]) -> None:
     for frame in frames:
         fanout.publish_event(session_id, frame)
+
+
+def check_resume_cursor(row: dict[str, Any], after: int, epoch: str | None) -> None:
+    """The log's rules for resuming at ``after`` (``row``: the session's epoch,
+    head and earliest), checked in the protocol's order; ``protocol.Rejection``
+    if one fails."""
+    if after > 0 and epoch != row["epoch"]:
+        raise p.Rejection(
+            p.R_EPOCH_MISMATCH,
+            "the session's log was rebuilt: drop the cached transcript and resume from 0",
+        )
+    if after > row["head"]:
+        raise p.Rejection(
+            p.R_CURSOR_AHEAD, "the cursor is past the end of the log", head=row["head"]
+        )
+    if after + 1 < row["earliest"]:
+        raise p.Rejection(
+            p.R_CURSOR_EXPIRED, "events after this cursor were purged", earliest=row["earliest"]
+        )
 
 
 def read_events(session_id: str, after: int, upto: int | None = None, limit: int | None = None):

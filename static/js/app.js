@@ -86,9 +86,9 @@ export function startSessionPage() {
 
   // --- transcript, queue and run controls (delegated) ---------------------------------
   document.addEventListener("click", (e) => {
-    const btn = e.target instanceof Element ? e.target.closest("button[data-action], button[data-testid]") : null;
+    const btn = e.target instanceof Element ? e.target.closest("button[data-action]") : null;
     if (!btn || btn.disabled) return;
-    const action = btn.dataset.action || btn.dataset.testid;
+    const action = btn.dataset.action;
     if (action === "approve" || action === "deny") {
       client.decide(btn.dataset.approvalId, action);
     } else if (action === "cancel-run") {

@@ -10,6 +10,8 @@
  */
 
 import * as P from "./constants.js";
+import { CONFIRMED, FAILED, SENT } from "./ledger.js";
+import { STATE } from "./session.js";
 import { activeRun, queuedRuns } from "./transcript.js";
 
 const STATE_LABELS = {
@@ -160,7 +162,7 @@ export class SessionView {
     /** item key -> element */
     this.rows = new Map();
     this.busy = { approval: new Set(), cancel: new Set() };
-    this.state = "connecting";
+    this.state = STATE.CONNECTING;
     this.presence = null;
     this.model = null;
     this.stick = true;
@@ -316,13 +318,13 @@ export class SessionView {
     const d = this.doc;
     const pending = item.status === "pending";
     const busy = this.busy.approval.has(item.approvalId);
-    const canAct = pending && this.state === "live" && !busy;
+    const canAct = pending && this.state === STATE.LIVE && !busy;
     const approve = h(d, "button", { class: "btn btn-primary", type: "button", "data-testid": "approve", "data-action": "approve", "data-approval-id": item.approvalId, text: "Approve" });
     const deny = h(d, "button", { class: "btn btn-danger-outline", type: "button", "data-testid": "deny", "data-action": "deny", "data-approval-id": item.approvalId, text: "Deny" });
     approve.disabled = deny.disabled = !canAct;
     approve.hidden = deny.hidden = !pending;
     let statusText = "";
-    if (pending) statusText = busy ? "Sending your decision…" : this.state === "live" ? "Waiting for your decision" : "Waiting for the connection to decide";
+    if (pending) statusText = busy ? "Sending your decision…" : this.state === STATE.LIVE ? "Waiting for your decision" : "Waiting for the connection to decide";
     else statusText = `${item.status === "approved" ? "Approved" : "Denied"}${item.decidedBy ? ` by ${item.decidedBy}` : ""}`;
     return h(d, "section", {
       class: `row card approval approval-${item.status}`,
@@ -393,10 +395,10 @@ export class SessionView {
   _cancelButton() {
     const runId = this.el.cancel.dataset.runId;
     const busy = runId && this.busy.cancel.has(runId);
-    this.el.cancel.disabled = !runId || this.state !== "live" || !!busy;
+    this.el.cancel.disabled = !runId || this.state !== STATE.LIVE || !!busy;
     this.el.cancel.textContent = busy ? "Cancelling…" : "Cancel run";
     for (const btn of this.el.queue.querySelectorAll("button[data-action=dequeue]")) {
-      btn.disabled = this.state !== "live" || this.busy.cancel.has(btn.dataset.runId);
+      btn.disabled = this.state !== STATE.LIVE || this.busy.cancel.has(btn.dataset.runId);
     }
   }
 
@@ -444,10 +446,10 @@ export class SessionView {
     const d = this.doc;
     const shown = entries.filter((e) => model.idx.user[e.id] === undefined);
     const status = (e) => {
-      if (e.state === "failed") return `Not sent: ${e.message || e.error}`;
-      if (e.state === "confirmed") return "Delivered";
-      if (this.state !== "live") return "Waiting for the connection…";
-      return e.state === "sent" ? "Sending…" : "Queued to send…";
+      if (e.state === FAILED) return `Not sent: ${e.message || e.error}`;
+      if (e.state === CONFIRMED) return "Delivered";
+      if (this.state !== STATE.LIVE) return "Waiting for the connection…";
+      return e.state === SENT ? "Sending…" : "Queued to send…";
     };
     this.el.pending.replaceChildren(
       ...shown.map((e) =>
@@ -455,7 +457,7 @@ export class SessionView {
           h(d, "div", { class: "pending-text", text: e.text }),
           h(d, "div", { class: "pending-meta" }, [
             h(d, "span", { text: status(e) }),
-            e.state === "failed" ? h(d, "button", { class: "btn btn-ghost btn-small", type: "button", "data-action": "discard", "data-client-message-id": e.id, text: "Discard" }) : null,
+            e.state === FAILED ? h(d, "button", { class: "btn btn-ghost btn-small", type: "button", "data-action": "discard", "data-client-message-id": e.id, text: "Discard" }) : null,
           ]),
         ]),
       ),
@@ -475,26 +477,26 @@ export class SessionView {
     this.state = state;
     const badge = this.el.conn;
     badge.dataset.state = state;
-    if (state === "rejected") badge.dataset.reason = detail.reason || "unknown";
+    if (state === STATE.REJECTED) badge.dataset.reason = detail.reason || "unknown";
     else delete badge.dataset.reason;
     if (this._countdown) clearInterval(this._countdown);
     this._countdown = null;
     const label = () => {
-      if (state === "reconnecting" && detail.retryAt) {
+      if (state === STATE.RECONNECTING && detail.retryAt) {
         const s = Math.ceil((detail.retryAt - this.now()) / 1000);
         return s >= 1 ? `Reconnecting in ${s} s` : "Reconnecting…";
       }
-      if (state === "rejected") return (REJECTIONS[detail.reason] || {}).badge || STATE_LABELS.rejected;
+      if (state === STATE.REJECTED) return (REJECTIONS[detail.reason] || {}).badge || STATE_LABELS.rejected;
       return STATE_LABELS[state] || state;
     };
     badge.textContent = label();
-    if (state === "reconnecting" && detail.retryAt) {
+    if (state === STATE.RECONNECTING && detail.retryAt) {
       this._countdown = setInterval(() => {
         badge.textContent = label();
       }, 250);
     }
-    this._rejection(state === "rejected" ? detail : null);
-    const rejected = state === "rejected";
+    this._rejection(state === STATE.REJECTED ? detail : null);
+    const rejected = state === STATE.REJECTED;
     this.el.composer.disabled = rejected;
     this.el.send.disabled = rejected;
     if (changed) {

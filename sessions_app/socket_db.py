@@ -1,0 +1,128 @@
+"""The database work of a socket (``consumers.SessionConsumer``), one function each.
+
+Each runs on a thread of a small pool (``thread_sensitive=False``), not on
+Channels' one shared database thread: every call is self-contained (its own
+transaction, if any), and hundreds of sockets resuming or sending at once must
+not queue behind one thread. The pool is asgiref's executor; each of its
+threads keeps one persistent connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.utils import timezone
+
+from . import fanout
+from . import protocol as p
+from .events import check_resume_cursor, event_frame, read_events
+from .models import AgentSession, Connection
+
+REPLAY_PAGE = 500
+
+
+def _in_db_pool(fn):
+    return database_sync_to_async(fn, thread_sensitive=False)
+
+
+@_in_db_pool
+def open_connection(user_id: int, server_id: str) -> str:
+    """A diagnostic row for a new socket; returns its connection id."""
+    return Connection.objects.create(user_id=user_id, server_id=server_id).id
+
+
+@_in_db_pool
+def close_connection(connection_id: str, code: int, last_ack: int, presence_for: str | None):
+    """Record how a socket closed and tell its session's other sockets."""
+    from .presence import request_presence
+
+    Connection.objects.filter(id=connection_id).update(
+        closed_at=timezone.now(),
+        close_code=code,
+        clean=code in (p.CLOSE_NORMAL, p.CLOSE_GOING_AWAY, p.CLOSE_SERVICE_RESTART),
+        last_ack=last_ack or None,
+    )
+    if presence_for:
+        request_presence(presence_for)
+
+
+@_in_db_pool
+def start_session(user, start: p.Start, connection_id: str) -> dict[str, Any]:
+    """Create the session a ``start`` asks for."""
+    from .services import create_session
+
+    session = create_session(user, start.title)
+    Connection.objects.filter(id=connection_id).update(
+        session_id=session.id, tab_id=start.tab_id or "", first_frame_type=p.START
+    )
+    return {"id": session.id, "epoch": session.epoch, "head": session.head}
+
+
+@_in_db_pool
+def check_resume(user_id: int, resume: p.Resume, connection_id: str) -> dict[str, Any]:
+    """The session's epoch, head and earliest if this user may resume it at this
+    cursor; ``protocol.Rejection`` otherwise (another user's session is not_found)."""
+    Connection.objects.filter(id=connection_id).update(
+        tab_id=resume.tab_id or "", first_frame_type=p.RESUME, resume_after=resume.after
+    )
+    row = None
+    if p.is_session_id(resume.session_id):
+        row = (
+            AgentSession.objects.filter(id=resume.session_id, owner_id=user_id)
+            .values("epoch", "head", "earliest")
+            .first()
+        )
+    if row is None:
+        raise p.Rejection(p.R_NOT_FOUND, "no such session")
+    check_resume_cursor(row, resume.after, resume.epoch)
+    Connection.objects.filter(id=connection_id).update(session_id=resume.session_id)
+    return row
+
+
+@_in_db_pool
+def events_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]:
+    """Up to ``REPLAY_PAGE`` event frames' texts after ``after``, with their seqs."""
+    events = read_events(session_id, after, upto, limit=REPLAY_PAGE)
+    return [(fanout.dumps(event_frame(e)), e.seq) for e in events]
+
+
+@_in_db_pool
+def head_of(session_id: str) -> int | None:
+    return AgentSession.objects.filter(id=session_id).values_list("head", flat=True).first()
+
+
+@_in_db_pool
+def store_ack(connection_id: str, seq: int) -> None:
+    Connection.objects.filter(id=connection_id).update(last_ack=seq)
+
+
+@_in_db_pool
+def submit(session_id: str, send: p.Send):
+    from .runtime.runs import submit_message
+
+    return submit_message(session_id, send.client_message_id, send.text)
+
+
+@_in_db_pool
+def decide(session_id: str, decide: p.Decide, username: str) -> None:
+    from .runtime.runs import decide as decide_gate
+
+    decide_gate(decide.approval_id, decide.decision, username, session_id=session_id)
+
+
+@_in_db_pool
+def cancel(session_id: str, run_id: str, username: str) -> None:
+    from .runtime.runs import cancel as cancel_run
+
+    cancel_run(run_id, username, session_id=session_id)
+
+
+@_in_db_pool
+def presence(session_id: str) -> dict[str, Any] | None:
+    """The presence for a socket that just caught up; the other sockets of the
+    session get theirs coalesced with other joins and leaves."""
+    from .presence import presence_of, request_presence
+
+    request_presence(session_id)
+    return presence_of(session_id)
