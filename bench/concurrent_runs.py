@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -36,20 +35,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
-if "DATABASE_URL" not in os.environ:
-    os.environ["AGENT_VAR_DIR"] = tempfile.mkdtemp(prefix="agent-bench-")
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-# A throwaway key: the bench signs nothing that outlives it.
-os.environ.setdefault("SECRET_KEY", "bench-" + os.urandom(16).hex())
-
-import django  # noqa: E402
-
-django.setup()
-
-import websockets  # noqa: E402
+import django_setup  # noqa: E402, F401 (sets up Django)
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
@@ -58,26 +44,6 @@ from django.db import connection  # noqa: E402
 from sessions_app.models import AgentSession  # noqa: E402
 from sessions_app.services import create_session  # noqa: E402
 from tests.harness import Daphne, Worker, WsClient, session_cookie  # noqa: E402
-
-
-class TimedClient(WsClient):
-    """A protocol client that notes when each frame arrived."""
-
-    def __init__(self, ws):
-        self.arrivals: list[float] = []
-        super().__init__(ws)
-
-    async def _read(self) -> None:
-        try:
-            async for raw in self.ws:
-                self.arrivals.append(time.time())
-                self.frames.append(json.loads(raw))
-                self._new.set()
-        except websockets.ConnectionClosed:
-            pass
-        finally:
-            self.closed_code = self.ws.close_code
-            self._new.set()
 
 
 def _proc_status(pid: int) -> tuple[int, int]:
@@ -135,8 +101,8 @@ def _users_and_sessions(n: int):
     return out
 
 
-async def _follow(server, cookie, session) -> TimedClient:
-    c = await TimedClient.connect(server.ws, cookie)
+async def _follow(server, cookie, session) -> WsClient:
+    c = await WsClient.connect(server.ws, cookie)
     ok = await c.resume(session.id, 0)
     assert ok["type"] == "resume_ok", ok
     return c
@@ -144,7 +110,7 @@ async def _follow(server, cookie, session) -> TimedClient:
 
 async def _scenario(server, pairs, runs: int, stream: str, label: str) -> dict:
     cookies = [session_cookie(user) for user, _ in pairs]
-    tabs: list[tuple[TimedClient, TimedClient]] = []
+    tabs: list[tuple[WsClient, WsClient]] = []
     for (_, session), cookie in zip(pairs, cookies, strict=True):
         first = await _follow(server, cookie, session)
         tabs.append((first, await _follow(server, cookie, session)))

@@ -23,19 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
-if "DATABASE_URL" not in os.environ:
-    os.environ["AGENT_VAR_DIR"] = tempfile.mkdtemp(prefix="agent-bench-")
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-# A throwaway key: the bench signs nothing that outlives it.
-os.environ.setdefault("SECRET_KEY", "bench-" + os.urandom(16).hex())
-
-import django  # noqa: E402
-
-django.setup()
-
+import django_setup  # noqa: E402, F401 (sets up Django)
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.utils import timezone  # noqa: E402

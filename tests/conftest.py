@@ -98,6 +98,17 @@ def _fresh_channel_layer():
 
 
 @pytest.fixture
+def no_enqueue(monkeypatch):
+    """Unit level: record the runs that would be handed to the task framework
+    (nothing executes them)."""
+    from sessions_app.runtime import runs
+
+    queued: list[str] = []
+    monkeypatch.setattr(runs, "enqueue", queued.append)
+    return queued
+
+
+@pytest.fixture
 def user(django_user_model):
     return django_user_model.objects.create_user("alice", password="alice-pass-1")
 

@@ -218,6 +218,7 @@ class WsClient:
     def __init__(self, ws):
         self.ws = ws
         self.frames: list[dict[str, Any]] = []
+        self.arrivals: list[float] = []  # time.time() of each frame (benchmarks)
         self._new = asyncio.Event()
         self._reader = asyncio.ensure_future(self._read())
         self.closed_code: int | None = None
@@ -237,6 +238,7 @@ class WsClient:
     async def _read(self) -> None:
         try:
             async for raw in self.ws:
+                self.arrivals.append(time.time())
                 self.frames.append(json.loads(raw))
                 self._new.set()
         except websockets.ConnectionClosed:

@@ -13,13 +13,6 @@ from sessions_app.services import create_session
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def no_enqueue(monkeypatch):
-    queued: list[str] = []
-    monkeypatch.setattr(runs, "enqueue", queued.append)
-    return queued
-
-
 def _staff(django_user_model, name: str, *codenames: str):
     user = django_user_model.objects.create_user(name, password=f"{name}-pass-1", is_staff=True)
     user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
@@ -29,20 +22,10 @@ def _staff(django_user_model, name: str, *codenames: str):
 
 
 def _parked(user) -> tuple[Run, ApprovalRequest]:
-    session = create_session(user)
-    sent = runs.submit_message(session.id, "m1", "/write a.txt x")
-    run = Run.objects.get(id=sent.run_id)
-    Run.objects.filter(id=run.id).update(worker="w")
-    approval_id = runs.park(
-        run.id,
-        "w",
-        session.id,
-        tool_call_id="call_x",
-        tool="write_file",
-        args={"path": "a.txt", "text": "x"},
-        state={},
-    )
-    return run, ApprovalRequest.objects.get(id=approval_id)
+    from tests.test_api import parked_gate
+
+    _, run_id, approval_id = parked_gate(user)
+    return Run.objects.get(id=run_id), ApprovalRequest.objects.get(id=approval_id)
 
 
 def _action(client, model: str, action: str, pk: str):

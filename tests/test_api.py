@@ -57,16 +57,7 @@ def test_events_after_cursor(client_for, user):
     assert bad.status_code == 400
 
 
-@pytest.fixture
-def no_enqueue(monkeypatch):
-    from sessions_app.runtime import runs
-
-    queued: list[str] = []
-    monkeypatch.setattr(runs, "enqueue", queued.append)
-    return queued
-
-
-def _parked_gate(owner):
+def parked_gate(owner):
     """A session of ``owner`` with a run parked at a real approval gate."""
     from sessions_app.runtime import runs
 
@@ -88,7 +79,7 @@ def _parked_gate(owner):
 def test_other_users_objects_are_404(client_for, user, other_user, no_enqueue):
     """Another user's real session, approval and run are 404, like missing ones, and
     nothing of theirs changes."""
-    s, run_id, approval_id = _parked_gate(other_user)
+    s, run_id, approval_id = parked_gate(other_user)
     c = client_for(user)
     assert c.get(f"/api/sessions/{s.id}/").status_code == 404
     assert c.get(f"/api/sessions/{s.id}/events/").status_code == 404
@@ -109,7 +100,7 @@ def test_other_users_objects_are_404(client_for, user, other_user, no_enqueue):
 
 def test_decide_through_the_api_then_409_with_the_standing_decision(client_for, user, no_enqueue):
     """The owner decides through the API; a second decision is 409 naming the first."""
-    _, run_id, approval_id = _parked_gate(user)
+    _, run_id, approval_id = parked_gate(user)
     c = client_for(user)
     url = f"/api/approvals/{approval_id}/decide/"
     ok = c.post(url, {"decision": "deny"}, content_type="application/json")

@@ -15,13 +15,6 @@ from sessions_app.services import create_session
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def no_enqueue(monkeypatch):
-    queued: list[str] = []
-    monkeypatch.setattr(runs, "enqueue", queued.append)
-    return queued
-
-
 def _running(user, n):
     ids = []
     for i in range(n):

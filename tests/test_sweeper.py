@@ -17,14 +17,6 @@ from sessions_app.services import create_session
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def no_enqueue(monkeypatch):
-    """Unit level: record what would be handed to the task framework."""
-    queued: list[str] = []
-    monkeypatch.setattr(runs, "enqueue", queued.append)
-    return queued
-
-
 def test_expired_lease_is_interrupted_and_next_run_starts(user, no_enqueue):
     """A running run whose lease expired finishes 'interrupted'; the queued one starts."""
     s = create_session(user)
