@@ -7,7 +7,7 @@
 
 import { Failpoints, hooksEnabled, installTestHooks } from "./hooks.js";
 import { SessionClient } from "./session.js";
-import { Connection, attachBrowserSignals, socketUrl } from "./socket.js";
+import { attachBrowserSignals, Connection, socketUrl } from "./socket.js";
 import { MemoryStorage, SessionStore } from "./store.js";
 import { SessionView } from "./ui.js";
 

@@ -49,7 +49,17 @@ export class ApplyLoop {
    * @param {number} [options.minSyncIntervalMs=1000]
    * @param {number} [options.syncTimeoutMs=5000]
    */
-  constructor({ cursor = 0, apply, send, onCommit = () => {}, onError = (err) => console.error(err), now = Date.now, requestId, minSyncIntervalMs = 1000, syncTimeoutMs = 5000 }) {
+  constructor({
+    cursor = 0,
+    apply,
+    send,
+    onCommit = () => {},
+    onError = (err) => console.error(err),
+    now = Date.now,
+    requestId,
+    minSyncIntervalMs = 1000,
+    syncTimeoutMs = 5000,
+  }) {
     this._cursor = cursor;
     this._apply = apply;
     this._send = send;
@@ -543,7 +553,7 @@ export class SessionClient {
     if (this.handshake !== "ok") return;
     if (frame.session_id && frame.session_id !== this.sessionId) return;
     if (this.firstReplayedSeq === null) this.firstReplayedSeq = frame.seq;
-    if (this.hooks && this.hooks.take("after-receive")) {
+    if (this.hooks?.take("after-receive")) {
       this.conn.drop("test failpoint after-receive");
       return;
     }
@@ -569,7 +579,7 @@ export class SessionClient {
 
   _onCommit(seq) {
     this.view.setCursor(seq);
-    if (this.hooks && this.hooks.take("after-render")) {
+    if (this.hooks?.take("after-render")) {
       this.conn.drop("test failpoint after-render");
       return;
     }
@@ -610,8 +620,11 @@ export class SessionClient {
    */
   static validate(text) {
     if (typeof text !== "string" || !text.trim()) return "Type a message first.";
-    if (text.length > P.MAX_TEXT_CHARS) return `Messages are limited to ${P.MAX_TEXT_CHARS.toLocaleString("en-US")} characters (this one has ${text.length.toLocaleString("en-US")}).`;
-    const frameBytes = new TextEncoder().encode(JSON.stringify({ type: P.SEND, request_id: "r0000000000", client_message_id: "m-00000000-0000-0000-0000-000000000000", text })).length;
+    if (text.length > P.MAX_TEXT_CHARS)
+      return `Messages are limited to ${P.MAX_TEXT_CHARS.toLocaleString("en-US")} characters (this one has ${text.length.toLocaleString("en-US")}).`;
+    const frameBytes = new TextEncoder().encode(
+      JSON.stringify({ type: P.SEND, request_id: "r0000000000", client_message_id: "m-00000000-0000-0000-0000-000000000000", text }),
+    ).length;
     if (frameBytes > P.MAX_FRAME_BYTES - 256) return "This message is too large to send.";
     return null;
   }
@@ -644,7 +657,7 @@ export class SessionClient {
       this._send({ type: P.SEND, request_id: requestId, client_message_id: entry.id, text: entry.text }, () => {
         this.ledger.markSent(entry.id);
         this.view.setLedger(this.ledger.entries(), this.model);
-        if (this.hooks && this.hooks.take("after-send")) this.conn.drop("test failpoint after-send");
+        if (this.hooks?.take("after-send")) this.conn.drop("test failpoint after-send");
       });
     }
   }

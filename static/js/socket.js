@@ -211,10 +211,13 @@ export class Connection {
     }
     if (this.outbox.length && this.flushTimer === null) {
       const wait = Math.ceil(((1 - this.tokens) / this.config.ratePerSecond) * 1000) + 1;
-      this.flushTimer = this.timers.setTimeout(() => {
-        this.flushTimer = null;
-        this._flush();
-      }, Math.max(wait, 5));
+      this.flushTimer = this.timers.setTimeout(
+        () => {
+          this.flushTimer = null;
+          this._flush();
+        },
+        Math.max(wait, 5),
+      );
     }
   }
 

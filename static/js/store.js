@@ -191,12 +191,12 @@ export class SessionStore {
     try {
       for (let i = 0; i < this.storage.length; i++) {
         const k = this.storage.key(i);
-        if (k && k.startsWith(`${this.prefix}.s.`) && k !== mine) doomed.push(k);
+        if (k?.startsWith(`${this.prefix}.s.`) && k !== mine) doomed.push(k);
       }
     } catch (err) {
       this.onError(err);
     }
-    doomed.forEach((k) => this._remove(k));
+    for (const k of doomed) this._remove(k);
   }
 
   /**

@@ -170,10 +170,14 @@ export class SessionView {
     this._countdown = null;
     this._noticeTimer = null;
     if (this.el.scroller) {
-      this.el.scroller.addEventListener("scroll", () => {
-        const s = this.el.scroller;
-        this.stick = s.scrollHeight - s.scrollTop - s.clientHeight < 80;
-      }, { passive: true });
+      this.el.scroller.addEventListener(
+        "scroll",
+        () => {
+          const s = this.el.scroller;
+          this.stick = s.scrollHeight - s.scrollTop - s.clientHeight < 80;
+        },
+        { passive: true },
+      );
     }
   }
 
@@ -247,55 +251,75 @@ export class SessionView {
       case "note":
         return h(d, "p", { class: "row note", "data-seq": item.seq, "data-kind": "session.created", text: item.text });
       case "user":
-        return h(d, "article", {
-          class: "row msg msg-user",
-          "data-seq": item.seq,
-          "data-testid": "user-message",
-          "data-client-message-id": item.cmid,
-          "data-run-id": item.runId || "",
-          "aria-label": "You",
-        }, [item.text]);
+        return h(
+          d,
+          "article",
+          {
+            class: "row msg msg-user",
+            "data-seq": item.seq,
+            "data-testid": "user-message",
+            "data-client-message-id": item.cmid,
+            "data-run-id": item.runId || "",
+            "aria-label": "You",
+          },
+          [item.text],
+        );
       case "assistant":
-        return h(d, "article", {
-          class: "row msg msg-assistant",
-          "data-seq": item.seq,
-          "data-testid": "assistant-message",
-          "data-run-id": item.runId || "",
-          "data-final": item.final ? "true" : "false",
-          "aria-label": "Agent",
-        }, [item.text]);
+        return h(
+          d,
+          "article",
+          {
+            class: "row msg msg-assistant",
+            "data-seq": item.seq,
+            "data-testid": "assistant-message",
+            "data-run-id": item.runId || "",
+            "data-final": item.final ? "true" : "false",
+            "aria-label": "Agent",
+          },
+          [item.text],
+        );
       case "tool":
-        return h(d, "section", {
-          class: "row card tool-call",
-          "data-seq": item.seq,
-          "data-testid": "tool-call",
-          "data-tool-call-id": item.toolCallId,
-          "data-tool": item.tool,
-          "data-run-id": item.runId || "",
-        }, [
-          h(d, "header", { class: "card-head" }, [
-            h(d, "span", { class: "chip chip-tool", text: "Tool call" }),
-            h(d, "strong", { text: item.tool }),
-            h(d, "code", { class: "tool-summary", text: argsSummary(item.tool, item.args) }),
-          ]),
-          h(d, "details", { class: "tool-details" }, [h(d, "summary", { text: "Arguments" }), argsBlock(d, item.tool, item.args)]),
-        ]);
+        return h(
+          d,
+          "section",
+          {
+            class: "row card tool-call",
+            "data-seq": item.seq,
+            "data-testid": "tool-call",
+            "data-tool-call-id": item.toolCallId,
+            "data-tool": item.tool,
+            "data-run-id": item.runId || "",
+          },
+          [
+            h(d, "header", { class: "card-head" }, [
+              h(d, "span", { class: "chip chip-tool", text: "Tool call" }),
+              h(d, "strong", { text: item.tool }),
+              h(d, "code", { class: "tool-summary", text: argsSummary(item.tool, item.args) }),
+            ]),
+            h(d, "details", { class: "tool-details" }, [h(d, "summary", { text: "Arguments" }), argsBlock(d, item.tool, item.args)]),
+          ],
+        );
       case "approval":
         return this._buildApproval(item);
       case "result":
-        return h(d, "section", {
-          class: `row card tool-result ${item.ok ? "ok" : "failed"}`,
-          "data-seq": item.seq,
-          "data-testid": "tool-result",
-          "data-tool-call-id": item.toolCallId,
-          "data-ok": item.ok ? "true" : "false",
-          "data-run-id": item.runId || "",
-        }, [
-          h(d, "header", { class: "card-head" }, [
-            h(d, "span", { class: `chip ${item.ok ? "chip-ok" : "chip-fail"}`, text: item.ok ? "Result · ok" : "Result · failed" }),
-          ]),
-          h(d, "pre", { class: "code output" }, [h(d, "code", { text: item.output || "(no output)" })]),
-        ]);
+        return h(
+          d,
+          "section",
+          {
+            class: `row card tool-result ${item.ok ? "ok" : "failed"}`,
+            "data-seq": item.seq,
+            "data-testid": "tool-result",
+            "data-tool-call-id": item.toolCallId,
+            "data-ok": item.ok ? "true" : "false",
+            "data-run-id": item.runId || "",
+          },
+          [
+            h(d, "header", { class: "card-head" }, [
+              h(d, "span", { class: `chip ${item.ok ? "chip-ok" : "chip-fail"}`, text: item.ok ? "Result · ok" : "Result · failed" }),
+            ]),
+            h(d, "pre", { class: "code output" }, [h(d, "code", { text: item.output || "(no output)" })]),
+          ],
+        );
       case "notice": {
         let text = NOTICE_TEXT[item.stop] || `Run ended (${item.stop})`;
         if (item.stop === P.STOP_CANCELLED && item.queued) text = "Queued message cancelled";
@@ -319,32 +343,52 @@ export class SessionView {
     const pending = item.status === "pending";
     const busy = this.busy.approval.has(item.approvalId);
     const canAct = pending && this.state === STATE.LIVE && !busy;
-    const approve = h(d, "button", { class: "btn btn-primary", type: "button", "data-testid": "approve", "data-action": "approve", "data-approval-id": item.approvalId, text: "Approve" });
-    const deny = h(d, "button", { class: "btn btn-danger-outline", type: "button", "data-testid": "deny", "data-action": "deny", "data-approval-id": item.approvalId, text: "Deny" });
+    const approve = h(d, "button", {
+      class: "btn btn-primary",
+      type: "button",
+      "data-testid": "approve",
+      "data-action": "approve",
+      "data-approval-id": item.approvalId,
+      text: "Approve",
+    });
+    const deny = h(d, "button", {
+      class: "btn btn-danger-outline",
+      type: "button",
+      "data-testid": "deny",
+      "data-action": "deny",
+      "data-approval-id": item.approvalId,
+      text: "Deny",
+    });
     approve.disabled = deny.disabled = !canAct;
     approve.hidden = deny.hidden = !pending;
     let statusText = "";
-    if (pending) statusText = busy ? "Sending your decision…" : this.state === STATE.LIVE ? "Waiting for your decision" : "Waiting for the connection to decide";
+    if (pending)
+      statusText = busy ? "Sending your decision…" : this.state === STATE.LIVE ? "Waiting for your decision" : "Waiting for the connection to decide";
     else statusText = `${item.status === "approved" ? "Approved" : "Denied"}${item.decidedBy ? ` by ${item.decidedBy}` : ""}`;
-    return h(d, "section", {
-      class: `row card approval approval-${item.status}`,
-      "data-seq": item.seq,
-      "data-testid": "approval",
-      "data-approval-id": item.approvalId,
-      "data-status": item.status,
-      "data-run-id": item.runId || "",
-      "aria-label": `Approval for ${item.tool}`,
-    }, [
-      h(d, "header", { class: "card-head" }, [
-        h(d, "span", { class: "chip chip-approval", text: pending ? "Approval needed" : "Approval" }),
-        h(d, "strong", { text: item.tool }),
-      ]),
-      argsBlock(d, item.tool, item.args),
-      h(d, "div", { class: "approval-foot" }, [
-        h(d, "p", { class: "approval-status", "data-testid": "approval-decision", "data-decided-by": item.decidedBy || null, text: statusText }),
-        h(d, "div", { class: "approval-actions" }, [deny, approve]),
-      ]),
-    ]);
+    return h(
+      d,
+      "section",
+      {
+        class: `row card approval approval-${item.status}`,
+        "data-seq": item.seq,
+        "data-testid": "approval",
+        "data-approval-id": item.approvalId,
+        "data-status": item.status,
+        "data-run-id": item.runId || "",
+        "aria-label": `Approval for ${item.tool}`,
+      },
+      [
+        h(d, "header", { class: "card-head" }, [
+          h(d, "span", { class: "chip chip-approval", text: pending ? "Approval needed" : "Approval" }),
+          h(d, "strong", { text: item.tool }),
+        ]),
+        argsBlock(d, item.tool, item.args),
+        h(d, "div", { class: "approval-foot" }, [
+          h(d, "p", { class: "approval-status", "data-testid": "approval-decision", "data-decided-by": item.decidedBy || null, text: statusText }),
+          h(d, "div", { class: "approval-actions" }, [deny, approve]),
+        ]),
+      ],
+    );
   }
 
   _refreshApprovals() {
@@ -378,7 +422,14 @@ export class SessionView {
       ...queue.map((q) =>
         h(d, "li", { class: "queue-item", "data-testid": "queued-item", "data-run-id": q.runId, "data-client-message-id": q.cmid }, [
           h(d, "span", { class: "queue-text", text: q.text }),
-          h(d, "button", { class: "btn btn-ghost btn-small", type: "button", "data-action": "dequeue", "data-run-id": q.runId, "aria-label": `Remove “${q.text.slice(0, 40)}” from the queue`, text: "Remove" }),
+          h(d, "button", {
+            class: "btn btn-ghost btn-small",
+            type: "button",
+            "data-action": "dequeue",
+            "data-run-id": q.runId,
+            "aria-label": `Remove “${q.text.slice(0, 40)}” from the queue`,
+            text: "Remove",
+          }),
         ]),
       ),
     );
@@ -453,13 +504,26 @@ export class SessionView {
     };
     this.el.pending.replaceChildren(
       ...shown.map((e) =>
-        h(d, "li", { class: `row msg msg-user pending pending-${e.state}`, "data-testid": "pending-message", "data-client-message-id": e.id, "data-state": e.state }, [
-          h(d, "div", { class: "pending-text", text: e.text }),
-          h(d, "div", { class: "pending-meta" }, [
-            h(d, "span", { text: status(e) }),
-            e.state === FAILED ? h(d, "button", { class: "btn btn-ghost btn-small", type: "button", "data-action": "discard", "data-client-message-id": e.id, text: "Discard" }) : null,
-          ]),
-        ]),
+        h(
+          d,
+          "li",
+          { class: `row msg msg-user pending pending-${e.state}`, "data-testid": "pending-message", "data-client-message-id": e.id, "data-state": e.state },
+          [
+            h(d, "div", { class: "pending-text", text: e.text }),
+            h(d, "div", { class: "pending-meta" }, [
+              h(d, "span", { text: status(e) }),
+              e.state === FAILED
+                ? h(d, "button", {
+                    class: "btn btn-ghost btn-small",
+                    type: "button",
+                    "data-action": "discard",
+                    "data-client-message-id": e.id,
+                    text: "Discard",
+                  })
+                : null,
+            ]),
+          ],
+        ),
       ),
     );
     this._lastLedger = entries;
@@ -486,7 +550,7 @@ export class SessionView {
         const s = Math.ceil((detail.retryAt - this.now()) / 1000);
         return s >= 1 ? `Reconnecting in ${s} s` : "Reconnecting…";
       }
-      if (state === STATE.REJECTED) return (REJECTIONS[detail.reason] || {}).badge || STATE_LABELS.rejected;
+      if (state === STATE.REJECTED) return REJECTIONS[detail.reason]?.badge || STATE_LABELS.rejected;
       return STATE_LABELS[state] || state;
     };
     badge.textContent = label();

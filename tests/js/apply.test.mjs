@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { Acker, ApplyLoop } from "../../static/js/session.js";
-import { FakeClock, ev } from "./helpers.mjs";
+import { ev, FakeClock } from "./helpers.mjs";
 
 function make(cursor = 0, extra = {}) {
   const clock = new FakeClock();
@@ -30,12 +30,16 @@ test("applies in order and advances the cursor after each apply", () => {
   });
   loop.receive(ev(1));
   loop.receive(ev(2));
-  assert.deepEqual(seen, [
-    ["apply", 1, 0],
-    ["commit", 1, 1],
-    ["apply", 2, 1],
-    ["commit", 2, 2],
-  ], "the cursor moves only after the event is applied");
+  assert.deepEqual(
+    seen,
+    [
+      ["apply", 1, 0],
+      ["commit", 1, 1],
+      ["apply", 2, 1],
+      ["commit", 2, 2],
+    ],
+    "the cursor moves only after the event is applied",
+  );
 });
 
 test("ignores seq <= cursor: repeats never apply twice", () => {

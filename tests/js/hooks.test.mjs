@@ -14,7 +14,7 @@ test("failpoints are one-shot and named", () => {
   assert.throws(() => fp.arm("after-lunch"), /unknown failpoint/);
 });
 
-test("hooks are enabled only by data-test-hooks=\"1\" on the body", () => {
+test('hooks are enabled only by data-test-hooks="1" on the body', () => {
   assert.equal(hooksEnabled({ body: { dataset: {} } }), false);
   assert.equal(hooksEnabled({ body: { dataset: { testHooks: "0" } } }), false);
   assert.equal(hooksEnabled({ body: { dataset: { testHooks: "1" } } }), true);

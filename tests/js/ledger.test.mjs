@@ -62,7 +62,10 @@ test("unconfirmed lists prepared and sent entries in order", () => {
   ledger.markSent(a.id);
   ledger.confirm(b.id);
   ledger.fail(d.id, "too_large", "too long");
-  assert.deepEqual(ledger.unconfirmed().map((e) => e.id), [a.id, c.id]);
+  assert.deepEqual(
+    ledger.unconfirmed().map((e) => e.id),
+    [a.id, c.id],
+  );
   assert.equal(ledger.get(d.id).state, FAILED);
   assert.equal(ledger.get(d.id).error, "too_large");
 });
@@ -74,7 +77,10 @@ test("failed entries can be discarded; others cannot", () => {
   ledger.fail(b.id, "bad_frame");
   assert.equal(ledger.discard(a.id), false, "an unconfirmed input may already be on the server");
   assert.ok(ledger.discard(b.id));
-  assert.deepEqual(ledger.entries().map((e) => e.id), [a.id]);
+  assert.deepEqual(
+    ledger.entries().map((e) => e.id),
+    [a.id],
+  );
 });
 
 test("a failed entry is confirmed if the log shows it after all", () => {
@@ -95,8 +101,14 @@ test("prune drops confirmed entries the transcript shows, only those", () => {
   ledger.confirm(b.id);
   const rendered = new Set([a.id, c.id]);
   assert.ok(ledger.prune((id) => rendered.has(id)));
-  assert.deepEqual(ledger.entries().map((e) => e.id), [b.id, c.id]);
-  assert.equal(ledger.prune((id) => rendered.has(id)), false);
+  assert.deepEqual(
+    ledger.entries().map((e) => e.id),
+    [b.id, c.id],
+  );
+  assert.equal(
+    ledger.prune((id) => rendered.has(id)),
+    false,
+  );
 });
 
 test("restored entries keep their state and ids; junk is skipped", () => {
@@ -107,7 +119,13 @@ test("restored entries keep their state and ids; junk is skipped", () => {
     null,
     { id: "m-c", text: "c", state: "prepared" },
   ]);
-  assert.deepEqual(ledger.unconfirmed().map((e) => [e.id, e.state]), [["m-a", "sent"], ["m-c", "prepared"]]);
+  assert.deepEqual(
+    ledger.unconfirmed().map((e) => [e.id, e.state]),
+    [
+      ["m-a", "sent"],
+      ["m-c", "prepared"],
+    ],
+  );
 });
 
 test("default ids are unique strings within the protocol's limit", async () => {

@@ -5,10 +5,10 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { Backoff } from "../../static/js/backoff.js";
-import { Connection } from "../../static/js/socket.js";
 import { SessionClient } from "../../static/js/session.js";
+import { Connection } from "../../static/js/socket.js";
 import { SessionStore } from "../../static/js/store.js";
-import { FakeClock, FakeStorage, ev, makeFakeWebSocket } from "./helpers.mjs";
+import { ev, FakeClock, FakeStorage, makeFakeWebSocket } from "./helpers.mjs";
 
 const SID = "s_1";
 
@@ -34,7 +34,7 @@ function recorderView() {
       this.ledger = entries;
     },
     setConnection(state, detail) {
-      this.states.push(detail && detail.reason ? `${state}:${detail.reason}` : state);
+      this.states.push(detail?.reason ? `${state}:${detail.reason}` : state);
     },
     setPresence(p) {
       this.presence = p;
@@ -69,7 +69,14 @@ function setup({ storage = new FakeStorage(), clock = new FakeClock(), hooks = n
     now: clock.now,
     hooks,
     createConnection: (handlers) =>
-      new Connection({ url: "ws://h/ws/sessions/", WebSocketImpl: FakeWebSocket, handlers, timers: clock, now: clock.now, backoff: new Backoff({ random: () => 0 }) }),
+      new Connection({
+        url: "ws://h/ws/sessions/",
+        WebSocketImpl: FakeWebSocket,
+        handlers,
+        timers: clock,
+        now: clock.now,
+        backoff: new Backoff({ random: () => 0 }),
+      }),
   });
   const sock = () => sockets.at(-1);
   /** Open the next socket and answer its resume with resume_ok (head) and the events. */
@@ -94,10 +101,7 @@ test("first connection: resume after 0, replay, then live; cursor, ack and cache
   clock.advance(0);
   sock().open();
   const r = sock().framesOf("resume")[0];
-  assert.deepEqual(
-    { ...r, request_id: undefined },
-    { type: "resume", protocol: 1, tab_id: "t-1", request_id: undefined, session_id: SID, after: 0 },
-  );
+  assert.deepEqual({ ...r, request_id: undefined }, { type: "resume", protocol: 1, tab_id: "t-1", request_id: undefined, session_id: SID, after: 0 });
   assert.equal(view.state, "resuming");
   sock().receive({ type: "resume_ok", request_id: r.request_id, session_id: SID, epoch: "E1", after: 0, head: 3 });
   assert.equal(view.state, "resuming", "live only after the replay");
@@ -110,7 +114,12 @@ test("first connection: resume after 0, replay, then live; cursor, ack and cache
   assert.equal(view.cursor, 3);
   assert.equal(sock().framesOf("ack").length, 0, "acks are batched");
   clock.advance(300);
-  assert.deepEqual(sock().framesOf("ack").map((f) => f.seq), [3]);
+  assert.deepEqual(
+    sock()
+      .framesOf("ack")
+      .map((f) => f.seq),
+    [3],
+  );
   const snap = store.load(SID);
   assert.equal(snap.cursor, 3);
   assert.equal(snap.epoch, "E1");
@@ -143,14 +152,26 @@ test("inputs typed while offline are kept, shown pending, and sent in order once
   const a = client.submit("one");
   const b = client.submit("two");
   assert.ok(a.ok && b.ok);
-  assert.deepEqual(view.ledger.map((e) => e.state), ["prepared", "prepared"]);
+  assert.deepEqual(
+    view.ledger.map((e) => e.state),
+    ["prepared", "prepared"],
+  );
   assert.ok(storage.getItem(`agent.l.${SID}`).includes(a.id), "stored before any transmission");
   resume(2, [ev(1, "session.created", {}, null)]);
   assert.equal(sock().framesOf("send").length, 0, "not before the replay is applied");
   sock().receive(ev(2));
   const sends = sock().framesOf("send");
-  assert.deepEqual(sends.map((f) => [f.client_message_id, f.text]), [[a.id, "one"], [b.id, "two"]]);
-  assert.deepEqual(view.ledger.map((e) => e.state), ["sent", "sent"]);
+  assert.deepEqual(
+    sends.map((f) => [f.client_message_id, f.text]),
+    [
+      [a.id, "one"],
+      [b.id, "two"],
+    ],
+  );
+  assert.deepEqual(
+    view.ledger.map((e) => e.state),
+    ["sent", "sent"],
+  );
   sock().receive({ type: "send_ok", request_id: sends[0].request_id, client_message_id: a.id, seq: 3, run_id: "r", status: "started" });
   assert.equal(client.ledger.get(a.id).state, "confirmed");
   sock().receive(userMsg(3, a.id, "one"));
@@ -167,7 +188,10 @@ test("after a drop, only unconfirmed inputs are re-sent, with the same id, after
   const b = client.submit("lost on the way");
   assert.equal(sock().framesOf("send").length, 2);
   sock().serverClose(1006); // neither send_ok arrived
-  assert.deepEqual(client.ledger.entries().map((e) => e.state), ["sent", "sent"]);
+  assert.deepEqual(
+    client.ledger.entries().map((e) => e.state),
+    ["sent", "sent"],
+  );
   clock.advance(1);
   sock().open();
   const r = sock().framesOf("resume")[0];
@@ -177,7 +201,11 @@ test("after a drop, only unconfirmed inputs are re-sent, with the same id, after
   assert.equal(sock().framesOf("send").length, 0, "nothing is re-sent during the replay");
   sock().receive(ev(3, "run.started", { client_message_id: a.id }, "run_2"));
   const resent = sock().framesOf("send");
-  assert.deepEqual(resent.map((f) => f.client_message_id), [b.id], "only the unconfirmed one");
+  assert.deepEqual(
+    resent.map((f) => f.client_message_id),
+    [b.id],
+    "only the unconfirmed one",
+  );
   assert.equal(resent[0].text, "lost on the way");
 });
 
@@ -293,7 +321,12 @@ test("epoch_mismatch: reload from 0 drops the cache, keeps the ledger, resumes a
   sock().receive({ type: "resume_ok", request_id: r2.request_id, session_id: SID, epoch: "E2", after: 0, head: 1 });
   sock().receive(ev(1, "session.created", {}, null));
   assert.equal(view.state, "live");
-  assert.deepEqual(sock().framesOf("send").map((f) => f.client_message_id), [pending.id]);
+  assert.deepEqual(
+    sock()
+      .framesOf("send")
+      .map((f) => f.client_message_id),
+    [pending.id],
+  );
   assert.equal(client.epoch, "E2");
 });
 
@@ -387,7 +420,12 @@ test("a decide and a cancel lost with the socket are sent again after the replay
     again.map((f) => [f.approval_id, f.decision]),
     [["ap_1", "approve"]],
   );
-  assert.deepEqual(sock().framesOf("cancel").map((f) => f.run_id), ["run_b"]);
+  assert.deepEqual(
+    sock()
+      .framesOf("cancel")
+      .map((f) => f.run_id),
+    ["run_b"],
+  );
   // Answered (or its outcome logged): not sent on the next socket.
   sock().receive({ type: "decide_ok", request_id: again[0].request_id, approval_id: "ap_1", decision: "approve" });
   sock().receive(ev(4, "run.finished", { stop_reason: "cancelled" }, "run_b"));

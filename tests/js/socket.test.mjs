@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { Backoff } from "../../static/js/backoff.js";
-import { Connection, attachBrowserSignals, socketUrl } from "../../static/js/socket.js";
+import { attachBrowserSignals, Connection, socketUrl } from "../../static/js/socket.js";
 import { FakeClock, makeFakeWebSocket } from "./helpers.mjs";
 
 function make({ random = () => 0.5, config = {} } = {}) {
@@ -201,7 +201,11 @@ test("outgoing frames stay under the server's rate limit", () => {
   assert.ok(sockets[0].sent.length <= 61 && sockets[0].sent.length >= 59);
   clock.advance(2100);
   assert.equal(sockets[0].sent.length, 100);
-  assert.deepEqual(written, Array.from({ length: 100 }, (_, i) => i), "in order");
+  assert.deepEqual(
+    written,
+    Array.from({ length: 100 }, (_, i) => i),
+    "in order",
+  );
 });
 
 test("send on a closed transport returns false and writes nothing", () => {

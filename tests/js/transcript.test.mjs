@@ -29,7 +29,10 @@ test("deltas are appended in place; equal deltas both count; the final message r
   assert.equal(a[0].seq, 4, "the row carries the seq of the event that created it");
   assert.equal(a[0].text, "tok tok");
   assert.equal(a[0].final, true);
-  assert.deepEqual(changes.filter((c) => c.op === "append").map((c) => c.text), ["tok "]);
+  assert.deepEqual(
+    changes.filter((c) => c.op === "append").map((c) => c.text),
+    ["tok "],
+  );
   assert.ok(hasUserMessage(model, "m-1"));
   assert.equal(activeRun(model), null);
   assert.ok(isModel(JSON.parse(JSON.stringify(model))), "survives a JSON round-trip");
@@ -47,14 +50,20 @@ test("tool call, approval and result; the decision updates the card in place", (
   const card = model.items.find((i) => i.type === "approval");
   assert.equal(card.status, "pending");
   const changes = applyEvent(model, ev(6, "approval.decided", { approval_id: "ap1", decision: "approve", decided_by: "alice" }));
-  assert.deepEqual(changes.map((c) => c.op), ["update"]);
+  assert.deepEqual(
+    changes.map((c) => c.op),
+    ["update"],
+  );
   assert.equal(card.status, "approved");
   assert.equal(card.decidedBy, "alice");
   applyEvent(model, ev(7, "tool.result", { tool_call_id: "c1", ok: true, output: "wrote" }));
   applyEvent(model, ev(8, "assistant.delta", { text: "Done" }));
   applyEvent(model, ev(9, "assistant.message", { text: "Done." }));
   applyEvent(model, ev(10, "run.finished", { stop_reason: "end_turn" }));
-  assert.deepEqual(model.items.map((i) => i.type), ["user", "tool", "approval", "result", "assistant"]);
+  assert.deepEqual(
+    model.items.map((i) => i.type),
+    ["user", "tool", "approval", "result", "assistant"],
+  );
   assert.equal(model.items.at(-1).text, "Done.");
 });
 
@@ -68,7 +77,13 @@ test("text before and after a tool call are separate segments of the run", () =>
     ev(6, "assistant.message", { text: "Found a." }),
   ]);
   const a = model.items.filter((i) => i.type === "assistant");
-  assert.deepEqual(a.map((i) => [i.seq, i.text]), [[2, "Let me check. "], [5, "Found a."]]);
+  assert.deepEqual(
+    a.map((i) => [i.seq, i.text]),
+    [
+      [2, "Let me check. "],
+      [5, "Found a."],
+    ],
+  );
 });
 
 test("the queue follows run.queued / run.started / run.finished", () => {
@@ -80,7 +95,10 @@ test("the queue follows run.queued / run.started / run.finished", () => {
     user(5, "m-3", "third", "run_3"),
     ev(6, "run.queued", { client_message_id: "m-3" }, "run_3"),
   ]);
-  assert.deepEqual(queuedRuns(model).map((q) => q.text), ["second", "third"]);
+  assert.deepEqual(
+    queuedRuns(model).map((q) => q.text),
+    ["second", "third"],
+  );
   assert.equal(activeRun(model).runId, "run_1");
   applyEvent(model, ev(7, "run.finished", { stop_reason: "cancelled" }, "run_3"));
   applyEvent(model, ev(8, "run.finished", { stop_reason: "end_turn" }, "run_1"));
