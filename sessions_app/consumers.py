@@ -316,7 +316,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await handler(self, frame)
 
     async def _on_ping(self, frame: dict[str, Any]) -> None:
-        await self._send({"type": p.PONG, "request_id": p.check_request_id(frame)})
+        await self._send({"type": p.PONG, "request_id": p.request_id_of(frame, strict=True)})
 
     async def _on_ack(self, frame: dict[str, Any]) -> None:
         seq = p.parse_ack(frame)

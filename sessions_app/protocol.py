@@ -130,11 +130,10 @@ def decode(text: str | None, binary: bytes | None) -> dict[str, Any]:
         raise FrameError(E_BAD_JSON, f"frame is not valid JSON: {exc}") from None
     if not isinstance(frame, dict):
         raise FrameError(E_BAD_FRAME, "a frame must be a JSON object")
-    request_id = frame.get("request_id")
     if "type" not in frame:
-        raise FrameError(E_BAD_FRAME, "a frame needs a 'type'", _safe_request_id(request_id))
+        raise FrameError(E_BAD_FRAME, "a frame needs a 'type'", request_id_of(frame))
     if not isinstance(frame["type"], str):
-        raise FrameError(E_BAD_FRAME, "'type' must be a string", _safe_request_id(request_id))
+        raise FrameError(E_BAD_FRAME, "'type' must be a string", request_id_of(frame))
     return frame
 
 
@@ -150,36 +149,24 @@ def is_unicode(value: str) -> bool:
     return True
 
 
-def _safe_request_id(value: Any) -> Any:
-    """Echo a request id only if it is a short string or an integer."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+def request_id_of(frame: dict[str, Any], *, strict: bool = False) -> Any:
+    """The frame's request id if it is a short string or an integer, else None
+    (what a reply may echo). With ``strict`` an id of any other kind is a
+    ``FrameError`` instead (the frame itself is bad)."""
+    value = frame.get("request_id")
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and len(value) <= MAX_ID_CHARS and is_unicode(value):
         return value
+    if strict and value is not None:
+        raise FrameError(
+            E_BAD_FRAME, f"'request_id' must be a string of at most {MAX_ID_CHARS} characters"
+        )
     return None
-
-
-def request_id_of(frame: dict[str, Any]) -> Any:
-    """The request id to echo in a reply (validated, or None)."""
-    return _safe_request_id(frame.get("request_id"))
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_request_id(frame: dict[str, Any]) -> Any:
-    """The frame's request id, or ``FrameError`` if it is not a short string or integer."""
-    value = frame.get("request_id")
-    if value is None:
-        return None
-    if _safe_request_id(value) is None:
-        raise FrameError(
-            E_BAD_FRAME, f"'request_id' must be a string of at most {MAX_ID_CHARS} characters"
-        )
-    return value
 
 
 def _string(
@@ -252,7 +239,7 @@ class Rejection(Exception):
 
 def parse_start(frame: dict[str, Any]) -> Start:
     """Validate a ``start`` frame (errors are ``FrameError``)."""
-    rid = check_request_id(frame)
+    rid = request_id_of(frame, strict=True)
     if frame.get("protocol") != PROTOCOL_VERSION or not _is_int(frame.get("protocol")):
         raise FrameError(
             E_UNSUPPORTED_PROTOCOL, f"this server speaks protocol {PROTOCOL_VERSION}", rid
@@ -276,7 +263,7 @@ def parse_resume(frame: dict[str, Any]) -> Resume:
     if frame.get("protocol") != PROTOCOL_VERSION or not _is_int(frame.get("protocol")):
         raise Rejection(R_UNSUPPORTED_PROTOCOL, f"this server speaks protocol {PROTOCOL_VERSION}")
     try:
-        check_request_id(frame)
+        request_id_of(frame, strict=True)
         tab_id = _string(frame, "tab_id", required=False, max_len=MAX_TAB_ID_CHARS)
         session_id = _string(frame, "session_id")
         after = _cursor(frame, "after")
@@ -311,12 +298,12 @@ class Decide:
 
 
 def parse_ack(frame: dict[str, Any]) -> int:
-    check_request_id(frame)
+    request_id_of(frame, strict=True)
     return _cursor(frame, "seq")
 
 
 def parse_send(frame: dict[str, Any]) -> Send:
-    rid = check_request_id(frame)
+    rid = request_id_of(frame, strict=True)
     cmid = _string(frame, "client_message_id")
     text = frame.get("text")
     if not isinstance(text, str) or not text.strip() or not is_unicode(text):
@@ -327,7 +314,7 @@ def parse_send(frame: dict[str, Any]) -> Send:
 
 
 def parse_decide(frame: dict[str, Any]) -> Decide:
-    rid = check_request_id(frame)
+    rid = request_id_of(frame, strict=True)
     approval_id = _string(frame, "approval_id")
     decision = frame.get("decision")
     if decision not in DECISIONS:
@@ -336,12 +323,12 @@ def parse_decide(frame: dict[str, Any]) -> Decide:
 
 
 def parse_cancel(frame: dict[str, Any]) -> tuple[Any, str]:
-    rid = check_request_id(frame)
+    rid = request_id_of(frame, strict=True)
     return rid, _string(frame, "run_id")
 
 
 def parse_sync(frame: dict[str, Any]) -> tuple[Any, int]:
-    rid = check_request_id(frame)
+    rid = request_id_of(frame, strict=True)
     return rid, _cursor(frame, "after")
 
 
