@@ -148,6 +148,15 @@ def _shared_server(django_db_setup, django_db_blocker, tmp_path_factory):
         _drop_other_db_sessions()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _release_db_connections_at_the_end(django_db_setup, django_db_blocker):
+    """Close what other threads of this process (the consumers' database pool in
+    in-process tests) keep open, so the test database can be dropped."""
+    yield
+    with django_db_blocker.unblock():
+        _drop_other_db_sessions()
+
+
 def _drop_other_db_sessions() -> None:
     """Let pytest-django drop the PostgreSQL test database: servers killed
     with -9 may leave their sessions open for a moment."""

@@ -1,0 +1,142 @@
+"""SessionConsumer in-process (Channels' WebsocketCommunicator): the delivery paths
+that only load reaches against a real server, driven one message at a time."""
+
+from __future__ import annotations
+
+import pytest
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.db import transaction
+from django.utils import timezone
+
+from sessions_app import fanout
+from sessions_app.consumers import SessionConsumer
+from sessions_app.events import append_event, event_frame
+from sessions_app.models import AgentSession, Event
+from sessions_app.services import create_session
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _commit_unpublished(session_id: str, n: int) -> list[Event]:
+    """Commit ``n`` events without publishing them (the test publishes by hand)."""
+    with transaction.atomic():
+        s = AgentSession.objects.select_for_update().get(id=session_id)
+        events = [
+            Event(
+                session_id=session_id,
+                seq=s.head + i + 1,
+                kind="assistant.delta",
+                data={"text": f"t{s.head + i + 1}"},
+                created_at=timezone.now(),
+            )
+            for i in range(n)
+        ]
+        Event.objects.bulk_create(events)
+        AgentSession.objects.filter(id=session_id).update(head=s.head + n)
+    return events
+
+
+def _message(event: Event) -> dict:
+    return {
+        "type": fanout.EVENT_MESSAGE,
+        "session_id": event.session_id,
+        "seq": event.seq,
+        "text": fanout.dumps(event_frame(event)),
+    }
+
+
+async def _resumed(user, session_id: str, after: int, epoch: str) -> WebsocketCommunicator:
+    comm = WebsocketCommunicator(SessionConsumer.as_asgi(), "/ws/sessions/")
+    comm.scope["user"] = user
+    connected, _ = await comm.connect()
+    assert connected
+    frame = {"type": "resume", "protocol": 1, "session_id": session_id, "after": after}
+    if after:
+        frame["epoch"] = epoch
+    await comm.send_json_to(frame)
+    reply = await comm.receive_json_from(timeout=10)
+    assert reply["type"] == "resume_ok", reply
+    return comm
+
+
+async def _events_until(comm, last_seq: int) -> list[int]:
+    seqs: list[int] = []
+    while not seqs or seqs[-1] < last_seq:
+        frame = await comm.receive_json_from(timeout=10)
+        if frame["type"] == "event":
+            seqs.append(frame["seq"])
+    return seqs
+
+
+async def test_a_hole_in_live_delivery_is_refilled_from_the_log_in_order(user):
+    """Live seq N+2 arriving before N+1 (lost or overtaken): the socket gets N+1 from
+    the log, then N+2; a late N+1 is dropped; nothing repeats."""
+    s = await database_sync(create_session, user)
+    comm = await _resumed(user, s.id, 1, s.epoch)
+    first, second = await database_sync(_commit_unpublished, s.id, 2)
+    layer = get_channel_layer()
+    await layer.group_send(fanout.group_name(s.id), _message(second))
+    assert await _events_until(comm, second.seq) == [first.seq, second.seq]
+    await layer.group_send(fanout.group_name(s.id), _message(first))  # late duplicate
+    third = (await database_sync(_commit_unpublished, s.id, 1))[0]
+    await layer.group_send(fanout.group_name(s.id), _message(third))
+    assert await _events_until(comm, third.seq) == [third.seq]
+    await comm.disconnect()
+
+
+async def test_live_events_during_a_replay_are_held_then_delivered_once(user):
+    """Events published while a long replay is under way (some of them also inside
+    the replayed range, some out of order) reach the socket exactly once, in order."""
+    s = await database_sync(create_session, user)
+    await database_sync(_commit_unpublished, s.id, 3000)
+    comm = await _resumed(user, s.id, 0, s.epoch)
+    extra = await database_sync(_commit_unpublished, s.id, 5)
+    layer = get_channel_layer()
+    for event in [extra[2], extra[0], extra[1], extra[4], extra[3], extra[0]]:
+        await layer.group_send(fanout.group_name(s.id), _message(event))
+    seqs = await _events_until(comm, extra[-1].seq)
+    assert seqs == list(range(1, extra[-1].seq + 1))
+    await comm.disconnect()
+
+
+async def test_merged_publications_are_delivered_in_order(user):
+    """A session.events message (a busy publisher's merge) is delivered frame by
+    frame, deduplicated against what the socket already sent."""
+    s = await database_sync(create_session, user)
+    comm = await _resumed(user, s.id, 1, s.epoch)
+    events = await database_sync(_commit_unpublished, s.id, 4)
+    layer = get_channel_layer()
+    await layer.group_send(fanout.group_name(s.id), _message(events[0]))
+    await layer.group_send(
+        fanout.group_name(s.id),
+        {
+            "type": fanout.EVENTS_MESSAGE,
+            "session_id": s.id,
+            "events": [[e.seq, fanout.dumps(event_frame(e))] for e in events],
+        },
+    )
+    assert await _events_until(comm, events[-1].seq) == [e.seq for e in events]
+    await comm.disconnect()
+
+
+async def test_another_sessions_messages_never_reach_the_socket(user, other_user):
+    """A message for another session arriving through this socket's group (a stale
+    membership, a mixed-up publication) is ignored."""
+    mine = await database_sync(create_session, user)
+    theirs = await database_sync(create_session, other_user)
+    comm = await _resumed(user, mine.id, 1, mine.epoch)
+    secret = await database_sync(append_event, theirs.id, "assistant.delta", {"text": "no"})
+    await get_channel_layer().group_send(fanout.group_name(mine.id), _message(secret))
+    ours = await database_sync(append_event, mine.id, "assistant.delta", {"text": "yes"})
+    frames = []
+    while not frames or frames[-1].get("seq") != ours.seq:
+        frames.append(await comm.receive_json_from(timeout=10))
+    assert all(f.get("session_id") in (mine.id, None) for f in frames)
+    await comm.disconnect()
+
+
+async def database_sync(fn, *args):
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(fn, thread_sensitive=False)(*args)
