@@ -118,15 +118,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # A file, not :memory:, so a daphne subprocess started by the tests shares
     # it; per process, so two test runs on one machine never share one.
-    DATABASES["default"]["TEST"] = {
-        "NAME": os.environ.get("SQLITE_TEST_NAME", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))
-    }
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 else:
-    DATABASES["default"]["TEST"] = {
-        "NAME": os.environ.get(
-            "DATABASE_TEST_NAME", f"test_{DATABASES['default']['NAME']}_{os.getpid()}"
-        )
-    }
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
@@ -274,4 +268,4 @@ LOGGING = {
 
 # Start the embedded runtime (recovery + sweeper) with the server. Tests that
 # drive the consumer in-process turn this off and start what they need.
-AGENT_RUNTIME_AUTOSTART = _env_bool("AGENT_RUNTIME_AUTOSTART", True)
+AGENT_RUNTIME_AUTOSTART = True

@@ -25,7 +25,7 @@ from django.utils import timezone
 from . import fanout
 from . import protocol as p
 from .exceptions import RunAborted, SessionGone
-from .models import Event
+from .models import AgentSession, Event
 
 _BUMP_HEAD = (
     "UPDATE sessions_app_agentsession SET head = head + %s, updated_at = %s "
@@ -193,6 +193,34 @@ def check_resume_cursor(row: dict[str, Any], after: int, epoch: str | None) -> N
         raise p.Rejection(
             p.R_CURSOR_EXPIRED, "events after this cursor were purged", earliest=row["earliest"]
         )
+
+
+class PurgeError(ValueError):
+    """A purge that cannot be done as asked (the message says why)."""
+
+
+def purge_events(session_id: str, *, before: int | None = None, keep: int | None = None):
+    """Delete the session's events with ``seq < before`` (or all but the newest
+    ``keep``) and raise ``earliest``; returns ``(deleted, earliest)``.
+
+    Under the session's lock, like every append: a resume after this sees the new
+    ``earliest`` (``cursor_expired`` for a cursor before it), and a replay under
+    way that meets the missing range closes 1013 instead of skipping it."""
+    with transaction.atomic():
+        session = AgentSession.objects.select_for_update().filter(id=session_id).first()
+        if session is None:
+            raise PurgeError(f"no session {session_id}")
+        if keep is not None:
+            if keep < 1:
+                raise PurgeError("--keep must be at least 1")
+            before = session.head - keep + 1
+        if before is None or before < 1 or before > session.head:
+            raise PurgeError(f"--before must be between 1 and head ({session.head})")
+        if before <= session.earliest:
+            return 0, session.earliest
+        deleted, _ = Event.objects.filter(session=session, seq__lt=before).delete()
+        AgentSession.objects.filter(id=session.id).update(earliest=before)
+    return deleted, before
 
 
 def read_events(session_id: str, after: int, upto: int | None = None, limit: int | None = None):

@@ -1,5 +1,8 @@
 """The session protocol, version 1: frame types, close codes, limits, validation.
 
+The normative text is ``docs/protocol.md``; this module is its one
+implementation of names and rules on the server.
+
 Everything a frame may carry is named and checked here, once. The JavaScript
 client mirrors these constants in ``static/js/constants.js``; keep the two in
 step (``tests/test_protocol.py`` compares them).

@@ -11,6 +11,7 @@ reading (``consumers``' flow control) instead of buffering without bound.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import sys
@@ -55,7 +56,7 @@ def _install_send_buffer_probe() -> None:
 
     def create_application(self, protocol, scope):
         if scope.get("type") == "websocket":
-            probe = _transport_buffered.__get__(weakref.ref(protocol))
+            probe = functools.partial(_transport_buffered, weakref.ref(protocol))
             scope.setdefault("extensions", {})[SEND_BUFFER_EXTENSION] = probe
         return original(self, protocol, scope)
 

@@ -140,3 +140,35 @@ async def database_sync(fn, *args):
     from asgiref.sync import sync_to_async
 
     return await sync_to_async(fn, thread_sensitive=False)(*args)
+
+
+async def test_a_purge_under_a_replay_closes_1013_instead_of_skipping(user, monkeypatch):
+    """The log is purged while a replay is between two pages: the socket gets the
+    first page, then a close 1013 (resume later: cursor_expired), never a skip."""
+    import asyncio
+
+    from sessions_app import socket_db
+    from sessions_app.events import purge_events
+
+    s = await database_sync(create_session, user)
+    await database_sync(_commit_unpublished, s.id, 1200)
+    real_page = socket_db.events_page
+    calls = 0
+    purged = asyncio.Event()
+
+    async def page_after_the_purge(*args):
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            await purged.wait()
+        return await real_page(*args)
+
+    monkeypatch.setattr(socket_db, "events_page", page_after_the_purge)
+    comm = await _resumed(user, s.id, 0, s.epoch)
+    assert await _events_until(comm, socket_db.REPLAY_PAGE) == list(
+        range(1, socket_db.REPLAY_PAGE + 1)
+    )
+    await database_sync(lambda: purge_events(s.id, keep=10))
+    purged.set()
+    out = await comm.receive_output(timeout=10)
+    assert out == {"type": "websocket.close", "code": 1013}

@@ -1,4 +1,5 @@
-"""protocol.py: validation rules, the rate limiter, and the JS mirror of its constants."""
+"""protocol.py: validation rules, the rate limiter, and the JS mirror of its constants
+(as docs/protocol.md specifies them)."""
 
 from __future__ import annotations
 

@@ -106,16 +106,17 @@ class _Context:
         self.guard = RunGuard(run.id, worker)
         self.aborted = threading.Event()
 
-    def _append(self, kind: str, data: dict[str, Any]) -> None:
+    def append(self, kind: str, data: dict[str, Any]) -> None:
+        """Append one event of this run, guarded; ``RunAborted`` once it was stopped."""
         if self.aborted.is_set():
             raise RunAborted(self.run_id)
         append_event(self.session_id, kind, data, self.run_id, guard=self.guard)
 
     def delta(self, text: str) -> None:
-        self._append(p.K_ASSISTANT_DELTA, {"text": text})
+        self.append(p.K_ASSISTANT_DELTA, {"text": text})
 
     def message(self, text: str) -> None:
-        self._append(p.K_ASSISTANT_MESSAGE, {"text": text})
+        self.append(p.K_ASSISTANT_MESSAGE, {"text": text})
 
     def request_tool(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> None:
         tool_call_id = "call_" + secrets.token_urlsafe(9)
@@ -214,7 +215,7 @@ def _continue_gate(ctx: _Context, tool_call_id: str) -> ToolOutcome:
         ok, output = False, "denied"
     else:
         ok, output = execute(approval.tool, approval.args, workspace_for(ctx.session_id))
-    ctx._append(p.K_TOOL_RESULT, {"tool_call_id": tool_call_id, "ok": ok, "output": output})
+    ctx.append(p.K_TOOL_RESULT, {"tool_call_id": tool_call_id, "ok": ok, "output": output})
     return ToolOutcome(
         tool_call_id=tool_call_id,
         tool=approval.tool,

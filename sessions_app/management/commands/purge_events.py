@@ -5,9 +5,8 @@ Clients whose cursor points before what is kept get ``cursor_expired`` with
 """
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 
-from sessions_app.models import AgentSession, Event
+from sessions_app.events import PurgeError, purge_events
 
 
 class Command(BaseCommand):
@@ -20,19 +19,11 @@ class Command(BaseCommand):
         group.add_argument("--keep", type=int, help="keep only the newest KEEP events")
 
     def handle(self, session_id, before=None, keep=None, **options):
-        with transaction.atomic():
-            session = AgentSession.objects.select_for_update().filter(id=session_id).first()
-            if session is None:
-                raise CommandError(f"no session {session_id}")
-            if keep is not None:
-                if keep < 1:
-                    raise CommandError("--keep must be at least 1")
-                before = session.head - keep + 1
-            if before < 1 or before > session.head:
-                raise CommandError(f"--before must be between 1 and head ({session.head})")
-            if before <= session.earliest:
-                self.stdout.write(f"nothing to purge: earliest is already {session.earliest}")
-                return
-            deleted, _ = Event.objects.filter(session=session, seq__lt=before).delete()
-            AgentSession.objects.filter(id=session.id).update(earliest=before)
-        self.stdout.write(f"purged {deleted} events of {session_id}; earliest is now {before}")
+        try:
+            deleted, earliest = purge_events(session_id, before=before, keep=keep)
+        except PurgeError as exc:
+            raise CommandError(str(exc)) from None
+        if not deleted:
+            self.stdout.write(f"nothing to purge: earliest is already {earliest}")
+            return
+        self.stdout.write(f"purged {deleted} events of {session_id}; earliest is now {earliest}")
