@@ -69,7 +69,18 @@ class SessionConsumer(AsyncWebsocketConsumer):
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
-        await handler(message)
+        if message["type"] == "websocket.disconnect":
+            await handler(message)
+            return
+        try:
+            await handler(message)
+        except Exception:
+            # A database or layer failure in the handshake or live delivery:
+            # close (1011, retryable) ourselves, so disconnect() still runs its
+            # cleanup (socket count, Connection row, groups) instead of daphne
+            # dropping the consumer with none of it.
+            log.exception("connection %s: %s failed", self.connection_id, message["type"])
+            await self._close(p.CLOSE_INTERNAL_ERROR)
 
     async def connect(self) -> None:
         fanout.publisher.attach(asyncio.get_running_loop())
@@ -139,12 +150,17 @@ class SessionConsumer(AsyncWebsocketConsumer):
             self.group_timer.cancel()
         if self.tail_task is not None:
             self.tail_task.cancel()
-        if self.session_id is not None:
-            await self.channel_layer.group_discard(
-                fanout.group_name(self.session_id), self.channel_name
-            )
+        # Each step on its own: a layer failure must not skip recording the close.
+        try:
+            if self.session_id is not None:
+                await self.channel_layer.group_discard(
+                    fanout.group_name(self.session_id), self.channel_name
+                )
+            if self.connection_id is not None:
+                await self.channel_layer.group_discard(fanout.server_group(), self.channel_name)
+        except Exception:
+            log.exception("connection %s: could not leave its groups", self.connection_id)
         if self.connection_id is not None:
-            await self.channel_layer.group_discard(fanout.server_group(), self.channel_name)
             try:
                 await db.close_connection(
                     self.connection_id,
@@ -245,7 +261,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         await self.channel_layer.group_add(fanout.group_name(resume.session_id), self.channel_name)
         head["head"] = await db.head_of(resume.session_id)
-        if head["head"] is None or self.closing:
+        if self.closing:
+            return
+        if head["head"] is None:  # deleted meanwhile: say so, never hang
+            await self.channel_layer.group_discard(
+                fanout.group_name(resume.session_id), self.channel_name
+            )
+            await self._reject(
+                rid, resume.session_id, p.Rejection(p.R_NOT_FOUND, "no such session")
+            )
             return
         self._attached(resume.session_id, resume.after)
         await self._send(

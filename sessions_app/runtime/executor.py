@@ -186,9 +186,12 @@ def _drive(run_id: str, worker: str) -> None:
         log.exception("run %s failed", run_id)
         _finish_error(run_id, worker, f"internal error: {type(exc).__name__}")
     finally:
-        keeper.release(run_id)
+        # Only this drive's entries: a continuation of the same run in this
+        # process may already hold newer ones.
+        keeper.release(run_id, ctx.aborted)
         with _live_lock:
-            _live.pop(run_id, None)
+            if _live.get(run_id) is ctx:
+                del _live[run_id]
 
 
 def _finish_error(run_id: str, worker: str, message: str) -> None:

@@ -79,9 +79,11 @@ class LeaseKeeper(threading.Thread):
         with self._lock:
             self._held[run_id] = lost
 
-    def release(self, run_id: str) -> None:
+    def release(self, run_id: str, lost: threading.Event | None = None) -> None:
+        """Forget ``run_id`` (only if it is still held with ``lost``, when given)."""
         with self._lock:
-            self._held.pop(run_id, None)
+            if lost is None or self._held.get(run_id) is lost:
+                self._held.pop(run_id, None)
 
     def stop(self) -> None:
         self.stopped.set()
