@@ -49,6 +49,10 @@ from .server import SEND_BUFFER_EXTENSION
 
 log = logging.getLogger(__name__)
 
+# Live events held in memory while a replay is sent; past this a socket that
+# replays slowly costs the log a read, not the server its memory.
+LIVE_BUFFER_LIMIT = 1000
+
 # Open sockets per user in this process, for AGENT_USER_MAX_SOCKETS (a count,
 # not a registry: fan-out goes through the channel layer's groups).
 _open_sockets: collections.Counter[int] = collections.Counter()
@@ -91,7 +95,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.closing = False
         self.replaying = False
         self.replay_task: asyncio.Task | None = None
+        # Live events that arrive during a replay: the first LIVE_BUFFER_LIMIT
+        # kept, the highest seq always remembered (the rest is read from the log).
         self.live_buffer: list[dict[str, Any]] = []
+        self.live_high = 0
         self.pending_presence: dict[str, Any] | None = None
         self.last_ack = 0
         self.bucket = p.TokenBucket()
@@ -402,11 +409,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
         try:
             await self._send_range(after, head)
             self.last_sent = max(self.last_sent, head)
-            # Live events that arrived meanwhile, in order, deduplicated.
-            while self.live_buffer:
+            # Live events that arrived meanwhile, in order, deduplicated; what
+            # did not fit in the buffer comes from the log.
+            while not self.closing and (self.live_buffer or self.live_high > self.last_sent):
                 buffered, self.live_buffer = self.live_buffer, []
                 for message in sorted(buffered, key=lambda m: m["seq"]):
                     await self._deliver(message)
+                if self.live_high > self.last_sent and not self.closing:
+                    async with self.send_lock:
+                        sent = await self._send_range(self.last_sent, self.live_high)
+                        self.last_sent = max(self.last_sent, sent)
             self.replaying = False
             self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
             # This socket's own presence at once; the others' is coalesced.
@@ -429,7 +441,18 @@ class SessionConsumer(AsyncWebsocketConsumer):
         while cursor < upto and not self.closing:
             page = await db.events_page(self.session_id, cursor, upto)
             if not page:
-                break
+                # Short of what was committed (the session was deleted, or the
+                # log purged): never send past a hole; the client resumes and is
+                # told what happened.
+                if not self.closing:
+                    log.warning(
+                        "connection %s: log ends at %s short of %s",
+                        self.connection_id,
+                        cursor,
+                        upto,
+                    )
+                    await self._close(p.CLOSE_TRY_AGAIN)
+                return cursor
             for text, seq in page:
                 if seq != cursor + 1:
                     # Purged under this replay (purge_events): never skip silently.
@@ -474,7 +497,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if message.get("session_id") != self.session_id or self.session_id is None:
             return  # left over from a group this socket no longer follows
         if self.replaying:
-            self.live_buffer.append(message)
+            self.live_high = max(self.live_high, message["seq"])
+            if len(self.live_buffer) < LIVE_BUFFER_LIMIT:
+                self.live_buffer.append(message)
             return
         await self._deliver(message)
 

@@ -99,9 +99,13 @@ class _Publisher:
             while len(batch) < MAX_BATCH and not queue.empty():
                 batch.append(queue.get_nowait())
             layer = get_channel_layer()
-            await asyncio.gather(
-                *(_send_group(layer, group, messages) for group, messages in _merge(batch))
-            )
+            try:
+                await asyncio.gather(
+                    *(_send_group(layer, group, messages) for group, messages in _merge(batch))
+                )
+            finally:
+                for _ in batch:
+                    queue.task_done()
 
     def publish(self, group: str, message: dict[str, Any]) -> None:
         loop = self._ensure()
@@ -109,6 +113,20 @@ class _Publisher:
             self._queue.put_nowait((group, message))
         else:
             loop.call_soon_threadsafe(self._queue.put_nowait, (group, message))
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything published so far has been handed to the channel
+        layer (a stopping worker calls it before exit, so its last events reach
+        the tabs at once rather than by their tail check). From another thread."""
+        with self._lock:
+            loop, queue = self._loop, self._queue
+        if loop is None or queue is None or loop.is_closed() or _running_loop() is loop:
+            return True
+        try:
+            asyncio.run_coroutine_threadsafe(queue.join(), loop).result(timeout)
+        except TimeoutError:
+            return False
+        return True
 
     def reset(self) -> None:
         """Forget a server loop that was attached (tests run one loop per case).

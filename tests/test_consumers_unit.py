@@ -172,3 +172,40 @@ async def test_a_purge_under_a_replay_closes_1013_instead_of_skipping(user, monk
     purged.set()
     out = await comm.receive_output(timeout=10)
     assert out == {"type": "websocket.close", "code": 1013}
+
+
+async def test_live_events_past_the_buffer_during_a_replay_come_from_the_log(user, monkeypatch):
+    """More live events arrive during a replay than the socket holds in memory: only
+    LIVE_BUFFER_LIMIT are kept, and every event still reaches it once, in order."""
+    from sessions_app import consumers
+
+    monkeypatch.setattr(consumers, "LIVE_BUFFER_LIMIT", 3)
+    s = await database_sync(create_session, user)
+    await database_sync(_commit_unpublished, s.id, 3000)
+    comm = await _resumed(user, s.id, 0, s.epoch)
+    extra = await database_sync(_commit_unpublished, s.id, 20)
+    layer = get_channel_layer()
+    for event in extra:
+        await layer.group_send(fanout.group_name(s.id), _message(event))
+    seqs = await _events_until(comm, extra[-1].seq)
+    assert seqs == list(range(1, extra[-1].seq + 1))
+    await comm.disconnect()
+
+
+async def test_a_log_ending_short_of_a_live_seq_closes_1013_instead_of_a_hole(user):
+    """A publication names a seq the log cannot supply up to (deleted under it): the
+    socket is closed 1013 (resume later), never sent an event past a hole."""
+    s = await database_sync(create_session, user)
+    comm = await _resumed(user, s.id, 1, s.epoch)
+    message = {
+        "type": fanout.EVENT_MESSAGE,
+        "session_id": s.id,
+        "seq": 5,
+        "text": '{"type":"event","seq":5}',
+    }
+    await get_channel_layer().group_send(fanout.group_name(s.id), message)
+    out = await comm.receive_output(timeout=10)
+    while out["type"] == "websocket.send":
+        assert '"seq":5' not in out.get("text", "")
+        out = await comm.receive_output(timeout=10)
+    assert out == {"type": "websocket.close", "code": 1013}

@@ -30,3 +30,28 @@ def test_a_lone_event_is_published_as_itself():
     """With nothing else queued, an event goes out as a plain session.event."""
     ((group, messages),) = fanout._merge([_event("a", 5)])
     assert messages == [_event("a", 5)[1]]
+
+
+def test_flush_returns_once_everything_published_was_sent(monkeypatch):
+    """A stopping worker's flush waits until each queued publication reached the
+    channel layer, so its last events go out before the process exits."""
+    import asyncio
+    import threading
+
+    sent: list[int] = []
+    gate = threading.Event()
+
+    async def slow_send(layer, group, messages):
+        await asyncio.get_running_loop().run_in_executor(None, gate.wait)
+        for m in messages:
+            sent.extend([m["seq"]] if "seq" in m else [seq for seq, _ in m["events"]])
+
+    monkeypatch.setattr(fanout, "_send_group", slow_send)
+    monkeypatch.setattr(fanout, "get_channel_layer", lambda: None)
+    publisher = fanout._Publisher()
+    for seq in (1, 2, 3):
+        publisher.publish(*_event("a", seq))
+    assert publisher.flush(timeout=0.2) is False  # still sending
+    gate.set()
+    assert publisher.flush(timeout=10) is True
+    assert sent == [1, 2, 3]

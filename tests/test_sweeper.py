@@ -156,3 +156,33 @@ def test_sweeper_admits_a_waiting_run_whose_admission_was_lost(user, no_enqueue,
     )
     assert runs.admit_all_waiting() == [second.run_id]
     assert runs.admit_all_waiting() == []
+
+
+@pytest.mark.postgres
+def test_a_run_finishing_during_a_submit_leaves_no_run_waiting_with_room(
+    user, no_enqueue, settings, monkeypatch
+):
+    """The user's only running run finishes while a new submit is deciding it has no
+    room: the new run starts at once (not a sweeper pass later)."""
+    import threading
+
+    settings.AGENT_USER_MAX_RUNS = 1
+    a, b = create_session(user), create_session(user)
+    first = runs.submit_message(a.id, "m1", "/stream 1 0")
+    real_has_room = runs._user_has_room
+    finishing = threading.Thread(target=runs.finish_run, args=(first.run_id, "end_turn"))
+
+    def has_room_then_the_first_finishes(owner_id):
+        room = real_has_room(owner_id)
+        finishing.start()
+        # Give the finish every chance to commit before this submit does (it
+        # must not: the user row is locked until the submit commits).
+        finishing.join(timeout=2)
+        return room
+
+    monkeypatch.setattr(runs, "_user_has_room", has_room_then_the_first_finishes)
+    second = runs.submit_message(b.id, "m2", "/stream 1 0")
+    finishing.join(timeout=30)
+    assert second.status == "queued"
+    assert Run.objects.get(id=second.run_id).status == "running"
+    assert no_enqueue == [first.run_id, second.run_id]

@@ -55,13 +55,23 @@ def pickup_deadline():
     return expires_in(settings.AGENT_PICKUP_SECONDS)
 
 
+def _lock_user(owner_id: int) -> None:
+    """Serialise the user's admissions with the transitions that free room.
+
+    Without it a run that finishes while another is submitted can leave the
+    new one queued with room to spare: the submit counted the finishing run,
+    and the finish's admission looked before the submit committed. Callers
+    hold a session lock first, so the order is always session, user."""
+    if settings.AGENT_USER_MAX_RUNS > 0:
+        get_user_model().objects.select_for_update().filter(pk=owner_id).values_list("pk").first()
+
+
 def _user_has_room(owner_id: int) -> bool:
-    """May one more of this user's runs execute now? (Locks the user row: the
-    caller holds its session's lock, so the order is always session, user.)"""
+    """May one more of this user's runs execute now? (Locks the user row.)"""
     cap = settings.AGENT_USER_MAX_RUNS
     if cap <= 0:
         return True
-    get_user_model().objects.select_for_update().filter(pk=owner_id).values_list("pk").first()
+    _lock_user(owner_id)
     executing = Run.objects.filter(session__owner_id=owner_id, status=Run.Status.RUNNING)
     return executing.count() < cap
 
@@ -169,6 +179,10 @@ def _submit(session_id: str, client_message_id: str, text: str) -> SendResult:
             _set_session_status(session, AgentSession.Status.RUNNING)
         if not busy:
             enqueue(run.id)
+        elif not behind:
+            # Held back by the user's limit alone: look again once this commits,
+            # in case room was freed meanwhile (the sweeper is only the net).
+            _admit_after_commit(session.owner_id)
     return SendResult(
         client_message_id, user_event.seq, run_id, p.SEND_QUEUED if busy else p.SEND_STARTED
     )
@@ -292,6 +306,7 @@ def finish_run(
     with transaction.atomic():
         session_id = Run.objects.values_list("session_id", flat=True).get(id=run_id)
         session = _lock_session(session_id)
+        _lock_user(session.owner_id)
         runs = Run.objects.filter(id=run_id, status__in=from_statuses)
         if worker is not None:
             runs = runs.filter(worker=worker)
@@ -378,6 +393,7 @@ def park(
     """
     with transaction.atomic():
         session = _lock_session(session_id)
+        _lock_user(session.owner_id)
         updated = Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker).update(
             status=Run.Status.AWAITING_APPROVAL, worker="", lease_expires_at=None, state=state
         )

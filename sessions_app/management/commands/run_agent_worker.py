@@ -27,6 +27,7 @@ from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
+from sessions_app import fanout
 from sessions_app.identity import worker_id
 from sessions_app.runtime import executor
 from sessions_app.runtime.pool import run_pool
@@ -158,6 +159,8 @@ class Command(BaseCommand):
         self.stdout.flush()
         sweeper.stopped.set()
         handed_back = worker.drain(settings.AGENT_WORKER_GRACE_SECONDS)
+        # The last events (run.finished of what was handed back) go out now.
+        fanout.publisher.flush()
         self.stdout.write(
             f"run worker {worker_id()} stopped; interrupted: {','.join(handed_back) or 'none'}",
             ending="\n",
