@@ -49,6 +49,14 @@ from .server import SEND_BUFFER_EXTENSION
 
 log = logging.getLogger(__name__)
 
+try:  # what daphne's websocket raises when a send finds the client gone
+    from autobahn.exception import Disconnected as PeerGone
+except ImportError:  # pragma: no cover - another ASGI server
+
+    class PeerGone(Exception):
+        pass
+
+
 # Live events held in memory while a replay is sent; past this a socket that
 # replays slowly costs the log a read, not the server its memory.
 LIVE_BUFFER_LIMIT = 1000
@@ -78,6 +86,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         try:
             await handler(message)
+        except PeerGone:
+            # The client closed while a reply was on its way: not an error; its
+            # websocket.disconnect follows and cleans up.
+            self.closing = True
         except Exception:
             # A database or layer failure in the handshake or live delivery:
             # close (1011, retryable) ourselves, so disconnect() still runs its
@@ -430,6 +442,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 await self._send({"type": p.PRESENCE, "session_id": self.session_id, **mine})
         except asyncio.CancelledError:
             raise
+        except PeerGone:
+            self.closing = True
         except Exception:
             log.exception("connection %s: replay failed", self.connection_id)
             await self._close(p.CLOSE_INTERNAL_ERROR)
@@ -571,6 +585,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
                         self.last_sent = max(self.last_sent, head)
         except asyncio.CancelledError:
             raise
+        except PeerGone:
+            self.closing = True
         except Exception:
             log.exception("connection %s: tail check failed", self.connection_id)
         if not self.closing:

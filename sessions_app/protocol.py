@@ -141,8 +141,11 @@ def decode(text: str | None, binary: bytes | None) -> dict[str, Any]:
 
 
 def is_unicode(value: str) -> bool:
-    """Is ``value`` valid Unicode? JSON can carry a lone surrogate (``"\\ud800"``),
-    which no UTF-8 text (a reply, a database row) can hold."""
+    """Is ``value`` text that can be stored and sent? JSON can carry a lone
+    surrogate (``"\\ud800"``), which no UTF-8 text (a reply, a database row)
+    can hold, and NUL (``"\\u0000"``), which PostgreSQL text cannot."""
+    if "\x00" in value:
+        return False
     if value.isascii():
         return True
     try:

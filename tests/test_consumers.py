@@ -236,6 +236,8 @@ BAD_FRAMES = [
     ('{"type":"decide","approval_id":"\\ud800","decision":"approve"}', "bad_frame"),
     ('{"type":"ping","request_id":"\\ud800"}', "bad_frame"),
     ('{"type":"\\ud800"}', "unknown_type"),
+    # NUL: valid JSON and Unicode, but no PostgreSQL text column can hold it.
+    ('{"type":"send","client_message_id":"m","text":"a\\u0000b"}', "bad_frame"),
 ]
 
 

@@ -98,10 +98,13 @@ def test_token_bucket_allows_burst_then_rate():
         {"type": "send", "client_message_id": "\udfff", "text": "hi"},
         {"type": "decide", "approval_id": "\ud800", "decision": "deny"},
         {"type": "cancel", "run_id": "r\udc00"},
+        {"type": "send", "client_message_id": "m", "text": "a\x00b"},
+        {"type": "send", "client_message_id": "m\x00", "text": "hi"},
     ],
 )
 def test_lone_surrogates_are_bad_frames(frame):
-    """Strings that are not valid Unicode are refused as bad_frame by the parsers."""
+    """Strings that are not valid Unicode, or hold a NUL (no PostgreSQL text column
+    can store one: the fuzz found it), are refused as bad_frame by the parsers."""
     parse = {"send": p.parse_send, "decide": p.parse_decide, "cancel": p.parse_cancel}
     with pytest.raises(p.FrameError) as err:
         parse[frame["type"]](frame)

@@ -1,0 +1,284 @@
+"""The chaos suite: continuity under socket cuts, process kills, restarts and fuzz.
+
+One command, two sizes:
+
+    .venv/bin/python bench/chaos.py --short          # CI: about a minute per profile
+    .venv/bin/python bench/chaos.py                  # the full run (docs/reliability.md)
+
+The profile comes from the environment, as for every command here: embedded
+(SQLite, in-memory layer, runs in daphne) without ``DATABASE_URL``; with
+``DATABASE_URL`` and ``REDIS_URL`` the production profile: two daphnes and
+two run workers on PostgreSQL, and a Redis server of the suite's own (started
+on a free port, so restarting it disturbs nothing else on the machine).
+
+Phases (``--only`` picks some):
+
+- ``cuts``: raw protocol tabs (``chaos_client.ChaosTab``), two per session,
+  streaming runs and approval gates, each cutting its socket at random
+  moments and at each boundary (mid-replay, just after a frame, just after a
+  ``send`` or a ``decide``); with ``--browser N``, N Chromium tabs follow the
+  same sessions and are cut by the client's test hooks (drop, the
+  after-receive / after-render / after-send failpoints, offline, reload).
+  In the production profile, faults run at the same time: kill -9 of a
+  daphne, kill -9 of a run worker, a Redis restart and (``--pg-restart``,
+  root only) a PostgreSQL restart.
+- ``fuzz``: hostile frames (``chaos_fuzz``) from many sockets.
+
+Then it checks, and prints, the invariants: every socket saw ``after+1 ...
+head`` with no gap and no repeat; every tab's final transcript equals the
+server's log; every approved tool ran at most once and exactly once when its
+result was logged, every denied one never; no run is left active; no
+``client_message_id`` appended twice; every acknowledged message is in the
+log; no close its client treats as final; no traceback in any server log.
+Exit status 1 if any invariant failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PrivateRedis:
+    """A redis-server of the suite's own, restartable without touching anyone else's."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> PrivateRedis:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
+            + ["--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("the suite's redis-server did not start")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+
+def _ensure_database(url: str) -> None:
+    """Create the PostgreSQL database DATABASE_URL names if it does not exist yet."""
+    from urllib.parse import urlparse
+
+    import psycopg
+
+    name = urlparse(url).path.lstrip("/")
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if not conn.execute("select 1 from pg_database where datname = %s", [name]).fetchone():
+            conn.execute(f'create database "{name}"')
+
+
+if os.environ.get("DATABASE_URL", "").startswith("postgres"):
+    _ensure_database(os.environ["DATABASE_URL"])
+
+# The production profile gets a Redis of its own before Django reads REDIS_URL.
+REDIS: PrivateRedis | None = None
+if os.environ.get("REDIS_URL") and shutil.which("redis-server"):
+    REDIS = PrivateRedis().start()
+    os.environ["REDIS_URL"] = REDIS.url
+
+import django_setup  # noqa: E402, F401 (sets up Django)
+from chaos_client import ChaosTab  # noqa: E402
+from chaos_phases import Report, browser_phase, fault_loop, fuzz_phase, verify  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from sessions_app.services import create_session  # noqa: E402
+from tests.harness import Daphne, Worker, session_cookie  # noqa: E402
+
+SCRIPT = [
+    "/stream 80 40",
+    "/write chaos/{cmid}.txt {cmid}",
+    "/stream 15 20",
+    "/write chaos/{cmid}.txt {cmid}",
+    "hello",
+]
+# Short leases so a killed worker's runs are finished within seconds.
+SERVER_ENV = {
+    "AGENT_TEST_HOOKS": "1",
+    "AGENT_LEASE_SECONDS": "3",
+    "AGENT_SWEEP_SECONDS": "1",
+    "AGENT_WORKER_GRACE_SECONDS": "2",
+    "AGENT_USER_MAX_SOCKETS": "200",
+}
+
+
+class Cluster:
+    """The servers under test: one daphne (embedded) or two daphnes and two workers."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.production = settings.AGENT_RUNNER == "worker"
+        self.daphnes = [Daphne(log_dir, **SERVER_ENV).start()]
+        self.workers: list[Worker] = []
+        if self.production:
+            self.daphnes.append(Daphne(log_dir, **SERVER_ENV).start())
+            self.workers = [Worker(log_dir, **SERVER_ENV).start() for _ in range(2)]
+        self.dead_logs: list[str] = []
+
+    def urls(self) -> list[str]:
+        return [d.ws for d in self.daphnes]
+
+    def restart_daphne(self, index: int) -> None:
+        self.dead_logs.append(self.daphnes[index].log_text())
+        self.daphnes[index].restart()
+
+    def replace_worker(self, index: int) -> None:
+        self.workers[index].kill()
+        self.dead_logs.append(self.workers[index].log_text())
+        self.workers[index] = Worker(self.log_dir, **SERVER_ENV).start()
+
+    def logs(self) -> list[str]:
+        return self.dead_logs + [p.log_text() for p in self.daphnes + self.workers]
+
+    def tracebacks(self) -> int:
+        return sum(len(re.findall(r"^Traceback", text, re.M)) for text in self.logs())
+
+    def stop(self) -> None:
+        for p in self.workers + self.daphnes:
+            p.stop()
+
+
+def _sessions(n: int, tag: str):
+    User = get_user_model()
+    user, _ = User.objects.get_or_create(username=f"chaos-{tag}")
+    return user, [create_session(user, f"chaos {tag} {i}") for i in range(n)]
+
+
+async def cuts_phase(cluster: Cluster, args, report: Report) -> None:
+    user, sessions = await asyncio.to_thread(_sessions, args.sessions, "cuts")
+    cookie = await asyncio.to_thread(session_cookie, user)
+    rng = random.Random(args.seed)
+    tabs = [
+        ChaosTab(
+            f"s{i}t{j}",
+            cluster.urls,
+            cookie,
+            s.id,
+            s.epoch,
+            SCRIPT,
+            random.Random(rng.random()),
+            args.cuts_per_tab,
+        )
+        for i, s in enumerate(sessions)
+        for j in range(2)
+    ]
+    stop = asyncio.Event()
+    stop.set()  # tabs end once cut out and settled
+    started = time.monotonic()
+    tracebacks_before = cluster.tracebacks()
+    faults = None
+    if cluster.production and args.faults:
+        faults = asyncio.ensure_future(fault_loop(cluster, REDIS, args, report, sessions, cookie))
+    browser = None
+    if args.browser:
+        browser = asyncio.ensure_future(
+            asyncio.to_thread(browser_phase, cluster, sessions, user, args, report)
+        )
+    try:
+        await asyncio.wait_for(asyncio.gather(*(t.run(stop) for t in tabs)), args.timeout)
+    except TimeoutError:
+        unsettled = [t.name for t in tabs if not t.settled]
+        report.fail(f"cuts: tabs not settled after {args.timeout} s: {unsettled[:10]}")
+    if faults is not None:
+        await faults
+    if browser is not None:
+        await browser
+    elapsed = time.monotonic() - started
+    await verify(tabs, sessions, report, elapsed)
+    tracebacks = cluster.tracebacks() - tracebacks_before
+    if faults is not None:
+        # A server logs what failed while Redis or PostgreSQL was away.
+        report.figure(f"errors logged with a traceback during the faults: {tracebacks}")
+    else:
+        report.check(tracebacks == 0, f"cuts: tracebacks in the server logs: {tracebacks}")
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--short", action="store_true", help="the CI size")
+    parser.add_argument("--only", default="cuts,fuzz", help="phases: cuts,fuzz")
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "1")))
+    parser.add_argument("--sessions", type=int, default=None)
+    parser.add_argument("--cuts-per-tab", type=int, default=None)
+    parser.add_argument("--browser", type=int, default=None, help="Chromium tabs (0: none)")
+    parser.add_argument("--browser-cuts", type=int, default=None)
+    parser.add_argument("--fuzz-frames", type=int, default=None)
+    parser.add_argument("--no-faults", dest="faults", action="store_false")
+    parser.add_argument("--pg-restart", action="store_true", help="restart PostgreSQL (root)")
+    parser.add_argument("--timeout", type=float, default=None)
+    args = parser.parse_args()
+    short = args.short
+    args.sessions = args.sessions or (6 if short else 50)
+    args.cuts_per_tab = args.cuts_per_tab if args.cuts_per_tab is not None else 5 if short else 10
+    if args.browser is None:
+        args.browser = 0 if short else 4
+    args.browser_cuts = args.browser_cuts or (10 if short else 100)
+    args.fuzz_frames = args.fuzz_frames or (5_000 if short else 100_000)
+    args.timeout = args.timeout or (240 if short else 900)
+
+    call_command("migrate", verbosity=0)
+    profile = (
+        f"database={connection.vendor} "
+        f"layer={settings.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]} "
+        f"runner={settings.AGENT_RUNNER}"
+    )
+    print(
+        f"chaos ({'short' if short else 'full'}), seed {args.seed}: {profile}; "
+        f"python {sys.version.split()[0]}, {os.cpu_count()} cpus"
+    )
+    log_dir = Path(tempfile.mkdtemp(prefix="agent-chaos-"))
+    report = Report()
+    cluster = Cluster(log_dir)
+    try:
+        phases = set(args.only.split(","))
+        if "cuts" in phases:
+            await cuts_phase(cluster, args, report)
+        if "fuzz" in phases:
+            user, (session,) = await asyncio.to_thread(_sessions, 1, "fuzz")
+            await fuzz_phase(cluster, user, session, args, report)
+    finally:
+        cluster.stop()
+        if REDIS is not None:
+            REDIS.kill()
+    print(f"server logs: {log_dir}")
+    return report.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,444 @@
+"""The chaos suite's phases beyond the raw tabs: faults, Chromium tabs, fuzz,
+and the verification every phase ends with (see ``chaos.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import random
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import websockets
+from chaos_fuzz import FrameGenerator
+from django.db import close_old_connections
+from django.utils import timezone
+
+from sessions_app.events import read_events
+from sessions_app.models import AgentSession, ApprovalRequest, Run
+from sessions_app.runtime.tools import workspace_for
+from tests.harness import WsClient, session_cookie
+
+raw_tabs_done = threading.Event()
+
+
+class Report:
+    """Invariants checked and figures measured, printed as they come."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
+    def fail(self, what: str) -> None:
+        self.failures.append(what)
+        print(f"  FAIL {what}", flush=True)
+
+    def check(self, ok: bool, what: str) -> None:
+        if ok:
+            print(f"  ok   {what}", flush=True)
+        else:
+            self.fail(what)
+
+    def figure(self, what: str) -> None:
+        print(f"  --   {what}", flush=True)
+
+    def summary(self) -> int:
+        if self.failures:
+            print(f"\nchaos: {len(self.failures)} invariant(s) FAILED", flush=True)
+            return 1
+        print("\nchaos: every invariant held", flush=True)
+        return 0
+
+
+def _db(fn, *args):
+    def call():
+        close_old_connections()
+        try:
+            return fn(*args)
+        finally:
+            close_old_connections()
+
+    return asyncio.to_thread(call)
+
+
+def _quiet(session_ids) -> bool:
+    return not Run.objects.filter(session_id__in=session_ids, status__in=Run.ACTIVE).exists()
+
+
+async def wait_quiet(session_ids, timeout: float = 120) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await _db(_quiet, session_ids):
+            return True
+        await asyncio.sleep(0.2)  # a database state no frame announces
+    return False
+
+
+# --- verification ----------------------------------------------------------------------
+
+
+def _server_truth(session_id: str):
+    events = list(read_events(session_id, 0))
+    approvals = list(ApprovalRequest.objects.filter(session_id=session_id))
+    head = AgentSession.objects.get(id=session_id).head
+    active = Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).count()
+    interrupted = Run.objects.filter(session_id=session_id, stop_reason="interrupted").count()
+    return events, approvals, head, active, interrupted
+
+
+async def verify(tabs, sessions, report: Report, elapsed: float) -> None:
+    raw_tabs_done.set()
+    ids = [s.id for s in sessions]
+    report.check(await wait_quiet(ids), "every run of the cut sessions finished")
+    truths = {sid: await _db(_server_truth, sid) for sid in ids}
+    for tab in tabs:
+        try:
+            await tab.catch_up(truths[tab.session_id][2])
+        except Exception as exc:  # reported, not raised: the other checks still run
+            report.fail(f"{tab.name}: catching up to head failed: {exc!r}")
+    violations = [v for t in tabs for v in t.violations]
+    cuts = sum((t.cuts for t in tabs), collections.Counter())
+    closes = sum((t.closes for t in tabs), collections.Counter())
+    report.figure(
+        f"{len(tabs)} raw tabs over {len(sessions)} sessions, {elapsed:.1f} s: "
+        f"{sum(t.connections for t in tabs):,} connections, {sum(cuts.values()):,} cuts "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(cuts.items()))}); "
+        f"closes seen {dict(sorted(closes.items()))}"
+    )
+    report.check(not violations, f"0 gaps, 0 duplicates, 0 final closes: {violations[:5]}")
+    mismatched, events_checked = [], 0
+    cmid_twice, lost, tools_bad = [], [], []
+    approved = denied = executed = interrupted = 0
+    for tab in tabs:
+        events, *_ = truths[tab.session_id]
+        expected = {e.seq: (e.kind, e.data) for e in events}
+        events_checked += len(expected)
+        if tab.log != expected:
+            seqs = set(expected) | set(tab.log)
+            wrong = sorted(s for s in seqs if tab.log.get(s) != expected.get(s))
+            mismatched.append(f"{tab.name}: seqs {wrong[:5]}")
+        logged = {e.data.get("client_message_id") for e in events if e.kind == "user.message"}
+        lost += sorted(tab.acked - logged)
+    for sid, (events, approvals, _head, active, n_interrupted) in truths.items():
+        interrupted += n_interrupted
+        cmids = collections.Counter(
+            e.data["client_message_id"] for e in events if e.kind == "user.message"
+        )
+        cmid_twice += [c for c, n in cmids.items() if n > 1]
+        results = collections.Counter(
+            e.data["tool_call_id"] for e in events if e.kind == "tool.result"
+        )
+        for a in approvals:
+            target = workspace_for(sid) / a.args.get("path", "")
+            lines = target.read_text().splitlines() if target.is_file() else []
+            ok_result = any(
+                e.kind == "tool.result"
+                and e.data["tool_call_id"] == a.tool_call_id
+                and e.data.get("ok")
+                for e in events
+            )
+            if results[a.tool_call_id] > 1:
+                tools_bad.append(f"{a.id}: {results[a.tool_call_id]} results")
+            if a.status == "approved":
+                approved += 1
+                executed += len(lines)
+                if len(lines) > 1 or (ok_result and len(lines) != 1):
+                    tools_bad.append(f"{a.id} approved: ran {len(lines)} times")
+            elif a.status == "denied":
+                denied += 1
+                if lines:
+                    tools_bad.append(f"{a.id} denied: ran {len(lines)} times")
+            else:
+                tools_bad.append(f"{a.id} still {a.status}")
+        if active:
+            tools_bad.append(f"session {sid}: {active} runs active")
+    report.check(
+        not mismatched,
+        f"every tab's transcript equals the server's log ({events_checked:,} events): "
+        f"{mismatched[:3]}",
+    )
+    report.check(not cmid_twice, f"no client_message_id appended twice: {cmid_twice[:5]}")
+    report.check(not lost, f"every acknowledged message is in the log: missing {lost[:5]}")
+    report.check(
+        not tools_bad,
+        f"approved tools ran at most once ({approved} approved, {executed} executions), "
+        f"denied never ({denied} denied), no run left active: {tools_bad[:5]}",
+    )
+    report.figure(f"runs finished 'interrupted' by the faults: {interrupted}")
+
+
+# --- faults (production profile) ----------------------------------------------------------
+
+
+async def _probe(cluster, cookie, session) -> float:
+    """Seconds until a fresh socket resumes, sends, and sees its run finish."""
+    t0 = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        c = None
+        try:
+            c = await WsClient.connect(random.choice(cluster.urls()), cookie)
+            ok = await c.resume(session.id, 0, timeout=10)
+            if ok["type"] == "resume_ok":
+                sent = await c.request(
+                    {"type": "send", "client_message_id": f"probe-{t0}", "text": "hi"}, timeout=10
+                )
+                await c.wait_event(
+                    lambda f, r=sent["run_id"]: f["kind"] == "run.finished" and f["run_id"] == r,
+                    timeout=20,
+                )
+                return time.monotonic() - t0
+        except Exception:
+            await asyncio.sleep(min(1.0, 0.1 * attempt))
+        finally:
+            if c is not None:
+                await c.close()
+        if time.monotonic() - t0 > 120:
+            return float("inf")
+
+
+def _restart_postgres() -> None:
+    versions = subprocess.run(["ls", "/etc/postgresql"], capture_output=True, text=True)
+    version = versions.stdout.split()[0]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _held_by(pid: int) -> list[str]:
+    return list(
+        Run.objects.filter(status=Run.Status.RUNNING, worker__contains=f":{pid}:").values_list(
+            "id", flat=True
+        )
+    )
+
+
+def _finished_at(run_ids) -> list:
+    return list(
+        Run.objects.filter(id__in=run_ids, status=Run.Status.FINISHED).values_list(
+            "finished_at", "stop_reason"
+        )
+    )
+
+
+async def _worker_kill(cluster, report: Report) -> None:
+    """kill -9 of the worker holding most runs: each is finished 'interrupted' within
+    the lease (3 s here) plus a sweep (1 s) plus a little, by the survivors' sweepers."""
+    held: list[str] = []
+    deadline = time.monotonic() + 20
+    while not held and time.monotonic() < deadline:
+        holding = [await _db(_held_by, w.proc.pid) for w in cluster.workers]
+        index = max(range(len(holding)), key=lambda i: len(holding[i]))
+        held = holding[index]
+        if not held:
+            await asyncio.sleep(0.1)  # a database state no frame announces
+    t0 = timezone.now()
+    await asyncio.to_thread(cluster.replace_worker, index)
+    deadline = time.monotonic() + 30
+    done = []
+    while time.monotonic() < deadline:
+        done = await _db(_finished_at, held)
+        if len(done) == len(held):
+            break
+        await asyncio.sleep(0.2)  # a database state no frame announces
+    waits = sorted((at - t0).total_seconds() for at, _ in done)
+    reasons = collections.Counter(reason for _, reason in done)
+    report.check(
+        len(done) == len(held) and (not waits or waits[-1] <= 3 + 1 + 3),
+        f"kill -9 of a worker holding {len(held)} runs: {len(done)} finished "
+        f"{dict(reasons)}, the last {waits[-1] if waits else 0:.1f} s after (bound 7 s)",
+    )
+
+
+async def fault_loop(cluster, redis, args, report: Report, sessions, cookie) -> None:
+    """One of each fault while the tabs cut and stream, each followed by a probe."""
+    faults = ["daphne", "worker", "redis"] + (["postgres"] if args.pg_restart else [])
+    probe_session = sessions[0]
+    for fault in faults:
+        await asyncio.sleep(2.5)  # let streams and gates get going between faults
+        if fault == "daphne":
+            await asyncio.to_thread(cluster.restart_daphne, random.randrange(len(cluster.daphnes)))
+        elif fault == "worker":
+            await _worker_kill(cluster, report)
+        elif fault == "redis":
+            redis.kill()
+            await asyncio.sleep(1)  # Redis stays away for a second
+            await asyncio.to_thread(redis.start)
+        elif fault == "postgres":
+            await asyncio.to_thread(_restart_postgres)
+        back = await _probe(cluster, cookie, probe_session)
+        report.check(back < 60, f"kill/restart of {fault}: a fresh tab live again in {back:.1f} s")
+
+
+# --- Chromium tabs -----------------------------------------------------------------------
+
+
+def browser_phase(cluster, sessions, user, args, report: Report) -> None:
+    """Chromium tabs following the cut sessions, themselves cut by the test hooks."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser.helpers import assert_shows_log, expect_live, send, wait_cursor
+
+    close_old_connections()
+    rng = random.Random(args.seed + 7)
+    name, value = session_cookie(user).split("=", 1)
+    actions = collections.Counter()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=["--disable-background-networking", "--disable-component-update"],
+        )
+        context = browser.new_context()
+        pages = []
+        for i in range(args.browser):
+            server = cluster.daphnes[i % len(cluster.daphnes)]
+            context.add_cookies([{"name": name, "value": value, "url": server.http}])
+            page = context.new_page()
+            session = sessions[i % len(sessions)]
+            page.goto(f"{server.http}/s/{session.id}/")
+            expect_live(page)
+            pages.append((page, session, server))
+        for _ in range(args.browser_cuts):
+            page, session, server = rng.choice(pages)
+            action = rng.choice(
+                ["drop", "after-receive", "after-render", "after-send", "reload", "offline"]
+            )
+            actions[action] += 1
+            try:
+                expect_live(page, timeout=60_000)
+                if action == "drop":
+                    page.evaluate("() => window.__test.dropSocket()")
+                elif action == "reload":
+                    page.reload()
+                elif action == "offline":
+                    context.set_offline(True)
+                    # How long the network stays away is the fault itself.
+                    page.wait_for_timeout(rng.uniform(50, 500))
+                    context.set_offline(False)
+                else:
+                    page.evaluate(f"() => window.__test.failpoint({json.dumps(action)})")
+                    if action == "after-send":
+                        send(page, "/stream 5 5")
+            except Exception as exc:
+                report.fail(f"browser tab: {action} failed: {exc!r}")
+        raw_tabs_done.wait(args.timeout)
+        close_old_connections()
+        deadline = time.monotonic() + 120
+        while not _quiet([s.id for _, s, _ in pages]) and time.monotonic() < deadline:
+            time.sleep(0.2)  # a database state no frame announces
+        bad = []
+        for page, session, _server in pages:
+            head = AgentSession.objects.get(id=session.id).head
+            try:
+                expect_live(page, timeout=60_000)
+                wait_cursor(page, head, timeout=60_000)
+                assert_shows_log(page, session.id)
+                stats = page.evaluate("() => window.__test.state().stats")
+                if stats.get("duplicates"):
+                    bad.append(f"{session.id}: {stats['duplicates']} duplicates")
+            except Exception as exc:
+                bad.append(f"{session.id}: {str(exc)[:300]}")
+        browser.close()
+    report.figure(
+        f"{len(pages)} Chromium tabs, {sum(actions.values())} cuts "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(actions.items()))})"
+    )
+    report.check(not bad, f"every Chromium tab shows the server's log exactly: {bad[:3]}")
+
+
+# --- fuzz --------------------------------------------------------------------------------
+
+FUZZ_CLOSES = {1000, 4400, 4408, 4413, 4429}  # documented answers to a hostile client
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def fuzz_phase(cluster, user, session, args, report: Report) -> None:
+    cookie = await _db(session_cookie, user)
+    daphne = cluster.daphnes[0]
+    rss_before = _rss_kib(daphne.proc.pid)
+    tracebacks_before = cluster.tracebacks()
+    approval = "ap_" + "x" * 22
+    sent = 0
+    closes: collections.Counter = collections.Counter()
+    replies: collections.Counter = collections.Counter()
+    t0 = time.monotonic()
+
+    async def one_socket(index: int) -> None:
+        nonlocal sent
+        gen = FrameGenerator(args.seed * 1000 + index, session.id, approval, "r_" + "y" * 22)
+        while sent < args.fuzz_frames:
+            try:
+                ws = await websockets.connect(
+                    daphne.ws,
+                    origin=daphne.http,
+                    additional_headers={"Cookie": cookie},
+                    max_size=2**24,
+                    ping_interval=None,
+                )
+            except Exception:
+                await asyncio.sleep(0.1)
+                continue
+
+            answered = asyncio.Event()
+
+            async def drain(ws=ws, answered=answered):
+                async for raw in ws:
+                    try:
+                        reply = json.loads(raw)
+                    except ValueError:
+                        replies["not json"] += 1
+                        continue
+                    replies[reply.get("type")] += 1
+                    if reply.get("request_id") == "fuzz-end":
+                        answered.set()
+
+            reader = asyncio.ensure_future(drain())
+            try:
+                if gen.rng.random() < 0.7:
+                    await ws.send(
+                        json.dumps(
+                            {"type": "resume", "protocol": 1, "session_id": session.id, "after": 0}
+                        )
+                    )
+                for _ in range(gen.rng.randint(1, 80)):
+                    await ws.send(gen.frame())
+                    sent += 1
+                # Every frame answered (or the socket closed) before closing.
+                await ws.send(json.dumps({"type": "ping", "request_id": "fuzz-end"}))
+                waiting = asyncio.ensure_future(answered.wait())
+                await asyncio.wait([reader, waiting], timeout=10, return_when="FIRST_COMPLETED")
+                waiting.cancel()
+                await ws.close()
+            except websockets.ConnectionClosed:
+                pass
+            await asyncio.gather(reader, return_exceptions=True)
+            closes[ws.close_code] += 1
+
+    await asyncio.gather(*(one_socket(i) for i in range(8)))
+    elapsed = time.monotonic() - t0
+    rss_after = _rss_kib(daphne.proc.pid)
+    unexpected = {c: n for c, n in closes.items() if c not in FUZZ_CLOSES}
+    report.figure(
+        f"fuzz: {sent:,} frames over {sum(closes.values()):,} sockets in {elapsed:.1f} s; "
+        f"closes {dict(sorted(closes.items(), key=str))}; replies {dict(replies.most_common(6))}"
+    )
+    report.check(not unexpected, f"fuzz: only documented closes: unexpected {unexpected}")
+    tracebacks = cluster.tracebacks() - tracebacks_before
+    report.check(tracebacks == 0, f"fuzz: tracebacks in the server logs: {tracebacks}")
+    growth = (rss_after - rss_before) / 1024
+    report.check(
+        growth < 200,
+        f"fuzz: daphne RSS {rss_before / 1024:.0f} -> "
+        f"{rss_after / 1024:.0f} MiB (growth {growth:.0f} MiB, bound 200)",
+    )
