@@ -112,7 +112,14 @@ if os.environ.get("REDIS_URL") and shutil.which("redis-server"):
 
 import django_setup  # noqa: E402, F401 (sets up Django)
 from chaos_client import ChaosTab  # noqa: E402
-from chaos_phases import Report, browser_phase, fault_loop, fuzz_phase, verify  # noqa: E402
+from chaos_phases import (  # noqa: E402
+    Report,
+    browser_phase,
+    fault_loop,
+    fuzz_phase,
+    raw_tabs_done,
+    verify,
+)
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
@@ -215,11 +222,12 @@ async def cuts_phase(cluster: Cluster, args, report: Report) -> None:
     except TimeoutError:
         unsettled = [t.name for t in tabs if not t.settled]
         report.fail(f"cuts: tabs not settled after {args.timeout} s: {unsettled[:10]}")
+    elapsed = time.monotonic() - started
+    raw_tabs_done.set()  # the Chromium tabs now wait for the runs to end, then check
     if faults is not None:
         await faults
     if browser is not None:
         await browser
-    elapsed = time.monotonic() - started
     await verify(tabs, sessions, report, elapsed)
     tracebacks = cluster.tracebacks() - tracebacks_before
     if faults is not None:
@@ -247,7 +255,7 @@ async def main() -> int:
     args.sessions = args.sessions or (6 if short else 50)
     args.cuts_per_tab = args.cuts_per_tab if args.cuts_per_tab is not None else 5 if short else 10
     if args.browser is None:
-        args.browser = 0 if short else 4
+        args.browser = 2 if short else 4
     args.browser_cuts = args.browser_cuts or (10 if short else 100)
     args.fuzz_frames = args.fuzz_frames or (5_000 if short else 100_000)
     args.timeout = args.timeout or (240 if short else 900)
