@@ -135,6 +135,7 @@ SCRIPT = [
     "/write chaos/{cmid}.txt {cmid}",
     "hello",
 ]
+SESSIONS_PER_USER = 5
 # Short leases so a killed worker's runs are finished within seconds.
 SERVER_ENV = {
     "AGENT_TEST_HOOKS": "1",
@@ -187,9 +188,22 @@ def _sessions(n: int, tag: str):
     return user, [create_session(user, f"chaos {tag} {i}") for i in range(n)]
 
 
+def _owned_sessions(n: int) -> list[tuple[object, object, str]]:
+    """``n`` sessions, five per user (each user under AGENT_USER_MAX_RUNS), with
+    each owner's cookie."""
+    out = []
+    for first in range(0, n, SESSIONS_PER_USER):
+        user, sessions = _sessions(min(SESSIONS_PER_USER, n - first), f"cuts{first}")
+        cookie = session_cookie(user)
+        out += [(user, session, cookie) for session in sessions]
+    return out
+
+
 async def cuts_phase(cluster: Cluster, args, report: Report) -> None:
-    user, sessions = await asyncio.to_thread(_sessions, args.sessions, "cuts")
-    cookie = await asyncio.to_thread(session_cookie, user)
+    owned = await asyncio.to_thread(_owned_sessions, args.sessions)
+    sessions = [s for _, s, _ in owned]
+    probe_user, (probe_session,) = await asyncio.to_thread(_sessions, 1, "probe")
+    probe = (probe_session, await asyncio.to_thread(session_cookie, probe_user))
     rng = random.Random(args.seed)
     tabs = [
         ChaosTab(
@@ -202,7 +216,7 @@ async def cuts_phase(cluster: Cluster, args, report: Report) -> None:
             random.Random(rng.random()),
             args.cuts_per_tab,
         )
-        for i, s in enumerate(sessions)
+        for i, (_, s, cookie) in enumerate(owned)
         for j in range(2)
     ]
     stop = asyncio.Event()
@@ -211,11 +225,13 @@ async def cuts_phase(cluster: Cluster, args, report: Report) -> None:
     tracebacks_before = cluster.tracebacks()
     faults = None
     if cluster.production and args.faults:
-        faults = asyncio.ensure_future(fault_loop(cluster, REDIS, args, report, sessions, cookie))
+        faults = asyncio.ensure_future(fault_loop(cluster, REDIS, args, report, probe))
     browser = None
     if args.browser:
         browser = asyncio.ensure_future(
-            asyncio.to_thread(browser_phase, cluster, sessions, user, args, report)
+            asyncio.to_thread(
+                browser_phase, cluster, sessions[:SESSIONS_PER_USER], owned[0][0], args, report
+            )
         )
     try:
         await asyncio.wait_for(asyncio.gather(*(t.run(stop) for t in tabs)), args.timeout)

@@ -79,6 +79,9 @@ class ChaosTab:
             try:
                 await self._connection()
                 failures = 0
+                # Offline for a while after a cut: the log grows meanwhile, so
+                # the next resume has a real replay to cut in the middle of.
+                await asyncio.sleep(self.rng.uniform(0, 1.0))
             except (OSError, websockets.WebSocketException, TimeoutError):
                 failures += 1
             # The client's backoff: jittered, growing with consecutive failures.
@@ -169,6 +172,7 @@ class ChaosTab:
                         self.violations.append(f"{self.name}: resume refused: {frame}")
                         return
                 if cut_at is not None and loop.time() >= cut_at:
+                    # A boundary that did not come within 3 s counts as a random cut.
                     return self._cut(ws, "random")
                 if mode is None and until is None and self.settled:
                     await ws.close()

@@ -171,8 +171,9 @@ async def verify(tabs, sessions, report: Report, elapsed: float) -> None:
 # --- faults (production profile) ----------------------------------------------------------
 
 
-async def _probe(cluster, cookie, session) -> float:
-    """Seconds until a fresh socket resumes, sends, and sees its run finish."""
+async def _probe(cluster, session, cookie) -> float:
+    """Seconds until a fresh socket (of a user of its own, so no other run queues
+    it) resumes, sends, and sees its run finish."""
     t0 = time.monotonic()
     attempt = 0
     while True:
@@ -254,13 +255,12 @@ async def _worker_kill(cluster, report: Report) -> None:
     )
 
 
-async def fault_loop(cluster, redis, args, report: Report, sessions, cookie) -> None:
+async def fault_loop(cluster, redis, args, report: Report, probe) -> None:
     """One of each fault while the tabs cut and stream, each followed by a probe."""
     faults = ["daphne", "worker"] + (["redis"] if redis is not None else [])
     if redis is None:
         report.figure("no redis-server binary here: the Redis restart is not exercised")
     faults += ["postgres"] if args.pg_restart else []
-    probe_session = sessions[0]
     for fault in faults:
         await asyncio.sleep(2.5)  # let streams and gates get going between faults
         if fault == "daphne":
@@ -273,7 +273,7 @@ async def fault_loop(cluster, redis, args, report: Report, sessions, cookie) -> 
             await asyncio.to_thread(redis.start)
         elif fault == "postgres":
             await asyncio.to_thread(_restart_postgres)
-        back = await _probe(cluster, cookie, probe_session)
+        back = await _probe(cluster, *probe)
         report.check(back < 60, f"kill/restart of {fault}: a fresh tab live again in {back:.1f} s")
 
 
@@ -430,7 +430,15 @@ async def fuzz_phase(cluster, user, session, args, report: Report) -> None:
     await asyncio.gather(*(one_socket(i) for i in range(8)))
     elapsed = time.monotonic() - t0
     rss_after = _rss_kib(daphne.proc.pid)
-    unexpected = {c: n for c, n in closes.items() if c not in FUZZ_CLOSES}
+    unexpected = {c: n for c, n in closes.items() if c not in FUZZ_CLOSES | {1006}}
+    # A server closing a socket whose client is still writing (4413 on a huge
+    # frame, 4429) can reset the TCP connection before its close frame is read:
+    # the client sees 1006, which clients retry. Rare, so bounded, not banned.
+    resets = closes.get(1006, 0)
+    report.check(
+        resets <= max(1, sum(closes.values()) // 100),
+        f"fuzz: connections reset instead of closed: {resets} (bound 1%)",
+    )
     report.figure(
         f"fuzz: {sent:,} frames over {sum(closes.values()):,} sockets in {elapsed:.1f} s; "
         f"closes {dict(sorted(closes.items(), key=str))}; replies {dict(replies.most_common(6))}"
