@@ -215,6 +215,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._send(p.error_frame(exc.code, exc.message, exc.request_id))
         except SessionError as exc:
             await self._send(error_frame_for(exc, p.request_id_of(frame)))
+        except PeerGone:
+            raise  # the client left; dispatch ends the socket quietly
         except Exception:
             log.exception("connection %s: frame failed", self.connection_id)
             await self._send(

@@ -209,3 +209,25 @@ async def test_a_log_ending_short_of_a_live_seq_closes_1013_instead_of_a_hole(us
         assert '"seq":5' not in out.get("text", "")
         out = await comm.receive_output(timeout=10)
     assert out == {"type": "websocket.close", "code": 1013}
+
+
+async def test_a_reply_to_a_client_that_already_left_is_no_error(user, monkeypatch, caplog):
+    """The client closes while its pong is on the way (daphne raises Disconnected on
+    the send): nothing is logged as an error, and no 1011 close is attempted."""
+    from sessions_app.consumers import PeerGone
+
+    s = await database_sync(create_session, user)
+    comm = await _resumed(user, s.id, 1, s.epoch)
+    real_send = SessionConsumer.send
+
+    async def send(self, text_data=None, bytes_data=None, close=False):
+        if text_data and '"pong"' in text_data:
+            raise PeerGone("Attempt to send on a closed protocol")
+        return await real_send(self, text_data, bytes_data, close)
+
+    monkeypatch.setattr(SessionConsumer, "send", send)
+    with caplog.at_level("ERROR"):
+        await comm.send_json_to({"type": "ping", "request_id": "p1"})
+        assert await comm.receive_nothing(timeout=0.5)
+    assert [r for r in caplog.records if r.levelname == "ERROR"] == []
+    await comm.disconnect()
