@@ -228,9 +228,10 @@ def _finished_at(run_ids) -> list:
     )
 
 
-async def _worker_kill(cluster, report: Report) -> None:
+async def _worker_kill(cluster, report: Report, probing) -> tuple[float, float]:
     """kill -9 of the worker holding most runs: each is finished 'interrupted' within
-    the lease (3 s here) plus a sweep (1 s) plus a little, by the survivors' sweepers."""
+    the lease (3 s here) plus a sweep (1 s) plus a little, by the survivors' sweepers.
+    ``probing()`` starts the probe the moment the worker is dead."""
     held: list[str] = []
     deadline = time.monotonic() + 20
     while not held and time.monotonic() < deadline:
@@ -241,6 +242,8 @@ async def _worker_kill(cluster, report: Report) -> None:
             await asyncio.sleep(0.1)  # a database state no frame announces
     pid = cluster.workers[index].proc.pid
     t0 = timezone.now()
+    cluster.workers[index].kill()
+    probe = probing()
     await asyncio.to_thread(cluster.replace_worker, index)
     # What the dead worker still held (a run may have ended just before the kill).
     held = await _db(_held_by, pid)
@@ -258,6 +261,7 @@ async def _worker_kill(cluster, report: Report) -> None:
         f"kill -9 of a worker holding {len(held)} runs: {len(done)} finished "
         f"{dict(reasons)}, the last {waits[-1] if waits else 0:.1f} s after (bound 7 s)",
     )
+    return await probe
 
 
 async def fault_loop(cluster, redis, args, report: Report, probe) -> None:
@@ -272,14 +276,19 @@ async def fault_loop(cluster, redis, args, report: Report, probe) -> None:
         if fault == "daphne":
             await asyncio.to_thread(cluster.restart_daphne, random.randrange(len(cluster.daphnes)))
         elif fault == "worker":
-            await _worker_kill(cluster, report)
+            accepted, finished = await _worker_kill(
+                cluster,
+                report,
+                lambda t=t_fault: asyncio.ensure_future(_probe(cluster, *probe, t)),
+            )
         elif fault == "redis":
             redis.kill()
             await asyncio.sleep(1)  # Redis stays away for a second
             await asyncio.to_thread(redis.start)
         elif fault == "postgres":
             await asyncio.to_thread(_restart_postgres)
-        accepted, finished = await _probe(cluster, *probe, t_fault)
+        if fault != "worker":
+            accepted, finished = await _probe(cluster, *probe, t_fault)
         report.check(
             accepted < 30,
             f"{fault} killed/restarted: from the kill, a fresh tab resumed and had a "
