@@ -13,11 +13,11 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from sessions_app.auth import PooledAuthMiddlewareStack  # noqa: E402
 from sessions_app.routing import websocket_urlpatterns  # noqa: E402
 from sessions_app.security import SameOriginValidator  # noqa: E402
 from sessions_app.server import RuntimeStarter, install_daphne_hooks  # noqa: E402
@@ -30,7 +30,9 @@ application = RuntimeStarter(
     ProtocolTypeRouter(
         {
             "http": django_asgi_app,
-            "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+            "websocket": SameOriginValidator(
+                PooledAuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            ),
         }
     )
 )

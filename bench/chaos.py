@@ -236,8 +236,10 @@ async def cuts_phase(cluster: Cluster, args, report: Report) -> None:
     try:
         await asyncio.wait_for(asyncio.gather(*(t.run(stop) for t in tabs)), args.timeout)
     except TimeoutError:
-        unsettled = [t.name for t in tabs if not t.settled]
-        report.fail(f"cuts: tabs not settled after {args.timeout} s: {unsettled[:10]}")
+        unsettled = [t for t in tabs if not (t.settled and t.cuts_left <= 0)]
+        report.fail(f"cuts: {len(unsettled)} tabs not settled after {args.timeout} s")
+        for tab in unsettled[:20]:
+            print(f"       {tab.describe()}", flush=True)
     elapsed = time.monotonic() - started
     raw_tabs_done.set()  # the Chromium tabs now wait for the runs to end, then check
     if faults is not None:
@@ -274,7 +276,7 @@ async def main() -> int:
         args.browser = 2 if short else 4
     args.browser_cuts = args.browser_cuts or (10 if short else 100)
     args.fuzz_frames = args.fuzz_frames or (5_000 if short else 100_000)
-    args.timeout = args.timeout or (240 if short else 900)
+    args.timeout = args.timeout or (240 if short else 420)
 
     call_command("migrate", verbosity=0)
     profile = (

@@ -57,7 +57,19 @@ class ChaosTab:
         self.closes: collections.Counter = collections.Counter()
         self.cuts = collections.Counter()
         self.connections = 0
+        self.connected = False
+        self.internal_errors = 0
         self.next_send_at = 0.0
+        self.retry_at: float | None = None
+
+    def describe(self) -> str:
+        """Where this tab stands (printed for a tab that never settles)."""
+        return (
+            f"{self.name}: cursor {self.cursor}, connected {self.connected}, cuts left "
+            f"{self.cuts_left}, unacked {sorted(self.ledger)}, undecided "
+            f"{sorted(self.pending_decisions)}, runs not seen finished "
+            f"{sorted(self.my_runs - self.finished_runs)}"
+        )
 
     # --- the loop ------------------------------------------------------------
 
@@ -104,6 +116,7 @@ class ChaosTab:
             open_timeout=10,
         )
         self.connections += 1
+        self.connected = True
         mode = self.rng.choice(CUT_MODES) if self.cuts_left > 0 and until is None else None
         loop = asyncio.get_running_loop()
         cut_at = None
@@ -177,18 +190,26 @@ class ChaosTab:
                 if mode is None and until is None and self.settled:
                     await ws.close()
                     return
+                if self.retry_at is not None and loop.time() >= self.retry_at:
+                    # As the browser client: what failed with internal_error goes again.
+                    self.retry_at = None
+                    await self._resend(ws)
                 ready = resumed_head is not None and until is None
                 if ready and await self._maybe_send(ws) and mode == "mid_send":
                     return self._cut(ws, mode)
         except websockets.ConnectionClosed:
+            self.connected = False
             code = ws.close_code if ws.close_code is not None else 1006
             self.closes[code] += 1
             if code in FATAL_CLOSES:
                 self.violations.append(f"{self.name}: closed {code}, final for its client")
             raise
+        finally:
+            self.connected = False
 
     def _cut(self, ws, mode: str) -> None:
         """Drop the connection as a network would: no close frame."""
+        self.connected = False
         ws.transport.abort()
         self.cuts[mode] += 1
         self.cuts_left -= 1
@@ -209,7 +230,7 @@ class ChaosTab:
 
     async def _resend(self, ws) -> None:
         for cmid, text in list(self.ledger.items()):
-            await ws.send(json.dumps({"type": "send", "client_message_id": cmid, "text": text}))
+            await self._send_message(ws, cmid, text)
         for approval_id, decision in list(self.pending_decisions.items()):
             await self._send_decide(ws, approval_id, decision)
 
@@ -224,8 +245,12 @@ class ChaosTab:
         self.ledger[cmid] = text
         # Spread over the cuts, so faults find runs streaming and gates waiting.
         self.next_send_at = now + self.rng.uniform(0.5, 4.0)
-        await ws.send(json.dumps({"type": "send", "client_message_id": cmid, "text": text}))
+        await self._send_message(ws, cmid, text)
         return True
+
+    async def _send_message(self, ws, cmid: str, text: str) -> None:
+        frame = {"type": "send", "request_id": f"s-{cmid}", "client_message_id": cmid, "text": text}
+        await ws.send(json.dumps(frame))
 
     async def _decide(self, ws, approval_id: str) -> None:
         # Deterministic per gate, whichever tab decides first.
@@ -247,6 +272,11 @@ class ChaosTab:
 
     def _error(self, frame: dict[str, Any]) -> None:
         rid = str(frame.get("request_id") or "")
+        if frame.get("code") == "internal_error" and rid[:2] in ("s-", "d-"):
+            # The server failed on it (its database restarting) and did nothing.
+            self.internal_errors += 1
+            self.retry_at = asyncio.get_running_loop().time() + 1.0
+            return
         if rid.startswith("d-") and frame.get("code") in ("already_decided", "not_pending"):
             # Another tab (or this one, before a cut) decided it first.
             self.pending_decisions.pop(rid[2:], None)

@@ -104,7 +104,8 @@ async def verify(tabs, sessions, report: Report, elapsed: float) -> None:
         f"{len(tabs)} raw tabs over {len(sessions)} sessions, {elapsed:.1f} s: "
         f"{sum(t.connections for t in tabs):,} connections, {sum(cuts.values()):,} cuts "
         f"({', '.join(f'{k} {v}' for k, v in sorted(cuts.items()))}); "
-        f"closes seen {dict(sorted(closes.items()))}"
+        f"closes seen {dict(sorted(closes.items()))}; internal_error replies retried: "
+        f"{sum(t.internal_errors for t in tabs)}"
     )
     report.check(not violations, f"0 gaps, 0 duplicates, 0 final closes: {violations[:5]}")
     mismatched, events_checked = [], 0

@@ -45,6 +45,7 @@ from . import protocol as p
 from . import socket_db as db
 from .exceptions import SessionError
 from .identity import worker_id
+from .models import new_connection_id
 from .server import SEND_BUFFER_EXTENSION
 
 log = logging.getLogger(__name__)
@@ -132,8 +133,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         _open_sockets[self.user.pk] += 1
         self.counted_user = self.user.pk
-        self.connection_id = await db.open_connection(self.user.pk, worker_id())
-        await self.channel_layer.group_add(fanout.server_group(), self.channel_name)
+        # Nothing is written before the handshake is answered: the diagnostic
+        # row is recorded right after the reply (``_record``), and the server
+        # group (for the 1012 at shutdown) is joined while the handshake arrives.
+        self.connection_id = new_connection_id()
+        self.recorded: asyncio.Task | None = None
+        self.server_joined = asyncio.ensure_future(
+            self.channel_layer.group_add(fanout.server_group(), self.channel_name)
+        )
         self.handshake_deadline = asyncio.get_running_loop().call_later(
             p.HANDSHAKE_TIMEOUT_SECONDS, self._handshake_timeout
         )
@@ -175,20 +182,39 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 await self.channel_layer.group_discard(
                     fanout.group_name(self.session_id), self.channel_name
                 )
-            if self.connection_id is not None:
+            joined = getattr(self, "server_joined", None)
+            if joined is not None:
+                await joined
                 await self.channel_layer.group_discard(fanout.server_group(), self.channel_name)
         except Exception:
             log.exception("connection %s: could not leave its groups", self.connection_id)
         if self.connection_id is not None:
             try:
+                await self._recorded()
                 await db.close_connection(
                     self.connection_id,
                     getattr(self, "close_code", None) or code,
                     self.last_ack,
                     presence_for=self.session_id,
+                    opened={"user_id": self.user.pk, "server_id": worker_id()},
                 )
             except Exception:
                 log.exception("connection %s: could not record the close", self.connection_id)
+
+    def _record(self, **fields: Any) -> None:
+        """Write the socket's diagnostic row, off the handshake's path (once)."""
+        if self.recorded is None:
+            self.recorded = asyncio.ensure_future(
+                db.record_connection(self.connection_id, self.user.pk, worker_id(), **fields)
+            )
+
+    async def _recorded(self) -> None:
+        """Wait for the row (before anything that updates or counts it)."""
+        if self.recorded is not None:
+            try:
+                await asyncio.shield(self.recorded)
+            except Exception:
+                log.exception("connection %s: could not record the socket", self.connection_id)
 
     # --- incoming frames -------------------------------------------------
 
@@ -248,7 +274,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._send(p.error_frame(exc.code, exc.message, exc.request_id))
             self._rearm_handshake_deadline()
             return
-        session = await db.start_session(self.user, start, self.connection_id)
+        session = await db.start_session(self.user, start)
         # Joined after creation: only this socket knows the new id, so nothing
         # can have been appended to it that we would miss.
         await self.channel_layer.group_add(fanout.group_name(session["id"]), self.channel_name)
@@ -263,6 +289,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 "head": session["head"],
             }
         )
+        self._record(session_id=session["id"], tab_id=start.tab_id or "", first_frame_type=p.START)
         self._begin_replay(0, session["head"])
 
     async def _resume(self, frame: dict[str, Any]) -> None:
@@ -272,25 +299,27 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except p.Rejection as exc:
             await self._reject(rid, frame.get("session_id"), exc)
             return
-        # Check first (nothing of a session the user may not see ever reaches
-        # this socket), join second, read head third: an event committed after
-        # that read is published after we joined, so it reaches us live.
+        # Join first, then one read answers ownership, epoch, earliest and head:
+        # an event committed after that read is published after we joined, so
+        # it reaches us live. No group message is dispatched to this socket
+        # until this handler returns, and one for a session it does not follow
+        # is dropped (``session_event``), so nothing of a session the user may
+        # not see reaches it, even though it joined before the check.
+        group = fanout.group_name(resume.session_id)
+        joined = p.is_session_id(resume.session_id)
+        if joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        seen = {"tab_id": resume.tab_id or "", "first_frame_type": p.RESUME}
+        seen["resume_after"] = resume.after
         try:
-            head = await db.check_resume(self.user.pk, resume, self.connection_id)
+            head = await db.check_resume(self.user.pk, resume)
         except p.Rejection as exc:
+            if joined:
+                await self.channel_layer.group_discard(group, self.channel_name)
             await self._reject(rid, resume.session_id, exc)
+            self._record(**seen)
             return
-        await self.channel_layer.group_add(fanout.group_name(resume.session_id), self.channel_name)
-        head["head"] = await db.head_of(resume.session_id)
         if self.closing:
-            return
-        if head["head"] is None:  # deleted meanwhile: say so, never hang
-            await self.channel_layer.group_discard(
-                fanout.group_name(resume.session_id), self.channel_name
-            )
-            await self._reject(
-                rid, resume.session_id, p.Rejection(p.R_NOT_FOUND, "no such session")
-            )
             return
         self._attached(resume.session_id, resume.after)
         await self._send(
@@ -304,6 +333,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 "head": head["head"],
             }
         )
+        self._record(session_id=resume.session_id, **seen)
         self._begin_replay(resume.after, head["head"])
 
     def _attached(self, session_id: str, after: int) -> None:
@@ -367,6 +397,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         seq = p.parse_ack(frame)
         if seq > self.last_ack:
             self.last_ack = seq
+            await self._recorded()
             await db.store_ack(self.connection_id, seq)
 
     async def _on_send(self, frame: dict[str, Any]) -> None:
@@ -436,6 +467,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             self.replaying = False
             self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
             # This socket's own presence at once; the others' is coalesced.
+            await self._recorded()  # it counts as a viewer from its row
             mine = await db.presence(self.session_id)
             if self.pending_presence is not None:
                 presence, self.pending_presence = self.pending_presence, None

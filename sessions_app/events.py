@@ -223,6 +223,51 @@ def purge_events(session_id: str, *, before: int | None = None, keep: int | None
     return deleted, before
 
 
+# A replay page as ready-to-send text: one indexed range read, no model
+# instances, no JSON parse and re-serialisation of each event's data.
+_FRAMES = (
+    "SELECT seq, kind, run_id, {ts}, {data} FROM sessions_app_event "
+    "WHERE session_id = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s"
+)
+_FRAMES_SQL = {
+    "postgresql": _FRAMES.format(
+        ts="""to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')""",
+        data="data::text",
+    ),
+    "sqlite": _FRAMES.format(ts="created_at", data="data"),
+}
+
+
+def read_frames(session_id: str, after: int, upto: int, limit: int) -> list[tuple[str, int]]:
+    """The ``event`` frames' texts (and seqs) of ``after < seq <= upto``, at most
+    ``limit``, in order: what ``event_frame`` gives for each, as wire text."""
+    sql = _FRAMES_SQL.get(connection.vendor)
+    if sql is None:  # another database: through the ORM
+        events = read_events(session_id, after, upto, limit)
+        return [(fanout.dumps(event_frame(e)), e.seq) for e in events]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [session_id, after, upto, limit])
+        rows = cursor.fetchall()
+    head = '{"type":"event","session_id":' + json.dumps(session_id) + ',"seq":'
+    sqlite = connection.vendor == "sqlite"
+    quoted: dict[str | None, str] = {None: "null"}
+    out = []
+    for seq, kind, run_id, ts, data in rows:
+        if sqlite:  # the driver parses the column: a naive datetime, in UTC
+            ts = _iso(ts.replace(tzinfo=UTC))
+        for name in (kind, run_id):
+            if name not in quoted:
+                quoted[name] = json.dumps(name)
+        out.append(
+            (
+                f'{head}{seq},"kind":{quoted[kind]},"run_id":{quoted[run_id]},'
+                f'"ts":"{ts}","data":{data}}}',
+                seq,
+            )
+        )
+    return out
+
+
 def read_events(session_id: str, after: int, upto: int | None = None, limit: int | None = None):
     """Events with ``after < seq <= upto``, in order (an index range scan)."""
     qs = Event.objects.filter(session_id=session_id, seq__gt=after)

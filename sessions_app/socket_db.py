@@ -14,9 +14,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from . import fanout
 from . import protocol as p
-from .events import check_resume_cursor, event_frame, read_events
+from .events import check_resume_cursor, read_frames
 from .models import AgentSession, Connection
 
 REPLAY_PAGE = 500
@@ -27,45 +26,49 @@ def _in_db_pool(fn):
 
 
 @_in_db_pool
-def open_connection(user_id: int, server_id: str) -> str:
-    """A diagnostic row for a new socket; returns its connection id."""
-    return Connection.objects.create(user_id=user_id, server_id=server_id).id
+def record_connection(connection_id: str, user_id: int, server_id: str, **fields: Any) -> None:
+    """The diagnostic row of a socket whose handshake was answered."""
+    Connection.objects.create(id=connection_id, user_id=user_id, server_id=server_id, **fields)
 
 
 @_in_db_pool
-def close_connection(connection_id: str, code: int, last_ack: int, presence_for: str | None):
-    """Record how a socket closed and tell its session's other sockets."""
+def close_connection(
+    connection_id: str,
+    code: int,
+    last_ack: int,
+    presence_for: str | None,
+    opened: dict[str, Any],
+):
+    """Record how a socket closed (its row too, if its handshake never came) and
+    tell its session's other sockets."""
     from .presence import request_presence
 
-    Connection.objects.filter(id=connection_id).update(
-        closed_at=timezone.now(),
-        close_code=code,
-        clean=code in (p.CLOSE_NORMAL, p.CLOSE_GOING_AWAY, p.CLOSE_SERVICE_RESTART),
-        last_ack=last_ack or None,
-    )
+    closed = {
+        "closed_at": timezone.now(),
+        "close_code": code,
+        "clean": code in (p.CLOSE_NORMAL, p.CLOSE_GOING_AWAY, p.CLOSE_SERVICE_RESTART),
+        "last_ack": last_ack or None,
+    }
+    if not Connection.objects.filter(id=connection_id).update(**closed):
+        Connection.objects.create(id=connection_id, **opened, **closed)
     if presence_for:
         request_presence(presence_for)
 
 
 @_in_db_pool
-def start_session(user, start: p.Start, connection_id: str) -> dict[str, Any]:
+def start_session(user, start: p.Start) -> dict[str, Any]:
     """Create the session a ``start`` asks for."""
     from .services import create_session
 
     session = create_session(user, start.title)
-    Connection.objects.filter(id=connection_id).update(
-        session_id=session.id, tab_id=start.tab_id or "", first_frame_type=p.START
-    )
     return {"id": session.id, "epoch": session.epoch, "head": session.head}
 
 
 @_in_db_pool
-def check_resume(user_id: int, resume: p.Resume, connection_id: str) -> dict[str, Any]:
-    """The session's epoch, head and earliest if this user may resume it at this
-    cursor; ``protocol.Rejection`` otherwise (another user's session is not_found)."""
-    Connection.objects.filter(id=connection_id).update(
-        tab_id=resume.tab_id or "", first_frame_type=p.RESUME, resume_after=resume.after
-    )
+def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
+    """The session's epoch, head and earliest, in one read, if this user may
+    resume it at this cursor; ``protocol.Rejection`` otherwise (another user's
+    session is not_found)."""
     row = None
     if p.is_session_id(resume.session_id):
         row = (
@@ -76,15 +79,13 @@ def check_resume(user_id: int, resume: p.Resume, connection_id: str) -> dict[str
     if row is None:
         raise p.Rejection(p.R_NOT_FOUND, "no such session")
     check_resume_cursor(row, resume.after, resume.epoch)
-    Connection.objects.filter(id=connection_id).update(session_id=resume.session_id)
     return row
 
 
 @_in_db_pool
 def events_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]:
     """Up to ``REPLAY_PAGE`` event frames' texts after ``after``, with their seqs."""
-    events = read_events(session_id, after, upto, limit=REPLAY_PAGE)
-    return [(fanout.dumps(event_frame(e)), e.seq) for e in events]
+    return read_frames(session_id, after, upto, REPLAY_PAGE)
 
 
 @_in_db_pool

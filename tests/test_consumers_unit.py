@@ -14,6 +14,7 @@ from sessions_app.consumers import SessionConsumer
 from sessions_app.events import append_event, event_frame
 from sessions_app.models import AgentSession, Event
 from sessions_app.services import create_session
+from tests.harness import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -231,3 +232,44 @@ async def test_a_reply_to_a_client_that_already_left_is_no_error(user, monkeypat
         assert await comm.receive_nothing(timeout=0.5)
     assert [r for r in caplog.records if r.levelname == "ERROR"] == []
     await comm.disconnect()
+
+
+async def test_resume_ok_does_not_wait_for_the_connection_row(user, monkeypatch):
+    """The handshake writes nothing before its answer: resume_ok arrives while the
+    diagnostic Connection row's write is held back, and the row appears after,
+    with what the socket asked for."""
+    import asyncio
+
+    from sessions_app import socket_db
+    from sessions_app.models import Connection
+
+    s = await database_sync(create_session, user)
+    release = asyncio.Event()
+    real_record = socket_db.record_connection
+
+    async def held_record(*args, **kwargs):
+        await release.wait()
+        return await real_record(*args, **kwargs)
+
+    monkeypatch.setattr(socket_db, "record_connection", held_record)
+    comm = await _resumed(user, s.id, 0, s.epoch)  # asserts resume_ok
+    assert await database_sync(lambda: Connection.objects.count()) == 0
+    release.set()
+    await comm.receive_json_from(timeout=10)  # the replay went on meanwhile
+    row = await wait_until(lambda: Connection.objects.filter(session_id=s.id).first())
+    assert (row.first_frame_type, row.resume_after, row.user_id) == ("resume", 0, user.pk)
+    await comm.disconnect()
+
+
+async def test_a_socket_closed_before_its_handshake_still_leaves_a_row(user):
+    """A socket that never sent a handshake is recorded when it closes (the admin
+    shows every socket)."""
+    from sessions_app.models import Connection
+
+    comm = WebsocketCommunicator(SessionConsumer.as_asgi(), "/ws/sessions/")
+    comm.scope["user"] = user
+    connected, _ = await comm.connect()
+    assert connected
+    await comm.disconnect(code=1001)
+    row = await database_sync(lambda: Connection.objects.get())
+    assert (row.user_id, row.close_code, row.closed_at is not None) == (user.pk, 1001, True)

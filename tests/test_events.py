@@ -147,3 +147,27 @@ def test_guarded_append_refuses_once_the_run_is_not_held(user, monkeypatch):
     assert AgentSession.objects.get(id=s.id).head == head
     texts = [e.data.get("text") for e in read_events(s.id, 0) if e.kind == "assistant.delta"]
     assert texts == ["a"] and ev.seq == 4
+
+
+def test_replay_frames_are_the_frames_of_the_logged_events(user):
+    """read_frames (a replay page as text, read without the ORM) says exactly what
+    event_frame says of each event: same fields, same values, same order."""
+    import json
+    from datetime import UTC, datetime
+
+    from sessions_app.events import event_frame, read_frames
+
+    s = create_session(user)
+    append_event(s.id, "assistant.delta", {"text": 'héllo "q" \\ \u2028 😀'}, "r_abc")
+    append_event(s.id, "tool.call", {"args": {"n": [1, 2.5, None, True]}, "path": "a/b"})
+    # A timestamp on a whole second (stored without a fraction by SQLite).
+    Event.objects.filter(session=s, seq=3).update(
+        created_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    )
+    texts = read_frames(s.id, 0, 3, 500)
+    assert [seq for _, seq in texts] == [1, 2, 3]
+    expected = [json.loads(json.dumps(event_frame(e))) for e in read_events(s.id, 0)]
+    assert [json.loads(text) for text, _ in texts] == expected
+    assert json.loads(texts[2][0])["ts"] == "2026-01-02T03:04:05.000Z"
+    assert read_frames(s.id, 1, 2, 500)[0][1] == 2
+    assert [seq for _, seq in read_frames(s.id, 0, 3, 2)] == [1, 2]

@@ -31,6 +31,8 @@ export const STATE = Object.freeze({
 
 /** `data-reason` values for fatal closes (resume rejections use the protocol's reasons). */
 export const REASON_NOT_AUTHENTICATED = "not_authenticated";
+/** How long after an `internal_error` a send, decide or cancel goes again. */
+export const RETRY_AFTER_INTERNAL_ERROR_MS = 1000;
 export const REASON_PROTOCOL_VIOLATION = "protocol_violation";
 
 /**
@@ -374,6 +376,7 @@ export class SessionClient {
     this.busy = { approval: new Set(), cancel: new Set() };
     this._persistTimer = null;
     this._tickTimer = null;
+    this._retryTimer = null;
 
     this.conn = createConnection({
       onOpen: () => this._onOpen(),
@@ -744,6 +747,20 @@ export class SessionClient {
     if (req) this.commands.delete(`${req.type}:${req.id}`);
   }
 
+  _scheduleRetry() {
+    if (this._retryTimer != null) return;
+    this._retryTimer = this.timers.setTimeout(() => {
+      this._retryTimer = null;
+      if (this.state !== STATE.LIVE) return; // the next resume re-sends them
+      this._flushLedger();
+      const inFlight = new Set(Array.from(this.requests.values(), (r) => `${r.type}:${r.id}`));
+      for (const [key, command] of Array.from(this.commands)) {
+        if (inFlight.has(key)) continue;
+        if (!this._sendCommand(command, key.slice(command.type.length + 1))) return;
+      }
+    }, RETRY_AFTER_INTERNAL_ERROR_MS);
+  }
+
   _flushCommands() {
     for (const [key, command] of Array.from(this.commands)) {
       const id = key.slice(command.type.length + 1);
@@ -754,6 +771,15 @@ export class SessionClient {
 
   _onError(frame) {
     const req = this.requests.get(frame.request_id);
+    if (req && req.type !== P.SYNC && frame.code === P.E_INTERNAL) {
+      // The server failed on it (say, its database restarting) and did
+      // nothing: a send is idempotent by its client_message_id and a decide
+      // or cancel by its target, so it goes again shortly, as after a resume.
+      this.requests.delete(frame.request_id);
+      if (req.type === P.SEND) this.sentOnSocket.delete(req.id);
+      this._scheduleRetry();
+      return;
+    }
     this._commandAnswered(frame.request_id);
     const message = String(frame.message || frame.code || "error");
     if (!req) {

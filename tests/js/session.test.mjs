@@ -356,6 +356,43 @@ test("a refused input is marked failed and never re-sent", () => {
   assert.equal(client.ledger.entries().length, 0);
 });
 
+test("internal_error: a send and a decide go again after a second, once each", () => {
+  const { client, clock, sock, resume } = setup();
+  client.start();
+  resume(4, [
+    userMsg(1, "m-1", "/write a b", "run_1"),
+    ev(2, "run.started", {}, "run_1"),
+    ev(3, "approval.requested", { approval_id: "ap1", tool_call_id: "c1", tool: "write_file", args: {} }, "run_1"),
+    ev(4, "run.paused", { stop_reason: "requires_approval", approval_id: "ap1" }, "run_1"),
+  ]);
+  const a = client.submit("x");
+  assert.ok(client.decide("ap1", "approve"));
+  const [s1] = sock().framesOf("send");
+  const [d1] = sock().framesOf("decide");
+  sock().receive({ type: "error", request_id: s1.request_id, code: "internal_error", message: "db" });
+  sock().receive({ type: "error", request_id: d1.request_id, code: "internal_error", message: "db" });
+  assert.notEqual(client.ledger.get(a.id).state, "failed");
+  clock.advance(999);
+  assert.equal(sock().framesOf("send").length, 1);
+  clock.advance(1);
+  const sends = sock().framesOf("send");
+  const decides = sock().framesOf("decide");
+  assert.deepEqual(
+    sends.map((f) => f.client_message_id),
+    [a.id, a.id],
+  );
+  assert.deepEqual(
+    decides.map((f) => [f.approval_id, f.decision]),
+    [
+      ["ap1", "approve"],
+      ["ap1", "approve"],
+    ],
+  );
+  sock().receive({ type: "send_ok", request_id: sends[1].request_id, client_message_id: a.id, seq: 5, run_id: "run_2", status: "queued" });
+  clock.advance(5000);
+  assert.equal(sock().framesOf("send").length, 2, "nothing more once acknowledged");
+});
+
 test("oversized input is refused before it is stored or sent", () => {
   const { client } = setup();
   assert.equal(client.submit("   ").ok, false);
