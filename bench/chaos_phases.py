@@ -300,6 +300,19 @@ async def fault_loop(cluster, redis, args, report: Report, probe) -> None:
 # --- Chromium tabs -----------------------------------------------------------------------
 
 
+def _load(page, url: str) -> None:
+    """Load ``url`` as a person would while a server restarts: again until it loads."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            page.goto(url)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            page.wait_for_timeout(500)  # a person pressing reload again
+
+
 def browser_phase(cluster, sessions, user, args, report: Report) -> None:
     """Chromium tabs following the cut sessions, themselves cut by the test hooks."""
     from playwright.sync_api import sync_playwright
@@ -322,8 +335,8 @@ def browser_phase(cluster, sessions, user, args, report: Report) -> None:
             context.add_cookies([{"name": name, "value": value, "url": server.http}])
             page = context.new_page()
             session = sessions[i % len(sessions)]
-            page.goto(f"{server.http}/s/{session.id}/")
-            expect_live(page)
+            _load(page, f"{server.http}/s/{session.id}/")
+            expect_live(page, timeout=60_000)
             pages.append((page, session, server))
         for _ in range(args.browser_cuts):
             page, session, server = rng.choice(pages)
@@ -336,7 +349,7 @@ def browser_phase(cluster, sessions, user, args, report: Report) -> None:
                 if action == "drop":
                     page.evaluate("() => window.__test.dropSocket()")
                 elif action == "reload":
-                    page.reload()
+                    _load(page, page.url)
                 elif action == "offline":
                     context.set_offline(True)
                     # How long the network stays away is the fault itself.

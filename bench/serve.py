@@ -9,7 +9,10 @@ worker in the production profile, as the comparison specifies:
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentbench \\
     REDIS_URL=redis://127.0.0.1:6379/6 .venv/bin/python bench/serve.py
 
-Stop it with Ctrl-C (or SIGTERM); it stops what it started. ``--pid-file``
+To measure two versions against the same prepared sessions, keep the data
+and the port: set ``AGENT_VAR_DIR`` (embedded) or use the same database, the
+same ``SECRET_KEY`` and ``--port``. Stop it with Ctrl-C (or SIGTERM); it stops
+what it started. ``--pid-file``
 names a file that gets the daphne's pid (for a profiler: ``py-spy record
 --pid``).
 """
@@ -34,6 +37,7 @@ from tests.harness import Daphne, Worker, session_cookie  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pid-file", type=Path)
+    parser.add_argument("--port", type=int, default=0, help="daphne's port (default: a free one)")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
     user, _ = get_user_model().objects.get_or_create(username="perf")
@@ -42,7 +46,7 @@ def main() -> None:
     procs = []
     if settings.AGENT_RUNNER == "worker":
         procs.append(Worker(log_dir, **env).start())
-    server = Daphne(log_dir, **env).start()
+    server = Daphne(log_dir, port=args.port, **env).start()
     procs.append(server)
     if args.pid_file:
         args.pid_file.write_text(str(server.proc.pid))
