@@ -133,11 +133,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         _open_sockets[self.user.pk] += 1
         self.counted_user = self.user.pk
-        # Nothing is written before the handshake is answered: the diagnostic
-        # row is recorded right after the reply (``_record``), and the server
-        # group (for the 1012 at shutdown) is joined while the handshake arrives.
+        # The handshake waits for no write: the diagnostic row is inserted
+        # while the handshake arrives and completed after its answer
+        # (``_record``), and the server group (for the 1012 at shutdown) is
+        # joined meanwhile too.
         self.connection_id = new_connection_id()
-        self.recorded: asyncio.Task | None = None
+        self.recorded: asyncio.Future | None = asyncio.ensure_future(
+            db.record_connection(self.connection_id, self.user.pk, worker_id())
+        )
         self.server_joined = asyncio.ensure_future(
             self.channel_layer.group_add(fanout.server_group(), self.channel_name)
         )
@@ -202,11 +205,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 log.exception("connection %s: could not record the close", self.connection_id)
 
     def _record(self, **fields: Any) -> None:
-        """Write the socket's diagnostic row, off the handshake's path (once)."""
-        if self.recorded is None:
-            self.recorded = asyncio.ensure_future(
-                db.record_connection(self.connection_id, self.user.pk, worker_id(), **fields)
-            )
+        """Add what the handshake asked for to the socket's row, off its path."""
+        self.recorded = asyncio.ensure_future(self._record_after(self.recorded, fields))
+
+    async def _record_after(self, inserted: asyncio.Task | None, fields: dict[str, Any]) -> None:
+        if inserted is not None:
+            await inserted
+        await db.update_connection(self.connection_id, **fields)
 
     async def _recorded(self) -> None:
         """Wait for the row (before anything that updates or counts it)."""

@@ -170,8 +170,16 @@ class Connection(models.Model):
         primary_key=True, max_length=40, default=new_connection_id, editable=False
     )
     tab_id = models.CharField(max_length=64, blank=True)
+    # No database constraints on this diagnostic table's references: its rows
+    # are written beside the handshake, not in its path, and an FK check would
+    # make those writes wait on (and deadlock with) locks on the user and
+    # session rows. Django's deletes still set them to NULL.
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        db_constraint=False,
     )
     session = models.ForeignKey(
         AgentSession,
@@ -179,6 +187,7 @@ class Connection(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="connections",
+        db_constraint=False,
     )
     server_id = models.CharField(max_length=100, blank=True)
     opened_at = models.DateTimeField(auto_now_add=True)

@@ -26,9 +26,15 @@ def _in_db_pool(fn):
 
 
 @_in_db_pool
-def record_connection(connection_id: str, user_id: int, server_id: str, **fields: Any) -> None:
-    """The diagnostic row of a socket whose handshake was answered."""
-    Connection.objects.create(id=connection_id, user_id=user_id, server_id=server_id, **fields)
+def record_connection(connection_id: str, user_id: int, server_id: str) -> None:
+    """The diagnostic row of a new socket."""
+    Connection.objects.create(id=connection_id, user_id=user_id, server_id=server_id)
+
+
+@_in_db_pool
+def update_connection(connection_id: str, **fields: Any) -> None:
+    """What the socket's handshake asked for (session, tab, first frame, cursor)."""
+    Connection.objects.filter(id=connection_id).update(**fields)
 
 
 @_in_db_pool
