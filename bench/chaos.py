@@ -290,16 +290,21 @@ async def main() -> int:
     )
     log_dir = Path(tempfile.mkdtemp(prefix="agent-chaos-"))
     report = Report()
-    cluster = Cluster(log_dir)
+    phases = set(args.only.split(","))
+    clusters = []
     try:
-        phases = set(args.only.split(","))
         if "cuts" in phases:
-            await cuts_phase(cluster, args, report)
+            clusters.append(Cluster(log_dir))
+            await cuts_phase(clusters[-1], args, report)
+            clusters[-1].stop()
         if "fuzz" in phases:
+            # Fresh servers: what the faults left behind is not the fuzz's doing.
+            clusters.append(Cluster(log_dir))
             user, (session,) = await asyncio.to_thread(_sessions, 1, "fuzz")
-            await fuzz_phase(cluster, user, session, args, report)
+            await fuzz_phase(clusters[-1], user, session, args, report)
     finally:
-        cluster.stop()
+        for cluster in clusters:
+            cluster.stop()
         if REDIS is not None:
             REDIS.kill()
     print(f"server logs: {log_dir}")

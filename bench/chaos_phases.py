@@ -363,6 +363,15 @@ def browser_phase(cluster, sessions, user, args, report: Report) -> None:
                 report.fail(f"browser tab: {action} failed: {exc!r}")
         raw_tabs_done.wait(args.timeout)
         close_old_connections()
+        # Each tab's own messages (an after-send cut re-sends one on its next
+        # resume) are on the server before the runs are waited for.
+        for page, _, _ in pages:
+            expect_live(page, timeout=60_000)
+            page.wait_for_function(
+                "() => window.__test.state().ledger"
+                ".every((e) => e.state === 'confirmed' || e.state === 'failed')",
+                timeout=60_000,
+            )
         deadline = time.monotonic() + 120
         while not _quiet([s.id for _, s, _ in pages]) and time.monotonic() < deadline:
             time.sleep(0.2)  # a database state no frame announces

@@ -144,9 +144,20 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.server_joined = asyncio.ensure_future(
             self.channel_layer.group_add(fanout.server_group(), self.channel_name)
         )
+        self.server_joined.add_done_callback(self._server_join_failed)
         self.handshake_deadline = asyncio.get_running_loop().call_later(
             p.HANDSHAKE_TIMEOUT_SECONDS, self._handshake_timeout
         )
+
+    def _server_join_failed(self, task: asyncio.Future) -> None:
+        # Without the server group this socket misses only the 1012 at a
+        # graceful shutdown (it then sees the connection drop, and resumes).
+        if not task.cancelled() and task.exception() is not None:
+            log.warning(
+                "connection %s: joining the server group failed: %r",
+                self.connection_id,
+                task.exception(),
+            )
 
     def _handshake_timeout(self) -> None:
         if self.session_id is None and not self.closing:
@@ -186,8 +197,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
                     fanout.group_name(self.session_id), self.channel_name
                 )
             joined = getattr(self, "server_joined", None)
-            if joined is not None:
-                await joined
+            if joined is not None and not joined.cancelled() and await _succeeded(joined):
                 await self.channel_layer.group_discard(fanout.server_group(), self.channel_name)
         except Exception:
             log.exception("connection %s: could not leave its groups", self.connection_id)
@@ -658,6 +668,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 # rather than fail in the server's UTF-8 encoder.
                 text = json.dumps(frame, separators=(",", ":"))
             await self.send(text_data=text)
+
+
+async def _succeeded(task: asyncio.Future) -> bool:
+    """Wait for ``task``; did it succeed? (Its failure was logged by its callback.)"""
+    try:
+        await task
+    except Exception:
+        return False
+    return True
 
 
 def error_frame_for(exc: SessionError, request_id: Any) -> dict[str, Any]:
