@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -36,10 +34,10 @@ from datetime import datetime
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
+from common import profile_line  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
 
 from sessions_app.models import AgentSession  # noqa: E402
 from sessions_app.services import create_session  # noqa: E402
@@ -187,12 +185,7 @@ async def main() -> None:
     args = parser.parse_args()
 
     call_command("migrate", verbosity=0)
-    print(
-        f"profile: database={connection.vendor} "
-        f"layer={settings.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]} "
-        f"runner={settings.AGENT_RUNNER}; python {sys.version.split()[0]}; "
-        f"{os.cpu_count()} cpus"
-    )
+    print(profile_line())
     env = {"AGENT_TEST_HOOKS": "0", "AGENT_WORKER_GRACE_SECONDS": "2"}
     if args.concurrency:
         env["AGENT_WORKER_CONCURRENCY"] = str(args.concurrency)

@@ -18,20 +18,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import sys
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
-from django.conf import settings  # noqa: E402
+from common import profile_line, start_servers  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
 
-from tests.harness import Daphne, Worker, WsClient, session_cookie  # noqa: E402
+from tests.harness import WsClient, session_cookie  # noqa: E402
 
 
 def _ts(frame) -> float:
@@ -90,21 +87,11 @@ async def main() -> None:
     parser.add_argument("--stream", default="200 30", help="N MS for /stream")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
-    print(
-        f"profile: database={connection.vendor} "
-        f"layer={settings.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]} "
-        f"runner={settings.AGENT_RUNNER}; python {sys.version.split()[0]}; "
-        f"{os.cpu_count()} cpus",
-        flush=True,
-    )
+    print(profile_line(), flush=True)
     user, _ = get_user_model().objects.get_or_create(username="fanout")
     log_dir = Path(tempfile.mkdtemp(prefix="agent-fanout-"))
     env = {"AGENT_TEST_HOOKS": "0", "AGENT_USER_MAX_SOCKETS": "100000"}
-    procs = []
-    if settings.AGENT_RUNNER == "worker":
-        procs.append(Worker(log_dir, **env).start())
-    server = Daphne(log_dir, **env).start()
-    procs.append(server)
+    server, procs = start_servers(log_dir, **env)
     cookie = session_cookie(user)
     print(f"\none session, a run of /stream {args.stream}, latency append -> receipt:")
     print(f"{'followers':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'frames/s':>9} gaps dups")

@@ -27,11 +27,11 @@ import threading
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
-from django.conf import settings  # noqa: E402
+from common import start_servers  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
-from tests.harness import Daphne, Worker, session_cookie  # noqa: E402
+from tests.harness import session_cookie  # noqa: E402
 
 
 def main() -> None:
@@ -43,11 +43,7 @@ def main() -> None:
     user, _ = get_user_model().objects.get_or_create(username="perf")
     log_dir = Path(tempfile.mkdtemp(prefix="agent-serve-"))
     env = {"AGENT_TEST_HOOKS": "0", "AGENT_USER_MAX_SOCKETS": "10000"}
-    procs = []
-    if settings.AGENT_RUNNER == "worker":
-        procs.append(Worker(log_dir, **env).start())
-    server = Daphne(log_dir, port=args.port, **env).start()
-    procs.append(server)
+    server, procs = start_servers(log_dir, port=args.port, **env)
     if args.pid_file:
         args.pid_file.write_text(str(server.proc.pid))
     print(

@@ -22,20 +22,17 @@ import argparse
 import asyncio
 import collections
 import json
-import os
 import random
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
 import websockets  # noqa: E402
-from django.conf import settings  # noqa: E402
+from common import profile_line  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from sessions_app.models import AgentSession, Event  # noqa: E402
@@ -165,12 +162,7 @@ async def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     call_command("migrate", verbosity=0)
-    print(
-        f"profile: database={connection.vendor} "
-        f"layer={settings.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]}; "
-        f"python {sys.version.split()[0]}; {os.cpu_count()} cpus",
-        flush=True,
-    )
+    print(profile_line(), flush=True)
     pairs = _sessions(max(1, args.sockets // args.per_session), args.log)
     log_dir = Path(tempfile.mkdtemp(prefix="agent-storm-"))
     server = Daphne(log_dir, AGENT_TEST_HOOKS="0", AGENT_USER_MAX_SOCKETS="100000").start()
