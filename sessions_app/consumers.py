@@ -349,7 +349,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             }
         )
         self._record(session_id=resume.session_id, **seen)
-        self._begin_replay(resume.after, head["head"])
+        self._begin_replay(resume.after, head["head"], head["page"])
 
     def _attached(self, session_id: str, after: int) -> None:
         self.session_id = session_id
@@ -461,13 +461,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     # --- outgoing events -------------------------------------------------
 
-    def _begin_replay(self, after: int, head: int) -> None:
+    def _begin_replay(self, after: int, head: int, first_page=None) -> None:
         self.replaying = True
-        self.replay_task = asyncio.ensure_future(self._replay(after, head))
+        self.replay_task = asyncio.ensure_future(self._replay(after, head, first_page))
 
-    async def _replay(self, after: int, head: int) -> None:
+    async def _replay(self, after: int, head: int, first_page=None) -> None:
         try:
-            await self._send_range(after, head)
+            await self._send_range(after, head, first_page)
             self.last_sent = max(self.last_sent, head)
             # Live events that arrived meanwhile, in order, deduplicated; what
             # did not fit in the buffer comes from the log.
@@ -497,12 +497,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
             log.exception("connection %s: replay failed", self.connection_id)
             await self._close(p.CLOSE_INTERNAL_ERROR)
 
-    async def _send_range(self, after: int, upto: int) -> int:
-        """Send the logged events ``after < seq <= upto``; returns the last seq sent
-        (short of ``upto`` only if the socket closed meanwhile)."""
+    async def _send_range(self, after: int, upto: int, first_page=None) -> int:
+        """Send the logged events ``after < seq <= upto`` (``first_page``: those
+        already read, if any); returns the last seq sent (short of ``upto``
+        only if the socket closed meanwhile)."""
         cursor = after
         while cursor < upto and not self.closing:
-            page = await db.events_page(self.session_id, cursor, upto)
+            if first_page is not None:
+                page, first_page = first_page, None
+            else:
+                page = await db.events_page(self.session_id, cursor, upto)
             if not page:
                 # Short of what was committed (the session was deleted, or the
                 # log purged): never send past a hole; the client resumes and is

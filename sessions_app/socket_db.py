@@ -72,9 +72,9 @@ def start_session(user, start: p.Start) -> dict[str, Any]:
 
 @_in_db_pool
 def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
-    """The session's epoch, head and earliest, in one read, if this user may
-    resume it at this cursor; ``protocol.Rejection`` otherwise (another user's
-    session is not_found)."""
+    """The session's epoch, head and earliest, in one read, and the replay's
+    first page (``page``), if this user may resume it at this cursor;
+    ``protocol.Rejection`` otherwise (another user's session is not_found)."""
     row = None
     if p.is_session_id(resume.session_id):
         row = (
@@ -85,6 +85,9 @@ def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
     if row is None:
         raise p.Rejection(p.R_NOT_FOUND, "no such session")
     check_resume_cursor(row, resume.after, resume.epoch)
+    # The replay's first page in the same trip to the pool: a resume a few
+    # events behind is then answered with one database round trip.
+    row["page"] = read_frames(resume.session_id, resume.after, row["head"], REPLAY_PAGE)
     return row
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from sessions_app.events import read_events
@@ -151,10 +152,13 @@ def test_sweeper_admits_a_waiting_run_whose_admission_was_lost(user, no_enqueue,
     second = runs.submit_message(b.id, "m2", "/stream 1 0")
     Run.objects.filter(id=first.run_id).update(status="finished")  # no admission ran
     assert runs.admit_all_waiting() == []  # younger than a lease: being admitted
-    Run.objects.filter(id=second.run_id).update(
-        created_at=timezone.now() - timedelta(seconds=settings.AGENT_LEASE_SECONDS + 1)
-    )
-    assert runs.admit_all_waiting() == [second.run_id]
+    # In one transaction: a test server's sweeper (another process on this
+    # database) must not see the run waiting before this pass does.
+    with transaction.atomic():
+        Run.objects.filter(id=second.run_id).update(
+            created_at=timezone.now() - timedelta(seconds=settings.AGENT_LEASE_SECONDS + 1)
+        )
+        assert runs.admit_all_waiting() == [second.run_id]
     assert runs.admit_all_waiting() == []
 
 
