@@ -19,6 +19,7 @@ from .events import check_resume_cursor, read_frames
 from .models import AgentSession, Connection
 
 REPLAY_PAGE = 500
+FIRST_PAGE = 50
 
 
 def _in_db_pool(fn):
@@ -85,9 +86,10 @@ def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
     if row is None:
         raise p.Rejection(p.R_NOT_FOUND, "no such session")
     check_resume_cursor(row, resume.after, resume.epoch)
-    # The replay's first page in the same trip to the pool: a resume a few
-    # events behind is then answered with one database round trip.
-    row["page"] = read_frames(resume.session_id, resume.after, row["head"], REPLAY_PAGE)
+    # The replay's first events in the same trip to the pool: a resume a few
+    # events behind is then answered with one database round trip. A short
+    # page, so that a long replay's resume_ok does not wait for a full one.
+    row["page"] = read_frames(resume.session_id, resume.after, row["head"], FIRST_PAGE)
     return row
 
 

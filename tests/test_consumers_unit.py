@@ -167,8 +167,8 @@ async def test_a_purge_under_a_replay_closes_1013_instead_of_skipping(user, monk
 
     monkeypatch.setattr(socket_db, "events_page", page_after_the_purge)
     comm = await _resumed(user, s.id, 0, s.epoch)
-    assert await _events_until(comm, socket_db.REPLAY_PAGE) == list(
-        range(1, socket_db.REPLAY_PAGE + 1)
+    assert await _events_until(comm, socket_db.FIRST_PAGE) == list(
+        range(1, socket_db.FIRST_PAGE + 1)
     )
     await database_sync(lambda: purge_events(s.id, keep=10))
     purged.set()
