@@ -9,8 +9,8 @@ Two costs of Channels' ``AuthMiddlewareStack`` that a busy server pays:
   nothing of that thread (two self-contained reads), so here it runs on the
   pool the socket's other database calls use (``socket_db``).
 - ``SessionMiddleware`` wraps the socket's ``send`` to save a changed session
-  and set its cookie, and so inspects the session on every frame sent: a
-  seventh of a long replay's time in a profile. A socket never changes the
+  and set its cookie, and so inspects the session on every frame sent: almost
+  a quarter of a long replay's time in a profile. A socket never changes the
   session (login and logout are HTTP), so here the session is only read.
 """
 

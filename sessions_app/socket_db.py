@@ -46,8 +46,8 @@ def close_connection(
     presence_for: str | None,
     opened: dict[str, Any],
 ):
-    """Record how a socket closed (its row too, if its handshake never came) and
-    tell its session's other sockets."""
+    """Record how a socket closed (writing its row here if the insert at its
+    opening failed) and tell its session's other sockets."""
     from .presence import request_presence
 
     closed = {
