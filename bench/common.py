@@ -23,6 +23,12 @@ def profile_line() -> str:
     )
 
 
+def percentile(values, q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank; NaN for none)."""
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * q))] if values else float("nan")
+
+
 def start_servers(log_dir: Path, port: int = 0, **env: str) -> tuple[Daphne, list[Process]]:
     """One daphne (on ``port``, 0 for a free one), and a run worker when runs
     execute in workers; returns the daphne and every process to stop."""

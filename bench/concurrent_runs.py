@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
-from common import profile_line  # noqa: E402
+from common import percentile, profile_line  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
@@ -159,15 +159,12 @@ async def _scenario(server, pairs, runs: int, stream: str, label: str) -> dict:
             await tab.close()
     latencies.sort()
 
-    def pct(q):
-        return latencies[min(len(latencies) - 1, int(len(latencies) * q))]
-
     return {
         "elapsed": elapsed,
         "appended": appended,
         "rate": appended / elapsed,
         "p50": statistics.median(latencies),
-        "p99": pct(0.99),
+        "p99": percentile(latencies, 0.99),
         "max": latencies[-1],
         "gaps": gaps,
         "dups": dups,

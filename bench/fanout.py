@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
-from common import profile_line, start_servers  # noqa: E402
+from common import percentile, profile_line, start_servers  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
@@ -67,12 +67,9 @@ async def one(server, cookie, followers: int, stream: str, label: str) -> dict:
         await c.close()
     latencies.sort()
 
-    def pct(q):
-        return latencies[min(len(latencies) - 1, int(len(latencies) * q))]
-
     return {
-        "p50": pct(0.5),
-        "p99": pct(0.99),
+        "p50": percentile(latencies, 0.5),
+        "p99": percentile(latencies, 0.99),
         "max": latencies[-1],
         "frames": len(latencies),
         "rate": len(latencies) / max(last - first, 1e-9),

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
 import websockets  # noqa: E402
-from common import profile_line  # noqa: E402
+from common import percentile, profile_line  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.utils import timezone  # noqa: E402
@@ -125,11 +125,6 @@ class StormClient:
         return False
 
 
-def _pct(values, q):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(len(values) * q))] if values else float("nan")
-
-
 async def storm(server, pairs, sockets: int, seed: int, timeout: float) -> dict:
     rng = random.Random(seed)
     clients = [
@@ -143,8 +138,8 @@ async def storm(server, pairs, sockets: int, seed: int, timeout: float) -> dict:
     return {
         "all": max(done) if len(done) == len(clients) else float("inf"),
         "caught_up": len(done),
-        "p50": _pct(done, 0.5),
-        "p99": _pct(done, 0.99),
+        "p50": percentile(done, 0.5),
+        "p99": percentile(done, 0.99),
         "closes": dict(sorted(closes.items(), key=str)),
         "retries": sum(c.attempts for c in clients) - len(clients),
         "final": sum(n for code, n in closes.items() if code in FINAL),

@@ -753,16 +753,15 @@ export class SessionClient {
       this._retryTimer = null;
       if (this.state !== STATE.LIVE) return; // the next resume re-sends them
       this._flushLedger();
-      const inFlight = new Set(Array.from(this.requests.values(), (r) => `${r.type}:${r.id}`));
-      for (const [key, command] of Array.from(this.commands)) {
-        if (inFlight.has(key)) continue;
-        if (!this._sendCommand(command, key.slice(command.type.length + 1))) return;
-      }
+      this._flushCommands();
     }, RETRY_AFTER_INTERNAL_ERROR_MS);
   }
 
+  /** Send every unanswered decide / cancel that is not already in flight on this socket. */
   _flushCommands() {
+    const inFlight = new Set(Array.from(this.requests.values(), (r) => `${r.type}:${r.id}`));
     for (const [key, command] of Array.from(this.commands)) {
+      if (inFlight.has(key)) continue;
       const id = key.slice(command.type.length + 1);
       if (!this._sendCommand(command, id)) return;
       this._setBusy(command.type === P.DECIDE ? "approval" : "cancel", id, true);

@@ -356,15 +356,20 @@ test("a refused input is marked failed and never re-sent", () => {
   assert.equal(client.ledger.entries().length, 0);
 });
 
-test("internal_error: a send and a decide go again after a second, once each", () => {
-  const { client, clock, sock, resume } = setup();
-  client.start();
-  resume(4, [
+/** A log of four events: run_1 parked at approval ap1. */
+function parkedAtGate() {
+  return [
     userMsg(1, "m-1", "/write a b", "run_1"),
     ev(2, "run.started", {}, "run_1"),
     ev(3, "approval.requested", { approval_id: "ap1", tool_call_id: "c1", tool: "write_file", args: {} }, "run_1"),
     ev(4, "run.paused", { stop_reason: "requires_approval", approval_id: "ap1" }, "run_1"),
-  ]);
+  ];
+}
+
+test("internal_error: a send and a decide go again after a second, once each", () => {
+  const { client, clock, sock, resume } = setup();
+  client.start();
+  resume(4, parkedAtGate());
   const a = client.submit("x");
   assert.ok(client.decide("ap1", "approve"));
   const [s1] = sock().framesOf("send");
@@ -404,12 +409,7 @@ test("oversized input is refused before it is stored or sent", () => {
 test("decide and cancel: busy until the event; already_decided is reported", () => {
   const { client, view, sock, resume } = setup();
   client.start();
-  resume(4, [
-    userMsg(1, "m-1", "/write a b", "run_1"),
-    ev(2, "run.started", {}, "run_1"),
-    ev(3, "approval.requested", { approval_id: "ap1", tool_call_id: "c1", tool: "write_file", args: {} }, "run_1"),
-    ev(4, "run.paused", { stop_reason: "requires_approval", approval_id: "ap1" }, "run_1"),
-  ]);
+  resume(4, parkedAtGate());
   assert.ok(client.decide("ap1", "approve"));
   const d = sock().framesOf("decide")[0];
   assert.deepEqual([d.approval_id, d.decision], ["ap1", "approve"]);
