@@ -182,6 +182,10 @@ AGENT_PICKUP_SECONDS = float(os.environ.get("AGENT_PICKUP_SECONDS", "120"))
 # in the embedded server alike. Each executing run holds one database
 # connection while it works: see the README on sizing.
 AGENT_WORKER_CONCURRENCY = int(os.environ.get("AGENT_WORKER_CONCURRENCY", "32"))
+# The runs of one process commit their events together: whoever is committing
+# takes every append waiting (sessions_app/group_commit.py). One durable flush
+# per batch instead of per token; off, each append commits alone.
+AGENT_GROUP_COMMIT = os.environ.get("AGENT_GROUP_COMMIT", "1") != "0"
 # Runs one user may have executing at once, across all their sessions; more
 # wait as "queued" (0: no limit). Parked gates do not count.
 AGENT_USER_MAX_RUNS = int(os.environ.get("AGENT_USER_MAX_RUNS", "8"))

@@ -143,6 +143,7 @@ async def _scenario(server, pairs, runs: int, stream: str, label: str) -> dict:
     elapsed = time.perf_counter() - t_send
     appended = sum(AgentSession.objects.values_list("head", flat=True)) - heads_before
     latencies = []
+    finished_at = []  # each run.finished's ts: when the run's last event was appended
     gaps = dups = 0
     for pair in tabs:
         for tab in pair:
@@ -154,6 +155,8 @@ async def _scenario(server, pairs, runs: int, stream: str, label: str) -> dict:
                 live = arrived >= t0 and frame.get("kind") != "user.message"
                 if frame.get("type") == "event" and live:
                     latencies.append((arrived - _ts(frame)) * 1000)
+                    if frame["kind"] == "run.finished":
+                        finished_at.append(_ts(frame) - t0)
     for pair in tabs:
         for tab in pair:
             await tab.close()
@@ -161,6 +164,7 @@ async def _scenario(server, pairs, runs: int, stream: str, label: str) -> dict:
 
     return {
         "elapsed": elapsed,
+        "appended_by": max(finished_at),
         "appended": appended,
         "rate": appended / elapsed,
         "p50": statistics.median(latencies),
@@ -212,6 +216,10 @@ async def main() -> None:
     print(
         f"all {args.runs} finished at both tabs: {many['elapsed']:.2f} s "
         f"({many['elapsed'] / alone['elapsed']:.2f}x one run alone)"
+    )
+    print(
+        f"last run.finished appended after {many['appended_by']:.2f} s "
+        f"(one run alone: {alone['appended_by']:.2f} s)"
     )
     print(f"events appended: {many['appended']:,} = {many['rate']:,.0f} events/s")
     print(

@@ -99,12 +99,80 @@ def append_events(
     if not new:
         return []
     now = timezone.now()
-    payloads = [json.dumps(item.data, separators=(",", ":")) for item in new]
+    payloads = _payloads(new)
     if connection.vendor == "postgresql":
         # One round trip (see migration 0003); in autocommit it commits in it too.
         head = _append_postgresql(session_id, new, payloads, now, guard)
     else:
         head = _append_python(session_id, new, payloads, now, guard)
+    return _appended(session_id, new, head, now)
+
+
+Append = tuple[str, Sequence[NewEvent], "RunGuard | None"]
+
+
+def append_batch(batch: Sequence[Append]) -> list[list[Event] | Exception]:
+    """Several appends, each as ``append_events`` does it (its own guard, its
+    own seqs), committed together (``group_commit``). Returns, per append, its
+    events or what befell it alone: ``RunAborted``, ``SessionGone``, or the
+    ``TypeError``/``ValueError`` of data that is not JSON.
+
+    On PostgreSQL one statement (migration 0005): outside a transaction it is
+    its own commit, one round trip for the batch. Elsewhere one transaction.
+    Either way a failing statement rolls back every append of the batch. Session
+    rows are locked in ``batch``'s order: callers sort it, so batches never
+    deadlock each other. Published on commit, like every append."""
+    now = timezone.now()
+    # Per append: its data as JSON, or why it has none (it then fails alone).
+    results: list = []
+    for _, new, _ in batch:
+        try:
+            results.append(_payloads(new))
+        except (TypeError, ValueError) as exc:
+            results.append(exc)
+    todo = [i for i, r in enumerate(results) if not isinstance(r, Exception)]
+    if todo and connection.vendor == "postgresql":
+        items = [(batch[i], results[i]) for i in todo]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT sessions_append_many(%s, %s, %s, %s, %s, %s, %s, %s)",
+                [
+                    [session_id for (session_id, _, _), _ in items],
+                    [guard.run_id if guard else None for (_, _, guard), _ in items],
+                    [guard.worker if guard else None for (_, _, guard), _ in items],
+                    [len(new) for (_, new, _), _ in items],
+                    [item.kind for (_, new, _), _ in items for item in new],
+                    [item.run_id for (_, new, _), _ in items for item in new],
+                    [text for _, texts in items for text in texts],
+                    now,
+                ],
+            )
+            heads = cursor.fetchone()[0]
+        for i, head in zip(todo, heads, strict=True):
+            session_id, _, guard = batch[i]
+            results[i] = _refusal(head, session_id, guard) or head
+    elif todo:
+        with transaction.atomic():
+            for i in todo:
+                session_id, new, guard = batch[i]
+                try:  # a savepoint each: a refused append leaves nothing behind
+                    results[i] = _append_python(session_id, new, results[i], now, guard)
+                except (RunAborted, SessionGone) as exc:
+                    results[i] = exc
+    # After the commit (outside the caller's transaction, if any): each
+    # append's events are published at once.
+    return [
+        result if isinstance(result, Exception) else _appended(session_id, new, result, now)
+        for (session_id, new, _), result in zip(batch, results, strict=True)
+    ]
+
+
+def _payloads(new: Sequence[NewEvent]) -> list[str]:
+    return [json.dumps(item.data, separators=(",", ":")) for item in new]
+
+
+def _appended(session_id: str, new: Sequence[NewEvent], head: int, now) -> list[Event]:
+    """The events an append stored (its last seq: ``head``), published on commit."""
     first = head - len(new) + 1
     events = [
         Event(
@@ -124,6 +192,15 @@ def append_events(
     return events
 
 
+def _refusal(head: int, session_id: str, guard: RunGuard | None) -> RunAborted | SessionGone | None:
+    """What ``sessions_append``'s negative heads mean."""
+    if head == -1:
+        return SessionGone(session_id)
+    if head == -2:
+        return RunAborted(guard.run_id)
+    return None
+
+
 def _append_postgresql(session_id, new, payloads, now, guard) -> int:
     with connection.cursor() as cursor:
         cursor.execute(
@@ -139,10 +216,9 @@ def _append_postgresql(session_id, new, payloads, now, guard) -> int:
             ],
         )
         head = cursor.fetchone()[0]
-    if head == -1:
-        raise SessionGone(session_id)
-    if head == -2:
-        raise RunAborted(guard.run_id)
+    refusal = _refusal(head, session_id, guard)
+    if refusal is not None:
+        raise refusal
     return head
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 
 import pytest
 
@@ -76,3 +77,98 @@ async def test_a_receive_cancelled_mid_pop_loses_no_message(layer, monkeypatch):
     release.set()
     message = await asyncio.wait_for(layer.receive(channel), 10)
     assert message["n"] == 1
+
+
+async def test_group_send_many_reaches_each_member_once_in_order(layer):
+    """One batched call for several groups: every member of each group gets each
+    of its group's messages once, in the order given, and nobody else does."""
+    a, b, c = [await layer.new_channel() for _ in range(3)]
+    await layer.group_add("g1", a)
+    await layer.group_add("g1", b)
+    await layer.group_add("g2", c)
+    await layer.group_add("g2", a)
+    items = []
+    for i in range(30):
+        items.append(("g1", {"type": "m", "n": i}))
+        items.append(("g2", {"type": "m", "n": 100 + i}))
+    await layer.group_send_many(items)
+    got = {ch: [] for ch in (a, b, c)}
+    for ch, count in ((a, 60), (b, 30), (c, 30)):
+        for _ in range(count):
+            got[ch].append((await asyncio.wait_for(layer.receive(ch), 10))["n"])
+    assert got[b] == list(range(30))
+    assert got[c] == list(range(100, 130))
+    assert got[a] == [n for i in range(30) for n in (i, 100 + i)]
+    for ch in (a, b, c):  # nothing more for anyone
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(layer.receive(ch), 0.3)
+
+
+async def test_successive_batched_sends_keep_a_channels_order(layer):
+    """Messages of later calls never overtake earlier ones at a channel (scores
+    only rise, even for calls within the same clock tick)."""
+    layer.capacity = 1000
+    a = await layer.new_channel()
+    await layer.group_add("g", a)
+    for call in range(20):
+        await layer.group_send_many([("g", {"type": "m", "n": call * 10 + i}) for i in range(10)])
+    got = [(await asyncio.wait_for(layer.receive(a), 10))["n"] for _ in range(200)]
+    assert got == list(range(200))
+
+
+async def test_group_send_many_respects_capacity(layer):
+    """A channel over capacity loses what does not fit (as group_send does);
+    the consumers refill such holes from the log."""
+    layer.capacity = 5
+    a = await layer.new_channel()
+    await layer.group_add("g", a)
+    await layer.group_send_many([("g", {"type": "m", "n": i}) for i in range(8)])
+    got = [(await asyncio.wait_for(layer.receive(a), 10))["n"] for _ in range(5)]
+    assert got == [0, 1, 2, 3, 4]
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(layer.receive(a), 0.3)
+
+
+async def test_a_redis_failure_fails_the_waiting_receives(layer, monkeypatch):
+    """When Redis fails under the pump, every receive waiting then raises (its
+    consumer closes with a retryable code), and the next receive pumps again."""
+    a, b = await layer.new_channel(), await layer.new_channel()
+    real_connection = layer.connection
+    failing = asyncio.Event()
+
+    class Broken:
+        async def bzpopmin(self, *args, **kwargs):
+            await failing.wait()
+            raise ConnectionError("Redis went away")
+
+    monkeypatch.setattr(layer, "connection", lambda index: Broken())
+    waits = [asyncio.ensure_future(layer.receive(ch)) for ch in (a, b)]
+    while len(layer._waiting) < 2:  # noqa: ASYNC110 (a state, looked at each loop turn)
+        await asyncio.sleep(0)
+    failing.set()
+    for waiting in waits:
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(waiting, 10)
+    monkeypatch.setattr(layer, "connection", real_connection)
+    await layer.send(a, {"type": "m", "n": 7})
+    assert (await asyncio.wait_for(layer.receive(a), 10))["n"] == 7
+
+
+async def test_inboxes_of_channels_nobody_reads_are_swept(layer):
+    """A message for a socket that closed waits in an inbox only until the sweep
+    drops it (after the layer's expiry), so closed sockets leave nothing behind."""
+    a = await layer.new_channel()
+    receiving = asyncio.ensure_future(layer.receive(a))
+    while a not in layer._waiting:  # noqa: ASYNC110 (a state, looked at each loop turn)
+        await asyncio.sleep(0)
+    receiving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await receiving
+    assert a not in layer._inboxes
+    await layer.send(a, {"type": "m", "n": 1})  # arrives after the socket closed
+    b = await layer.new_channel()
+    await layer.send(b, {"type": "m", "n": 2})
+    assert (await asyncio.wait_for(layer.receive(b), 10))["n"] == 2  # the pump ran
+    assert a in layer._inboxes
+    layer._sweep(time.monotonic() + layer.expiry + 1)
+    assert a not in layer._inboxes and b not in layer._inboxes

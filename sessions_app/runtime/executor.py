@@ -26,8 +26,9 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from .. import protocol as p
-from ..events import RunGuard, append_event
+from ..events import RunGuard
 from ..exceptions import RunAborted, SessionGone
+from ..group_commit import append_event
 from ..identity import worker_id
 from ..models import ApprovalRequest, Event, Run
 from . import leases, runs
