@@ -19,12 +19,11 @@ from __future__ import annotations
 from importlib import import_module
 
 from channels.auth import AuthMiddleware, get_user
+from channels.db import database_sync_to_async
 from channels.sessions import CookieMiddleware
 from django.conf import settings
 
-from .socket_db import _in_db_pool
-
-_get_user = _in_db_pool(get_user.func)
+_get_user = database_sync_to_async(get_user.func, thread_sensitive=False)
 
 
 class PooledAuthMiddleware(AuthMiddleware):

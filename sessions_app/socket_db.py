@@ -5,24 +5,13 @@ Channels' one shared database thread: every call is self-contained (its own
 transaction, if any), and hundreds of sockets resuming or sending at once must
 not queue behind one thread. The pool is asgiref's executor; each of its
 threads keeps one persistent connection.
-
-Channels' ``database_sync_to_async`` closes old connections before and after
-every call, and with health checks on, that makes every call start with a
-``SELECT 1``: a third of the round trips of a socket's authentication, and of
-each resume. Here a thread checks its connection at most once a second, and
-drops it at once after a database error, so a restarted database costs each
-thread one failed call, as before.
 """
 
 from __future__ import annotations
 
-import functools
-import threading
-import time
 from typing import Any
 
-from asgiref.sync import SyncToAsync
-from django.db import DatabaseError, close_old_connections
+from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from . import protocol as p
@@ -33,28 +22,8 @@ REPLAY_PAGE = 500
 FIRST_PAGE = 50
 
 
-# How often a pool thread looks at its connection (age, health) before a call.
-CHECK_SECONDS = 1.0
-_checked = threading.local()
-
-
 def _in_db_pool(fn):
-    """``fn`` as a coroutine function running on the database pool."""
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        now = time.monotonic()
-        if now - getattr(_checked, "at", 0.0) >= CHECK_SECONDS:
-            close_old_connections()  # too old or broken: closed, reopened on use
-            _checked.at = now
-        try:
-            return fn(*args, **kwargs)
-        except DatabaseError:
-            close_old_connections()  # a broken connection is not reused
-            _checked.at = time.monotonic()
-            raise
-
-    return SyncToAsync(call, thread_sensitive=False)
+    return database_sync_to_async(fn, thread_sensitive=False)
 
 
 @_in_db_pool
