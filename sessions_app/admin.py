@@ -55,7 +55,8 @@ class AgentSessionAdmin(admin.ModelAdmin):
         # the cascade would otherwise lock runs before their session and could
         # deadlock against a streaming run on PostgreSQL.
         with transaction.atomic():
-            ids = list(queryset.select_for_update().values_list("pk", flat=True))
+            # In id order, as every group commit locks its sessions.
+            ids = list(queryset.order_by("pk").select_for_update().values_list("pk", flat=True))
             AgentSession.objects.filter(pk__in=ids).delete()
 
     def get_deleted_objects(self, objs, request):

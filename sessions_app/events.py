@@ -188,7 +188,9 @@ def _appended(session_id: str, new: Sequence[NewEvent], head: int, now) -> list[
     frames = [event_frame(e) for e in events]
     # In the caller's transaction: published when it commits. Outside one the
     # append has committed already, and this publishes at once.
-    transaction.on_commit(lambda: _publish(session_id, frames))
+    # Robust: a publication that fails (the server's loop closing at shutdown)
+    # is logged, and never makes an append that committed look failed.
+    transaction.on_commit(lambda: _publish(session_id, frames), robust=True)
     return events
 
 

@@ -18,11 +18,12 @@ What stays true: an event is published only after the commit that made it
 durable (``on_commit``); a refused request (``RunAborted``, ``SessionGone``)
 fails alone; a statement that fails for one request's data rolls the batch
 back and every request is retried alone, by its own thread on its own
-connection, so one bad request fails only itself. A lost connection is not
-retried (whether the batch committed is unknown, as it would be for an append
-of its own): every request of that batch gets the error. Session
-rows are locked in one order (by id) in every batch, so two processes'
-batches never deadlock.
+connection, so one bad request fails only itself; so does a statement the
+server refused for its locks (a deadlock with an admin's bulk delete, a lock
+timeout). A lost connection is not retried (whether the batch committed is
+unknown, as it would be for an append of its own): every request of that
+batch gets the error. Session rows are locked in one order (by id) in every
+batch, so two processes' batches never deadlock each other.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import threading
 from collections.abc import Sequence
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, InterfaceError, transaction
 
 from .events import Event, NewEvent, RunGuard, append_batch, append_events
 
@@ -114,13 +115,14 @@ class GroupCommitter:
         ordered = sorted(batch, key=lambda r: r.session_id)
         try:
             results = append_batch([(r.session_id, r.new, r.guard) for r in ordered])
-        except (OperationalError, InterfaceError):
-            # The connection failed: whether the batch committed is unknown, as
-            # for an append of its own; every request gets the error, none is
-            # retried (that could log an event twice).
-            raise
-        except DatabaseError:
-            # A statement failed (one request's data): nothing was committed.
+        except DatabaseError as exc:
+            if _connection_lost(exc):
+                # Whether the batch committed is unknown, as for an append of
+                # its own: every request gets the error, none is retried (that
+                # could log an event twice).
+                raise
+            # The server refused the statement (one request's data, a deadlock
+            # or lock timeout with another transaction): nothing was committed.
             for request in ordered:  # each appends alone, on its own connection
                 request.retry = True
             self.retried += len(ordered)
@@ -132,6 +134,20 @@ class GroupCommitter:
                 request.result = result
         self.batches += 1
         self.appends += len(ordered)
+
+
+def _connection_lost(exc: DatabaseError) -> bool:
+    """Did ``exc`` end the connection (the statement's fate unknown), rather than
+    the server refusing the statement (rolled back, nothing committed)?"""
+    if isinstance(exc, InterfaceError):
+        return True
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if sqlstate is None:
+        # No answer from a server: on PostgreSQL the connection failed; SQLite
+        # gives no codes, and its errors (a locked database) commit nothing.
+        return transaction.get_connection().vendor == "postgresql"
+    # Class 08: connection exceptions; 57P0x: the server is shutting down.
+    return sqlstate.startswith("08") or sqlstate in ("57P01", "57P02", "57P03")
 
 
 committer = GroupCommitter()

@@ -30,13 +30,15 @@ import collections
 import logging
 import time
 
-from channels_redis.core import RedisChannelLayer
+from channels_redis.core import BoundedQueue, RedisChannelLayer
 
 log = logging.getLogger(__name__)
 
 RECEIVE_BATCH = 256
-# How often the pump drops the inboxes of channels nobody reads any more.
+# How often the pump drops the inboxes of channels nobody reads any more, and
+# how long unread makes an inbox abandoned (far longer than any handler runs).
 SWEEP_SECONDS = 30.0
+INBOX_IDLE_SECONDS = 600.0
 
 # KEYS: one channel key per message (repeats allowed). ARGV: per message its
 # bytes, its channel's capacity and its score; then the keys' expiry and the
@@ -72,7 +74,7 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
         super().__init__(*args, **kwargs)
         # This process's channels: their messages, who is waiting, when each
         # was last read; and the pump of each process-wide Redis key.
-        self._inboxes: dict[str, asyncio.Queue] = {}
+        self._inboxes: dict[str, BoundedQueue] = {}
         self._waiting: dict[str, int] = {}
         self._read_at: dict[str, float] = {}
         self._pumps: dict[str, asyncio.Task] = {}
@@ -136,9 +138,7 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
         from its inboxes (one await per message); others are the parent's."""
         if "!" not in channel:
             return await super().receive(channel)
-        inbox = self._inboxes.get(channel)
-        if inbox is None:
-            inbox = self._inboxes[channel] = asyncio.Queue()
+        inbox = self._inboxes.get(channel) or self._new_inbox(channel)
         if inbox.empty():
             self._ensure_pump(channel)
             self._waiting[channel] = self._waiting.get(channel, 0) + 1
@@ -146,8 +146,9 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
                 item = await inbox.get()
             except asyncio.CancelledError:
                 # The socket closed. A message for it that arrives later waits in
-                # a fresh inbox until the sweep drops it (after ``expiry``).
-                if inbox.empty() and self._inboxes.get(channel) is inbox:
+                # a fresh inbox until the sweep drops it.
+                alone = self._waiting.get(channel) == 1
+                if alone and inbox.empty() and self._inboxes.get(channel) is inbox:
                     del self._inboxes[channel]
                 raise
             finally:
@@ -161,10 +162,17 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
             raise item.error
         return item
 
+    def _new_inbox(self, channel: str) -> BoundedQueue:
+        # Bounded like the parent's buffers: past ``capacity`` the oldest
+        # message goes (the consumer refills the hole from the log).
+        inbox = self._inboxes[channel] = BoundedQueue(self.get_capacity(channel))
+        self._read_at[channel] = time.monotonic()
+        return inbox
+
     def _ensure_pump(self, channel: str) -> None:
         real = self.non_local_name(channel)
         pump = self._pumps.get(real)
-        if pump is None or pump.done():
+        if pump is None or pump.done() or pump.get_loop() is not asyncio.get_running_loop():
             self._pumps[real] = asyncio.ensure_future(self._pump(real))
 
     async def _pump(self, real: str) -> None:
@@ -186,13 +194,14 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
                     continue
                 more = await connection.zpopmin(key, RECEIVE_BATCH - 1)
                 for raw in [result[1], *(member for member, _ in more)]:
-                    message = self.deserialize(raw)
+                    try:
+                        message = self.deserialize(raw)
+                    except Exception:
+                        log.exception("dropping a message that cannot be read")
+                        continue
                     targets = message.pop("__asgi_channel__", None) or []
                     for target in [targets] if isinstance(targets, str) else targets:
-                        inbox = self._inboxes.get(target)
-                        if inbox is None:
-                            inbox = self._inboxes[target] = asyncio.Queue()
-                            self._read_at[target] = now
+                        inbox = self._inboxes.get(target) or self._new_inbox(target)
                         inbox.put_nowait(message)
         except asyncio.CancelledError:
             raise
@@ -202,13 +211,15 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
             # again); the next receive starts a new pump.
             log.warning("receiving from Redis failed: %r", exc)
             for channel in list(self._waiting):
-                self._inboxes[channel].put_nowait(_Failed(exc))
+                inbox = self._inboxes.get(channel)
+                if inbox is not None:
+                    inbox.put_nowait(_Failed(exc))
 
     def _sweep(self, now: float) -> None:
-        """Drop the inboxes of channels nobody has read for ``expiry`` seconds
+        """Drop the inboxes of channels nobody has read for ``INBOX_IDLE_SECONDS``
         (sockets that closed while messages for them were on their way)."""
         for channel, read_at in list(self._read_at.items()):
-            if now - read_at > self.expiry and channel not in self._waiting:
+            if now - read_at > INBOX_IDLE_SECONDS and channel not in self._waiting:
                 self._inboxes.pop(channel, None)
                 del self._read_at[channel]
 

@@ -164,3 +164,32 @@ def test_an_append_inside_a_transaction_is_not_group_committed(user, settings):
     group_commit.append_event(s.id, "assistant.delta", {"text": "y"}, None, guard=None)
     assert group_commit.committer.appends == before + 1
     assert [e.seq for e in read_events(s.id, 0)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "lost"),
+    [
+        ("40P01", False),
+        ("55P03", False),
+        ("57014", False),
+        ("22P05", False),
+        ("08006", True),
+        ("57P01", True),
+    ],
+)
+def test_only_a_lost_connection_keeps_a_batch_from_being_retried(sqlstate, lost):
+    """A statement the server refused (a deadlock, a lock or statement timeout, bad
+    data) committed nothing, so each request retries alone; a connection that
+    failed (outcome unknown) is not retried."""
+    from django.db import OperationalError
+
+    from sessions_app.group_commit import _connection_lost
+
+    class Refusal(Exception):
+        pass
+
+    cause = Refusal()
+    cause.sqlstate = sqlstate
+    exc = OperationalError("refused")
+    exc.__cause__ = cause
+    assert _connection_lost(exc) is lost

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from sessions_app import layers
 from sessions_app.layers import BatchReceiveRedisChannelLayer
 
 REDIS = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/5")
@@ -156,7 +157,8 @@ async def test_a_redis_failure_fails_the_waiting_receives(layer, monkeypatch):
 
 async def test_inboxes_of_channels_nobody_reads_are_swept(layer):
     """A message for a socket that closed waits in an inbox only until the sweep
-    drops it (after the layer's expiry), so closed sockets leave nothing behind."""
+    drops it (after INBOX_IDLE_SECONDS unread), so closed sockets leave nothing
+    behind."""
     a = await layer.new_channel()
     receiving = asyncio.ensure_future(layer.receive(a))
     while a not in layer._waiting:  # noqa: ASYNC110 (a state, looked at each loop turn)
@@ -170,5 +172,20 @@ async def test_inboxes_of_channels_nobody_reads_are_swept(layer):
     await layer.send(b, {"type": "m", "n": 2})
     assert (await asyncio.wait_for(layer.receive(b), 10))["n"] == 2  # the pump ran
     assert a in layer._inboxes
-    layer._sweep(time.monotonic() + layer.expiry + 1)
+    layer._sweep(time.monotonic() + layers.INBOX_IDLE_SECONDS + 1)
     assert a not in layer._inboxes and b not in layer._inboxes
+
+
+async def test_an_inbox_keeps_at_most_capacity_messages(layer):
+    """A socket that stops reading holds at most ``capacity`` messages in its
+    server's memory; past that the oldest go (its consumer refills from the log)."""
+    layer.capacity = 3
+    a, b = await layer.new_channel(), await layer.new_channel()
+    await layer.group_add("g", a)
+    await layer.group_add("g", b)
+    for start in (0, 3):  # b reads each round, so the pump has passed it to a too
+        await layer.group_send_many([("g", {"type": "m", "n": start + i}) for i in range(3)])
+        got = [(await asyncio.wait_for(layer.receive(b), 10))["n"] for _ in range(3)]
+        assert got == [start, start + 1, start + 2]
+    assert layer._inboxes[a].qsize() == 3
+    assert [(await layer.receive(a))["n"] for _ in range(3)] == [3, 4, 5]
