@@ -161,6 +161,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     def _handshake_timeout(self) -> None:
         if self.session_id is None and not self.closing:
+            log.info(
+                "connection %s: no handshake within %s s: closing 4400",
+                self.connection_id,
+                p.HANDSHAKE_TIMEOUT_SECONDS,
+            )
             asyncio.ensure_future(self._close(p.CLOSE_PROTOCOL_VIOLATION))
 
     async def _close(self, code: int) -> None:
@@ -272,6 +277,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except p.FrameError:
             frame = None
         if frame is None or frame["type"] not in p.HANDSHAKE_TYPES:
+            # Which of the two 4400s it was, for whoever reads the log after a
+            # client reported a final close.
+            log.info(
+                "connection %s: first frame is not a handshake (%s): closing 4400",
+                self.connection_id,
+                "undecodable" if frame is None else repr(frame["type"])[:40],
+            )
             await self._close(p.CLOSE_PROTOCOL_VIOLATION)
             return
         # A well-formed handshake is under way: a slow database must not
