@@ -9,10 +9,9 @@ Here the run threads of a process hand their appends to whichever of them is
 committing: the first to arrive leads, appends everything waiting together
 (``events.append_batch``: on PostgreSQL one statement and its own commit, one
 round trip; each request still guarded and given its own seqs), and wakes the
-others. Whatever
-arrived meanwhile is led by the first of those threads, so no thread works for
-the others for longer than one batch, and a run alone commits as before, at
-once, with no added wait.
+others. Whatever arrived meanwhile is led by the first of those threads, so no
+thread works for the others for longer than one batch, and a run alone commits
+as before, at once, with no added wait.
 
 What stays true: an event is published only after the commit that made it
 durable (``on_commit``); a refused request (``RunAborted``, ``SessionGone``)
@@ -56,7 +55,7 @@ class _Request:
 
 
 class GroupCommitter:
-    """Commits the appends of many threads of one process in shared transactions."""
+    """Commits the appends of many threads of one process together, a batch at a time."""
 
     def __init__(self, max_batch: int = MAX_BATCH):
         self.max_batch = max_batch
@@ -153,7 +152,9 @@ def _connection_lost(exc: DatabaseError) -> bool:
 committer = GroupCommitter()
 
 
-def append_event(session_id: str, kind: str, data: dict, run_id: str | None, *, guard: RunGuard):
+def append_event(
+    session_id: str, kind: str, data: dict, run_id: str | None, *, guard: RunGuard | None
+) -> Event:
     """A run's append of one event, group-committed when ``AGENT_GROUP_COMMIT``
     is on (it is by default), otherwise an append of its own."""
     new = [NewEvent(kind, data, run_id)]

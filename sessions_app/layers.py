@@ -8,7 +8,7 @@ few hundred messages a second, and a streaming classroom falls seconds behind.
 
 ``BatchReceiveRedisChannelLayer`` receives a process's messages with one
 task per process (the pump): one BZPOPMIN plus one ZPOPMIN of up to
-``RECEIVE_BATCH`` more, each message put in the inbox (an ``asyncio.Queue``)
+``RECEIVE_BATCH`` more, each message put in the inbox (a bounded queue)
 of every channel it names. A socket's receive is one ``await`` on its inbox,
 where the parent's costs two tasks, a lock and a wait per message for every
 socket; with 400 sockets that bookkeeping, not Redis, filled the server's
