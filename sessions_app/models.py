@@ -66,9 +66,14 @@ class AgentSession(models.Model):
 
 
 class Event(models.Model):
-    """One entry of a session's append-only log. Written only by ``events.append_events``."""
+    """One entry of a session's append-only log. Written only by ``events.append_events``
+    and ``events.append_batch``."""
 
-    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the (session, seq) unique index serves every lookup
+    # by session, and each index more is work on every append.
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     seq = models.PositiveBigIntegerField()
     kind = models.CharField(max_length=64)
     # NULL, not "": the protocol's "run_id": null for events outside a run.
