@@ -97,10 +97,11 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
         connection = self.connection(index)
         groups = list(dict.fromkeys(group for group, _ in entries))
         pipe = connection.pipeline(transaction=False)
+        joined_before = int(time.time()) - self.group_expiry
         for group in groups:
             self.require_valid_group_name(group)  # raises if not
             key = self._group_key(group)
-            pipe.zremrangebyscore(key, min=0, max=int(time.time()) - self.group_expiry)
+            pipe.zremrangebyscore(key, min=0, max=joined_before)
             pipe.zrange(key, 0, -1)
         replies = await pipe.execute()
         members = {
@@ -152,9 +153,9 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
                     del self._inboxes[channel]
                 raise
             finally:
-                left = self._waiting.pop(channel) - 1
-                if left:
-                    self._waiting[channel] = left
+                self._waiting[channel] -= 1
+                if not self._waiting[channel]:
+                    del self._waiting[channel]
         else:
             item = inbox.get_nowait()
         self._read_at[channel] = time.monotonic()

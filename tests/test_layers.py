@@ -137,15 +137,19 @@ async def test_a_redis_failure_fails_the_waiting_receives(layer, monkeypatch):
     real_connection = layer.connection
     failing = asyncio.Event()
 
+    popping = asyncio.Event()
+
     class Broken:
         async def bzpopmin(self, *args, **kwargs):
+            popping.set()
             await failing.wait()
             raise ConnectionError("Redis went away")
 
     monkeypatch.setattr(layer, "connection", lambda index: Broken())
     waits = [asyncio.ensure_future(layer.receive(ch)) for ch in (a, b)]
-    while len(layer._waiting) < 2:  # noqa: ASYNC110 (a state, looked at each loop turn)
-        await asyncio.sleep(0)
+    # The pump starts from a waiting receive, after both were scheduled.
+    await popping.wait()
+    assert set(layer._waiting) == {a, b}
     failing.set()
     for waiting in waits:
         with pytest.raises(ConnectionError):
@@ -160,9 +164,24 @@ async def test_inboxes_of_channels_nobody_reads_are_swept(layer):
     drops it (after INBOX_IDLE_SECONDS unread), so closed sockets leave nothing
     behind."""
     a = await layer.new_channel()
+    real_connection = layer.connection
+    popping = asyncio.Event()
+
+    class Watched:
+        def __init__(self, conn):
+            self._conn = conn
+
+        def __getattr__(self, name):
+            return getattr(self._conn, name)
+
+        async def bzpopmin(self, *args, **kwargs):
+            popping.set()
+            return await self._conn.bzpopmin(*args, **kwargs)
+
+    layer.connection = lambda index: Watched(real_connection(index))
     receiving = asyncio.ensure_future(layer.receive(a))
-    while a not in layer._waiting:  # noqa: ASYNC110 (a state, looked at each loop turn)
-        await asyncio.sleep(0)
+    await popping.wait()  # the pump is started by a receive that waits
+    assert a in layer._waiting
     receiving.cancel()
     with pytest.raises(asyncio.CancelledError):
         await receiving
