@@ -24,6 +24,18 @@ def _env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _app(name: str):
+    """An app setting from the environment, typed like its default
+    (``sessions_app.conf.DEFAULTS``, the one place the defaults are written)."""
+    from sessions_app.conf import DEFAULTS
+
+    default = DEFAULTS[name]
+    if isinstance(default, bool):
+        return _env_bool(name, default)
+    raw = os.environ.get(name, "")
+    return type(default)(raw) if raw != "" else default
+
+
 def _env_list(name: str, default: list[str]) -> list[str]:
     value = os.environ.get(name)
     if not value:
@@ -59,6 +71,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_tasks",
     "django_tasks_db",
     "sessions_app",
@@ -147,7 +162,9 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            # Channels' in-memory layer without its per-operation sweep of
+            # every channel (sessions_app/layers.py).
+            "BACKEND": "sessions_app.layers.LocalChannelLayer",
             "CONFIG": {
                 "capacity": 5000,
                 "expiry": 60,
@@ -170,49 +187,68 @@ if AGENT_RUNNER == "worker":
 else:
     TASKS = {"default": {"BACKEND": "sessions_app.runtime.embedded.EmbeddedBackend"}}
 
-AGENT_CLASS = os.environ.get("AGENT_CLASS", "scripted")
+AGENT_CLASS = _app("AGENT_CLASS")
 AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))
 # A run's lease: renewed while it works; expired means its process died.
-AGENT_LEASE_SECONDS = float(os.environ.get("AGENT_LEASE_SECONDS", "10"))
-AGENT_SWEEP_SECONDS = float(os.environ.get("AGENT_SWEEP_SECONDS", "3"))
+AGENT_LEASE_SECONDS = _app("AGENT_LEASE_SECONDS")
+AGENT_SWEEP_SECONDS = _app("AGENT_SWEEP_SECONDS")
 # How long a run handed to the task framework may wait for an executor before
 # the sweeper hands it over again (all workers busy counts as waiting).
-AGENT_PICKUP_SECONDS = float(os.environ.get("AGENT_PICKUP_SECONDS", "120"))
+AGENT_PICKUP_SECONDS = _app("AGENT_PICKUP_SECONDS")
 # Runs one process executes at once (threads of its run pool), in a worker and
 # in the embedded server alike. Each executing run holds one database
 # connection while it works: see the README on sizing.
-AGENT_WORKER_CONCURRENCY = int(os.environ.get("AGENT_WORKER_CONCURRENCY", "32"))
+AGENT_WORKER_CONCURRENCY = _app("AGENT_WORKER_CONCURRENCY")
 # The runs of one process commit their events together: whoever is committing
 # takes every append waiting (sessions_app/group_commit.py). One durable flush
 # per batch instead of per token; off, each append commits alone.
 AGENT_GROUP_COMMIT = os.environ.get("AGENT_GROUP_COMMIT", "1") != "0"
 # Runs one user may have executing at once, across all their sessions; more
 # wait as "queued" (0: no limit). Parked gates do not count.
-AGENT_USER_MAX_RUNS = int(os.environ.get("AGENT_USER_MAX_RUNS", "8"))
+AGENT_USER_MAX_RUNS = _app("AGENT_USER_MAX_RUNS")
 # How long a stopped worker (SIGTERM) lets its runs go on to finish or park
 # before it stops them and finishes them "interrupted" itself.
-AGENT_WORKER_GRACE_SECONDS = float(os.environ.get("AGENT_WORKER_GRACE_SECONDS", "20"))
+AGENT_WORKER_GRACE_SECONDS = _app("AGENT_WORKER_GRACE_SECONDS")
 
-OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
-OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
-OPENAI_MODEL = os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
+OPENAI_BASE_URL = _app("OPENAI_BASE_URL")
+OPENAI_API_KEY = _app("OPENAI_API_KEY")
+OPENAI_MODEL = _app("OPENAI_MODEL")
+
+ANTHROPIC_BASE_URL = _app("ANTHROPIC_BASE_URL")
+ANTHROPIC_API_KEY = _app("ANTHROPIC_API_KEY")
+ANTHROPIC_MODEL = _app("ANTHROPIC_MODEL")
+ANTHROPIC_MAX_TOKENS = _app("ANTHROPIC_MAX_TOKENS")
 
 # A socket checks the session's head this long after its last live event, and
 # this often while idle, to refill a publication lost at the end of a burst.
-AGENT_TAIL_SETTLE_SECONDS = float(os.environ.get("AGENT_TAIL_SETTLE_SECONDS", "1"))
-AGENT_TAIL_PROBE_SECONDS = float(os.environ.get("AGENT_TAIL_PROBE_SECONDS", "30"))
+AGENT_TAIL_SETTLE_SECONDS = _app("AGENT_TAIL_SETTLE_SECONDS")
+AGENT_TAIL_PROBE_SECONDS = _app("AGENT_TAIL_PROBE_SECONDS")
 
 # Sockets one user may have open on one server process; more are closed with
 # 4429 (retryable) at once, before any database work.
-AGENT_USER_MAX_SOCKETS = int(os.environ.get("AGENT_USER_MAX_SOCKETS", "50"))
+AGENT_USER_MAX_SOCKETS = _app("AGENT_USER_MAX_SOCKETS")
 
 # Flow control per socket: stop sending past this many unread bytes, close
 # (4408, retryable) a client that read nothing for this long.
-AGENT_SEND_BUFFER_BYTES = int(os.environ.get("AGENT_SEND_BUFFER_BYTES", str(1024 * 1024)))
-AGENT_SLOW_CONSUMER_SECONDS = float(os.environ.get("AGENT_SLOW_CONSUMER_SECONDS", "10"))
+AGENT_SEND_BUFFER_BYTES = _app("AGENT_SEND_BUFFER_BYTES")
+AGENT_SLOW_CONSUMER_SECONDS = _app("AGENT_SLOW_CONSUMER_SECONDS")
+
+# Retention (docs: README, "Long sessions"). Off when unset or 0. The streamed
+# deltas of a run whose text is in its assistant.message are deleted this many
+# days after the run finished (the transcript keeps every message, tool call
+# and result, and approval); whole sessions untouched for this many days, with
+# no unfinished run, are deleted. Applied by the sweeper (hourly) and by
+# `manage.py apply_retention`.
+AGENT_RETAIN_DELTAS_DAYS = _app("AGENT_RETAIN_DELTAS_DAYS")
+AGENT_RETAIN_SESSIONS_DAYS = _app("AGENT_RETAIN_SESSIONS_DAYS")
+AGENT_RETENTION_INTERVAL_SECONDS = _app("AGENT_RETENTION_INTERVAL_SECONDS")
+
+# /metrics (Prometheus) is for staff users, or for a scraper that sends
+# `Authorization: Bearer <this>` when it is set.
+AGENT_METRICS_TOKEN = _app("AGENT_METRICS_TOKEN")
 
 # Test hooks in the browser client (fault injection); never on in production.
-AGENT_TEST_HOOKS = _env_bool("AGENT_TEST_HOOKS", False)
+AGENT_TEST_HOOKS = _app("AGENT_TEST_HOOKS")
 
 # --- Auth, i18n, static -----------------------------------------------------
 
@@ -239,11 +275,30 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 SERVE_STATIC = _env_bool("SERVE_STATIC", True)
 
 REST_FRAMEWORK = {
+    # The browser's session cookie (CSRF on writes), or for programs a token
+    # (`Authorization: Token …`; made in the admin or with `manage.py
+    # drf_create_token USER`).
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "sessions_app.api.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Agent sessions API",
+    "DESCRIPTION": (
+        "Sessions, their event logs, messages, approval decisions and cancels. "
+        "The live stream is the WebSocket protocol at /ws/sessions/ (docs/protocol.md)."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI from this site's own static files, not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # HTTPS=1 when the site is served over HTTPS (directly or behind a proxy):
@@ -261,12 +316,29 @@ if _env_bool("HTTPS", False):
 if _env_bool("TRUST_X_FORWARDED_PROTO", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# LOG_FORMAT=json: one JSON object per line, with each socket's connection id,
+# session id, first frame and close code (sessions_app/logs.py).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text")
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {
+        "json": {"()": "sessions_app.logs.JsonFormatter"},
+        "text": {"format": "%(asctime)s %(levelname)-8s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    # One handler, the root's (it replaces the one daphne's command line sets
+    # up): the app's lines and daphne's own are written once each, in one format.
+    "root": {"handlers": ["console"], "level": "INFO"},
     "loggers": {
-        "sessions_app": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        "sessions_app": {"level": os.environ.get("LOG_LEVEL", "INFO")},
+        # Named here so that Django's own console handler (DEBUG) goes: its
+        # lines reach the root handler once.
+        "django": {"level": "INFO"},
+        # A line per task state in the run workers: only what goes wrong.
+        "django_tasks": {"level": "WARNING"},
     },
 }
 

@@ -1,8 +1,11 @@
 """URL configuration: admin, login/logout, the REST API and the pages."""
 
 from django.contrib import admin
+from django.contrib.auth.views import LoginView
 from django.http import HttpResponse
 from django.urls import include, path
+
+from sessions_app.metrics import metrics_view, readyz
 
 
 def healthz(request):
@@ -12,7 +15,14 @@ def healthz(request):
 
 urlpatterns = [
     path("healthz", healthz),
+    path("readyz", readyz),
+    path("metrics", metrics_view),
     path("admin/", admin.site.urls),
+    # The app's sign-in page (templates/sessions_app/login.html); the rest of
+    # Django's auth views as they come.
+    path(
+        "accounts/login/", LoginView.as_view(template_name="sessions_app/login.html"), name="login"
+    ),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", include("sessions_app.api_urls")),
     path("", include("sessions_app.urls")),

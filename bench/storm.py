@@ -153,6 +153,12 @@ async def main() -> None:
     parser.add_argument("--log", type=int, default=200, help="events in each session's log")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=None,
+        help="daphne's --websocket_connect_timeout (its default: 5 s)",
+    )
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -160,7 +166,12 @@ async def main() -> None:
     print(profile_line(), flush=True)
     pairs = _sessions(max(1, args.sockets // args.per_session), args.log)
     log_dir = Path(tempfile.mkdtemp(prefix="agent-storm-"))
-    server = Daphne(log_dir, AGENT_TEST_HOOKS="0", AGENT_USER_MAX_SOCKETS="100000").start()
+    server = Daphne(
+        log_dir,
+        connect_timeout=args.connect_timeout,
+        AGENT_TEST_HOOKS="0",
+        AGENT_USER_MAX_SOCKETS="100000",
+    ).start()
     try:
         result = await storm(server, pairs, args.sockets, args.seed, args.timeout)
     finally:

@@ -8,9 +8,11 @@ user), reaches every open tab live, and continues the parked run.
 from django.contrib import admin, messages
 from django.db import transaction
 
+from . import fanout
 from . import protocol as p
 from .exceptions import AlreadyDecided, NotPending
 from .models import AgentSession, ApprovalRequest, Connection, Event, Run
+from .retention import rotate_epoch
 from .runtime import runs
 
 
@@ -43,9 +45,30 @@ class AgentSessionAdmin(admin.ModelAdmin):
     list_display = ("id", "title", "owner", "status", "head", "updated_at", "created_at")
     list_filter = ("status", "created_at")
     search_fields = ("id", "title", "owner__username")
-    readonly_fields = ("id", "epoch", "head", "earliest", "status", "created_at", "updated_at")
+    readonly_fields = (
+        "id",
+        "epoch",
+        "head",
+        "earliest",
+        "compacted_through",
+        "status",
+        "created_at",
+        "updated_at",
+    )
     raw_id_fields = ("owner",)
     inlines = [EventInline]
+    actions = ["rotate_epochs"]
+
+    # It makes every open tab reload the session: the change permission.
+    @admin.action(
+        description="Rotate epoch (open tabs reload the session from the start)",
+        permissions=["change"],
+    )
+    def rotate_epochs(self, request, queryset):
+        ids = list(queryset.values_list("pk", flat=True))
+        for session_id in ids:
+            rotate_epoch(session_id)
+        self.message_user(request, f"Rotated the epoch of {len(ids)} session(s).", messages.SUCCESS)
 
     def delete_model(self, request, obj):
         self.delete_queryset(request, AgentSession.objects.filter(pk=obj.pk))
@@ -56,8 +79,10 @@ class AgentSessionAdmin(admin.ModelAdmin):
         # deadlock against a streaming run on PostgreSQL.
         with transaction.atomic():
             # In id order, as every group commit locks its sessions.
-            ids = list(queryset.order_by("pk").select_for_update().values_list("pk", flat=True))
-            AgentSession.objects.filter(pk__in=ids).delete()
+            rows = list(queryset.order_by("pk").select_for_update().values_list("pk", "owner_id"))
+            AgentSession.objects.filter(pk__in=[pk for pk, _ in rows]).delete()
+            for pk, owner_id in rows:  # gone from their owners' open lists
+                fanout.session_changed_on_commit(owner_id, pk)
 
     def get_deleted_objects(self, objs, request):
         # A session's log goes with the session. EventAdmin refuses to delete

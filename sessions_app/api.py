@@ -1,20 +1,31 @@
-"""REST API (Django REST framework): sessions, their logs, decisions, cancels.
+"""REST API (Django REST framework): sessions, their logs, messages, decisions, cancels.
 
-Logged-in users only (session cookie, CSRF on writes); another user's session,
+Logged-in users only (session cookie with CSRF on writes, or a token for
+programs); another user's session,
 run or approval is 404, exactly like one that does not exist: every view's
 ``get_queryset`` is filtered by owner, the way ``rest_framework.generics``
 intends. Decisions and cancels go through the same functions as the socket
 and the admin; their domain errors become responses in ``exception_handler``
 (``{"code", "message", ...}`` with the error's HTTP status).
+
+``POST sessions/<id>/messages/`` is the socket's ``send``: the same
+validation (``protocol.parse_send``) and the same idempotent function, so a
+program that retries with the same ``client_message_id`` gets the first
+result with ``status: "duplicate"`` and nothing is appended twice. The schema
+(OpenAPI 3, drf-spectacular) is at ``/api/schema/``, its docs at ``/api/docs/``.
 """
 
 from __future__ import annotations
 
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import generics, serializers, status
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from . import fanout
 from . import protocol as p
 from .events import event_frame, read_events
 from .exceptions import SessionError
@@ -51,6 +62,33 @@ class CreateSessionSerializer(serializers.Serializer):
     title = serializers.CharField(max_length=p.MAX_TITLE_CHARS, allow_blank=True, required=False)
 
 
+class MessageSerializer(serializers.Serializer):
+    """A user input, as the socket's ``send``. What the schema shows: the body
+    is checked by ``protocol.parse_send`` itself, so the API and the socket
+    refuse exactly the same inputs with the same codes."""
+
+    client_message_id = serializers.CharField(
+        max_length=p.MAX_ID_CHARS,
+        help_text="Made by the client before the first attempt, kept across retries.",
+    )
+    text = serializers.CharField(
+        max_length=p.MAX_TEXT_CHARS,
+        help_text="Not white space only; no NUL; over 32,000 characters is too_large.",
+    )
+
+
+class SendResultSerializer(serializers.Serializer):
+    client_message_id = serializers.CharField()
+    seq = serializers.IntegerField(help_text="The seq of its user.message event.")
+    run_id = serializers.CharField()
+    status = serializers.ChoiceField(choices=(p.SEND_STARTED, p.SEND_QUEUED, p.SEND_DUPLICATE))
+
+
+class ErrorSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
 class DecisionSerializer(serializers.Serializer):
     decision = serializers.ChoiceField(choices=p.DECISIONS)
 
@@ -60,7 +98,20 @@ class EventsQuerySerializer(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, default=MAX_PAGE)
 
 
-class OwnedSessions:
+class AppView:
+    """What every view of the API needs, whatever the project's REST_FRAMEWORK
+    defaults are (a project embedding the app may allow anonymous access or
+    use other error shapes elsewhere): the session cookie or a token, a
+    signed-in user, the protocol's error codes."""
+
+    authentication_classes = [SessionAuthentication, TokenAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    def get_exception_handler(self):
+        return exception_handler
+
+
+class OwnedSessions(AppView):
     """Views over the requesting user's sessions only."""
 
     lookup_field = "id"
@@ -85,13 +136,34 @@ class SessionList(OwnedSessions, generics.ListCreateAPIView):
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
 
 
-class SessionDetail(OwnedSessions, generics.RetrieveAPIView):
+class SessionDetail(OwnedSessions, generics.RetrieveUpdateAPIView):
+    """One session; its title may be changed (PATCH ``{"title"}``)."""
+
     serializer_class = SessionSerializer
+    http_method_names = ["get", "patch", "head", "options"]
+
+    def perform_update(self, serializer):
+        session = serializer.save()
+        fanout.session_changed_on_commit(session.owner_id, session.id)
 
 
 class SessionEvents(OwnedSessions, generics.GenericAPIView):
     """The log after a cursor: ``?after=N&limit=M`` (the same frames as the socket)."""
 
+    serializer_class = SessionSerializer
+
+    @extend_schema(
+        parameters=[EventsQuerySerializer],
+        responses=inline_serializer(
+            "EventPage",
+            {
+                "session_id": serializers.CharField(),
+                "epoch": serializers.CharField(),
+                "head": serializers.IntegerField(),
+                "events": serializers.ListField(child=serializers.DictField()),
+            },
+        ),
+    )
     def get(self, request, session_id: str):
         session = self.get_object()
         query = EventsQuerySerializer(data=request.query_params)
@@ -109,13 +181,62 @@ class SessionEvents(OwnedSessions, generics.GenericAPIView):
         )
 
 
-class ApprovalDecide(generics.GenericAPIView):
+class SessionMessages(OwnedSessions, generics.GenericAPIView):
+    """Send a user input to the session: the socket's ``send``, idempotent by
+    ``client_message_id`` (201 when it was appended, 200 with ``duplicate``
+    when it already was)."""
+
+    serializer_class = MessageSerializer
+
+    @extend_schema(
+        request=MessageSerializer,
+        responses={
+            201: SendResultSerializer,
+            200: OpenApiResponse(SendResultSerializer, description="already sent: duplicate"),
+            400: ErrorSerializer,
+            404: ErrorSerializer,
+        },
+    )
+    def post(self, request, session_id: str):
+        session = self.get_object()
+        data = request.data if isinstance(request.data, dict) else {}
+        try:
+            send = p.parse_send(
+                {
+                    "type": p.SEND,
+                    "request_id": "api",
+                    "client_message_id": data.get("client_message_id"),
+                    "text": data.get("text"),
+                }
+            )
+        except p.FrameError as exc:
+            return Response({"code": exc.code, "message": exc.message}, status=400)
+        result = runs.submit_message(session.id, send.client_message_id, send.text)
+        created = result.status != p.SEND_DUPLICATE
+        return Response(
+            {
+                "client_message_id": result.client_message_id,
+                "seq": result.seq,
+                "run_id": result.run_id,
+                "status": result.status,
+            },
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+
+class ApprovalDecide(AppView, generics.GenericAPIView):
     serializer_class = DecisionSerializer
     lookup_url_kwarg = "approval_id"
 
     def get_queryset(self):
         return ApprovalRequest.objects.filter(session__owner=self.request.user)
 
+    @extend_schema(
+        responses=inline_serializer(
+            "DecisionResult",
+            {"approval_id": serializers.CharField(), "decision": serializers.CharField()},
+        )
+    )
     def post(self, request, approval_id: str):
         body = self.get_serializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -125,12 +246,17 @@ class ApprovalDecide(generics.GenericAPIView):
         return Response({"approval_id": approval.id, "decision": decision})
 
 
-class RunCancel(generics.GenericAPIView):
+class RunCancel(AppView, generics.GenericAPIView):
     lookup_url_kwarg = "run_id"
+    serializer_class = None
 
     def get_queryset(self):
         return Run.objects.filter(session__owner=self.request.user)
 
+    @extend_schema(
+        request=None,
+        responses=inline_serializer("CancelResult", {"run_id": serializers.CharField()}),
+    )
     def post(self, request, run_id: str):
         run = self.get_object()
         runs.cancel(run.id, request.user.get_username())

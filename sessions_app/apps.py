@@ -7,3 +7,22 @@ class SessionsAppConfig(AppConfig):
     name = "sessions_app"
     verbose_name = "Agent sessions"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # A project embedding the app sets only the settings it changes.
+        from django.contrib.auth.signals import user_logged_out
+
+        from .conf import install_defaults
+
+        install_defaults()
+        user_logged_out.connect(_close_sockets_at_logout, dispatch_uid="sessions_app.logout")
+
+
+def _close_sockets_at_logout(sender, request, user, **kwargs) -> None:
+    """A logout closes the sockets of its session cookie (its tabs show "Signed
+    out"): sent before the session is flushed, while its key is known."""
+    key = getattr(getattr(request, "session", None), "session_key", None)
+    if key:
+        from .fanout import publish_logged_out
+
+        publish_logged_out(key)

@@ -40,11 +40,13 @@ from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from . import fanout
+from . import fanout, metrics
 from . import protocol as p
 from . import socket_db as db
+from .compaction import compacted_frame
 from .exceptions import SessionError
 from .identity import worker_id
+from .logs import SocketLog
 from .models import new_connection_id
 from .server import SEND_BUFFER_EXTENSION
 
@@ -61,6 +63,14 @@ except ImportError:  # pragma: no cover - another ASGI server
 # Live events held in memory while a replay is sent; past this a socket that
 # replays slowly costs the log a read, not the server its memory.
 LIVE_BUFFER_LIMIT = 1000
+# A range this short is sent whole even to a socket that compacts: looking for
+# what it could skip would cost a query on a path (refills) that is usually
+# a few events long.
+COMPACT_MIN_EVENTS = 64
+# A replay on a socket that batches ("batch") sends its frames in messages of
+# at most this many frames or characters (and one at least per page read).
+BATCH_MAX_FRAMES = 250
+BATCH_MAX_CHARS = 256 * 1024
 
 # Open sockets per user in this process, for AGENT_USER_MAX_SOCKETS (a count,
 # not a registry: fan-out goes through the channel layer's groups).
@@ -72,6 +82,18 @@ _dumps = fanout.dumps
 
 class SessionConsumer(AsyncWebsocketConsumer):
     """Speaks the session protocol on one socket."""
+
+    # What the socket's first frame was ("start", "resume", or what it was
+    # instead): logged with every line, with its close code (logs.SocketLog).
+    first_frame: str | None = None
+    close_code: int | None = None
+
+    @property
+    def log(self) -> SocketLog:
+        adapter = self.__dict__.get("_log")
+        if adapter is None:
+            adapter = self.__dict__["_log"] = SocketLog(log, self)
+        return adapter
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' dispatch hops to a thread (aclose_old_connections) before
@@ -96,7 +118,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             # close (1011, retryable) ourselves, so disconnect() still runs its
             # cleanup (socket count, Connection row, groups) instead of daphne
             # dropping the consumer with none of it.
-            log.exception("connection %s: %s failed", self.connection_id, message["type"])
+            self.log.exception("connection %s: %s failed", self.connection_id, message["type"])
             await self._close(p.CLOSE_INTERNAL_ERROR)
 
     async def connect(self) -> None:
@@ -108,6 +130,18 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.closing = False
         self.replaying = False
         self.replay_task: asyncio.Task | None = None
+        # The handshake's "compact" feature: replays skip superseded stretches.
+        self.compact = False
+        # The handshake's "batch" feature: replayed frames go out several to a
+        # message; ``batch`` holds those not sent yet (None: not batching).
+        self.batching = False
+        self.batch: list[str] | None = None
+        self.batch_chars = 0
+        # The epoch the handshake answered with (see _rotated).
+        self.epoch: str | None = None
+        # Retention deleted superseded deltas up to here (as last read): a
+        # compacting replay from before it must skip, however short.
+        self.compacted_through = 0
         # Live events that arrive during a replay: the first LIVE_BUFFER_LIMIT
         # kept, the highest seq always remembered (the rest is read from the log).
         self.live_buffer: list[dict[str, Any]] = []
@@ -124,6 +158,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.send_buffer = self.scope.get("extensions", {}).get(SEND_BUFFER_EXTENSION)
         self.counted_user: int | None = None
         await self.accept()
+        metrics.SOCKETS_OPEN.inc()
+        self.counted_open = True
         if self.user is None or not self.user.is_authenticated:
             await self._close(p.CLOSE_NOT_AUTHENTICATED)
             return
@@ -141,19 +177,32 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.recorded: asyncio.Future | None = asyncio.ensure_future(
             db.record_connection(self.connection_id, self.user.pk, worker_id())
         )
-        self.server_joined = asyncio.ensure_future(
-            self.channel_layer.group_add(fanout.server_group(), self.channel_name)
-        )
+        self.server_joined = asyncio.ensure_future(self._join_process_groups())
         self.server_joined.add_done_callback(self._server_join_failed)
         self.handshake_deadline = asyncio.get_running_loop().call_later(
             p.HANDSHAKE_TIMEOUT_SECONDS, self._handshake_timeout
         )
 
+    def _groups(self) -> list[str]:
+        """The groups of the socket itself: its server's (the 1012 at shutdown)
+        and its cookie's (the 4401 at logout)."""
+        cookie = fanout.scope_auth_group(self.scope)
+        return [fanout.server_group()] + ([cookie] if cookie else [])
+
+    async def _join_process_groups(self) -> None:
+        for group in self._groups():
+            await self.channel_layer.group_add(group, self.channel_name)
+
+    async def auth_logged_out(self, message: dict[str, Any]) -> None:
+        """The cookie this socket was opened with was signed out."""
+        self.log.info("connection %s: signed out: closing 4401", self.connection_id)
+        await self._close(p.CLOSE_NOT_AUTHENTICATED)
+
     def _server_join_failed(self, task: asyncio.Future) -> None:
         # Without the server group this socket misses only the 1012 at a
         # graceful shutdown (it then sees the connection drop, and resumes).
         if not task.cancelled() and task.exception() is not None:
-            log.warning(
+            self.log.warning(
                 "connection %s: joining the server group failed: %r",
                 self.connection_id,
                 task.exception(),
@@ -161,7 +210,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     def _handshake_timeout(self) -> None:
         if self.session_id is None and not self.closing:
-            log.info(
+            self.log.info(
                 "connection %s: no handshake within %s s: closing 4400",
                 self.connection_id,
                 p.HANDSHAKE_TIMEOUT_SECONDS,
@@ -179,6 +228,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.closing = True
+        if getattr(self, "counted_open", False):
+            self.counted_open = False
+            metrics.SOCKETS_OPEN.dec()
+            self.close_code = self.close_code or code
+            metrics.CLOSES.labels(str(self.close_code)).inc()
+            self.log.info("connection %s: closed %s", self.connection_id, self.close_code)
         if getattr(self, "counted_user", None) is not None:
             _open_sockets[self.counted_user] -= 1
             if not _open_sockets[self.counted_user]:
@@ -203,21 +258,22 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 )
             joined = getattr(self, "server_joined", None)
             if joined is not None and not joined.cancelled() and await _succeeded(joined):
-                await self.channel_layer.group_discard(fanout.server_group(), self.channel_name)
+                for group in self._groups():
+                    await self.channel_layer.group_discard(group, self.channel_name)
         except Exception:
-            log.exception("connection %s: could not leave its groups", self.connection_id)
+            self.log.exception("connection %s: could not leave its groups", self.connection_id)
         if self.connection_id is not None:
             try:
                 await self._recorded()
                 await db.close_connection(
                     self.connection_id,
-                    getattr(self, "close_code", None) or code,
+                    self.close_code or code,
                     self.last_ack,
                     presence_for=self.session_id,
                     opened={"user_id": self.user.pk, "server_id": worker_id()},
                 )
             except Exception:
-                log.exception("connection %s: could not record the close", self.connection_id)
+                self.log.exception("connection %s: could not record the close", self.connection_id)
 
     def _record(self, **fields: Any) -> None:
         """Add what the handshake asked for to the socket's row, off its path."""
@@ -234,7 +290,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             try:
                 await asyncio.shield(self.recorded)
             except Exception:
-                log.exception("connection %s: could not record the socket", self.connection_id)
+                self.log.exception("connection %s: could not record the socket", self.connection_id)
 
     # --- incoming frames -------------------------------------------------
 
@@ -264,7 +320,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except PeerGone:
             raise  # the client left; dispatch ends the socket quietly
         except Exception:
-            log.exception("connection %s: frame failed", self.connection_id)
+            self.log.exception("connection %s: frame failed", self.connection_id)
             await self._send(
                 p.error_frame(
                     p.E_INTERNAL, "the server could not handle that", p.request_id_of(frame)
@@ -276,10 +332,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
             frame = p.decode(text_data, bytes_data)
         except p.FrameError:
             frame = None
+        if self.first_frame is None:
+            self.first_frame = "undecodable" if frame is None else str(frame["type"])[:32]
         if frame is None or frame["type"] not in p.HANDSHAKE_TYPES:
             # Which of the two 4400s it was, for whoever reads the log after a
             # client reported a final close.
-            log.info(
+            self.log.info(
                 "connection %s: first frame is not a handshake (%s): closing 4400",
                 self.connection_id,
                 "undecodable" if frame is None else repr(frame["type"])[:40],
@@ -302,6 +360,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             self._rearm_handshake_deadline()
             return
         session = await db.start_session(self.user, start)
+        metrics.HANDSHAKES.labels(p.START, "ok").inc()
+        self.compact = p.FEATURE_COMPACT in start.features
+        self.batching = p.FEATURE_BATCH in start.features
+        self.epoch = session["epoch"]
         # Joined after creation: only this socket knows the new id, so nothing
         # can have been appended to it that we would miss.
         await self.channel_layer.group_add(fanout.group_name(session["id"]), self.channel_name)
@@ -314,6 +376,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 "connection_id": self.connection_id,
                 "epoch": session["epoch"],
                 "head": session["head"],
+                **self._features(),
             }
         )
         self._record(session_id=session["id"], tab_id=start.tab_id or "", first_frame_type=p.START)
@@ -349,6 +412,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if self.closing:
             return
         self._attached(resume.session_id, resume.after)
+        metrics.HANDSHAKES.labels(p.RESUME, "ok").inc()
+        self.compact = p.FEATURE_COMPACT in resume.features
+        self.batching = p.FEATURE_BATCH in resume.features
+        self.epoch = head["epoch"]
+        self.compacted_through = head["compacted_through"]
         await self._send(
             {
                 "type": p.RESUME_OK,
@@ -358,10 +426,21 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 "epoch": head["epoch"],
                 "after": resume.after,
                 "head": head["head"],
+                **self._features(),
             }
         )
         self._record(session_id=resume.session_id, **seen)
-        self._begin_replay(resume.after, head["head"], head["page"])
+        self._begin_replay(resume.after, head["head"], head["page"], head["plan"])
+
+    def _features(self) -> dict[str, Any]:
+        """The handshake features this socket uses, for its start_ok / resume_ok
+        (absent when none: a version 1 client sees exactly version 1)."""
+        used = [
+            name
+            for name, on in ((p.FEATURE_COMPACT, self.compact), (p.FEATURE_BATCH, self.batching))
+            if on
+        ]
+        return {"features": used} if used else {}
 
     def _attached(self, session_id: str, after: int) -> None:
         self.session_id = session_id
@@ -384,12 +463,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_add(
                 fanout.group_name(self.session_id), self.channel_name
             )
-            await self.channel_layer.group_add(fanout.server_group(), self.channel_name)
+            for group in self._groups():
+                await self.channel_layer.group_add(group, self.channel_name)
         except Exception:
-            log.exception("connection %s: renewing group membership failed", self.connection_id)
+            self.log.exception(
+                "connection %s: renewing group membership failed", self.connection_id
+            )
         self._schedule_group_renewal()
 
     async def _reject(self, rid: Any, session_id: Any, exc: p.Rejection) -> None:
+        metrics.HANDSHAKES.labels(p.RESUME, exc.reason).inc()
         frame = {
             "type": p.RESUME_REJECTED,
             "request_id": rid,
@@ -462,9 +545,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
         rid, after = p.parse_sync(frame)
         if self.replay_task is not None and not self.replay_task.done():
             await asyncio.shield(self.replay_task)
-        head = await db.head_of(self.session_id)
-        if head is None:
+        state = await db.head_of(self.session_id)
+        if state is None:
             raise p.FrameError(p.E_NOT_FOUND, "this session no longer exists", rid)
+        head, epoch, self.compacted_through = state
+        if await self._rotated(epoch):
+            return
         async with self.send_lock:
             await self._send({"type": p.SYNC_OK, "request_id": rid, "after": after, "head": head})
             # The client asked for these, so they may repeat what it already has.
@@ -473,13 +559,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     # --- outgoing events -------------------------------------------------
 
-    def _begin_replay(self, after: int, head: int, first_page=None) -> None:
+    def _begin_replay(self, after: int, head: int, first_page=None, plan=None) -> None:
         self.replaying = True
-        self.replay_task = asyncio.ensure_future(self._replay(after, head, first_page))
+        self.replay_task = asyncio.ensure_future(self._replay(after, head, first_page, plan))
 
-    async def _replay(self, after: int, head: int, first_page=None) -> None:
+    async def _replay(self, after: int, head: int, first_page=None, plan=None) -> None:
+        began = asyncio.get_running_loop().time()
         try:
-            await self._send_range(after, head, first_page)
+            await self._send_range(after, head, first_page, plan)
             self.last_sent = max(self.last_sent, head)
             # Live events that arrived meanwhile, in order, deduplicated; what
             # did not fit in the buffer comes from the log.
@@ -492,6 +579,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
                         sent = await self._send_range(self.last_sent, self.live_high)
                         self.last_sent = max(self.last_sent, sent)
             self.replaying = False
+            metrics.REPLAY_EVENTS.observe(head - after)
+            metrics.REPLAY_SECONDS.observe(asyncio.get_running_loop().time() - began)
             self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
             # This socket's own presence at once; the others' is coalesced.
             await self._recorded()  # it counts as a viewer from its row
@@ -506,13 +595,91 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except PeerGone:
             self.closing = True
         except Exception:
-            log.exception("connection %s: replay failed", self.connection_id)
+            self.log.exception("connection %s: replay failed", self.connection_id)
             await self._close(p.CLOSE_INTERNAL_ERROR)
 
-    async def _send_range(self, after: int, upto: int, first_page=None) -> int:
-        """Send the logged events ``after < seq <= upto`` (``first_page``: those
-        already read, if any); returns the last seq sent (short of ``upto``
-        only if the socket closed meanwhile)."""
+    async def _send_range(self, after: int, upto: int, first_page=None, plan=None) -> int:
+        """Send the logged events ``after < seq <= upto``; returns the last seq
+        sent (short of ``upto`` only if the socket closed meanwhile).
+
+        ``plan``: the superseded stretches to skip (a socket that compacts reads
+        it here when none is given), and then ``first_page`` holds the first
+        skeleton frames; otherwise ``first_page`` holds the first frames."""
+        short = upto - after <= COMPACT_MIN_EVENTS and after >= self.compacted_through
+        if plan is None and self.compact and not short:
+            plan = await db.replay_plan(self.session_id, after, upto)
+            first_page = None
+        if self.batching:
+            self.batch, self.batch_chars = [], 0
+        try:
+            if not plan:
+                return await self._send_frames(after, upto, first_page)
+            return await self._send_compacted(after, upto, plan, first_page)
+        finally:
+            # Before anything else goes out (a presence, a live event): order.
+            await self._flush_batch()
+            self.batch = None
+
+    async def _emit(self, text: str) -> None:
+        """Send one replayed frame, or add it to the batch under way."""
+        if self.batch is None:
+            await self.send(text_data=text)
+            return
+        self.batch.append(text)
+        self.batch_chars += len(text)
+        if len(self.batch) >= BATCH_MAX_FRAMES or self.batch_chars >= BATCH_MAX_CHARS:
+            await self._flush_batch()
+
+    async def _flush_batch(self) -> None:
+        """Send the batch under way as one ``batch`` message: the frames' own
+        texts joined, nothing parsed or serialised again."""
+        if not self.batch:
+            return
+        text = '{"type":"batch","frames":[' + ",".join(self.batch) + "]}"
+        self.batch, self.batch_chars = [], 0
+        if not self.closing:
+            await self.send(text_data=text)
+
+    async def _send_compacted(self, after: int, upto: int, plan, first_page=None) -> int:
+        """A compacted replay: the skeleton's frames read in pages (through its
+        index), and between two of them either one ``compacted`` frame (a
+        superseded stretch) or the deltas that are kept, read as a range. A
+        replay of a long finished session so costs a few queries, not one per
+        stretch."""
+        skipped = {first: (last, run_id) for first, last, run_id in plan}
+        cursor = after
+        page = first_page
+        while cursor < upto and not self.closing:
+            if page is None:
+                page = await db.skeleton_page(self.session_id, cursor, upto)
+            if not page:  # deltas to the end (a run still streaming), or nothing
+                return await self._send_frames(cursor, upto)
+            for text, seq in page:
+                if seq > cursor + 1:
+                    stretch = skipped.get(cursor + 1)
+                    if stretch is not None and stretch[0] == seq - 1:
+                        if not await self._writable():
+                            return cursor
+                        frame = compacted_frame(self.session_id, cursor + 1, seq - 1, stretch[1])
+                        await self._emit(_dumps(frame))
+                        cursor = seq - 1
+                    else:
+                        await self._flush_batch()  # not held behind the read
+                        cursor = await self._send_frames(cursor, seq - 1)
+                        if cursor < seq - 1:
+                            return cursor
+                if self.closing or not await self._writable():
+                    return cursor
+                await self._emit(text)
+                cursor = seq
+            page = None
+            # Sent before the next read, not held behind it.
+            await self._flush_batch()
+        return cursor
+
+    async def _send_frames(self, after: int, upto: int, first_page=None) -> int:
+        """Send every logged event ``after < seq <= upto``, paged; a hole in the
+        log closes the socket (1013) rather than being skipped."""
         cursor = after
         while cursor < upto and not self.closing:
             if first_page is not None:
@@ -524,7 +691,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 # log purged): never send past a hole; the client resumes and is
                 # told what happened.
                 if not self.closing:
-                    log.warning(
+                    self.log.warning(
                         "connection %s: log ends at %s short of %s",
                         self.connection_id,
                         cursor,
@@ -536,15 +703,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 if seq != cursor + 1:
                     # Purged under this replay (purge_events): never skip silently.
                     # The client resumes and is told cursor_expired.
-                    log.warning(
+                    self.log.warning(
                         "connection %s: log purged under a replay at %s", self.connection_id, cursor
                     )
                     await self._close(p.CLOSE_TRY_AGAIN)
                     return cursor
                 if self.closing or not await self._writable():
                     return cursor
-                await self.send(text_data=text)
+                await self._emit(text)
                 cursor = seq
+            await self._flush_batch()
         return cursor
 
     async def _writable(self) -> bool:
@@ -560,7 +728,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             if self.closing:
                 return False
             if loop.time() > deadline:
-                log.warning(
+                self.log.warning(
                     "connection %s: closing a client that stopped reading (%s bytes unread)",
                     self.connection_id,
                     probe(),
@@ -636,11 +804,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
         try:
             # Read without the lock: live delivery goes on meanwhile, and most
             # checks find nothing missing.
-            head = await db.head_of(self.session_id)
+            state = await db.head_of(self.session_id)
+            head = None
+            if state is not None and not await self._rotated(state[1]):
+                head, self.compacted_through = state[0], state[2]
             if head is not None and head > self.last_sent and not self.closing:
                 async with self.send_lock:
                     if head > self.last_sent:
-                        log.info(
+                        self.log.info(
                             "connection %s: refilling %s..%s after a lost publication",
                             self.connection_id,
                             self.last_sent + 1,
@@ -653,7 +824,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except PeerGone:
             self.closing = True
         except Exception:
-            log.exception("connection %s: tail check failed", self.connection_id)
+            self.log.exception("connection %s: tail check failed", self.connection_id)
         if not self.closing:
             self._arm_tail_check(settings.AGENT_TAIL_PROBE_SECONDS)
 
@@ -671,6 +842,28 @@ class SessionConsumer(AsyncWebsocketConsumer):
             self.pending_presence = frame
             return
         await self._send(frame)
+
+    async def _rotated(self, epoch: str) -> bool:
+        """Whether the session's epoch changed since the handshake: then close
+        (1013), as for the rotation's own message. Checked whenever the head is
+        read anyway (sync, tail check), so a rotation whose message could not
+        reach this process (a command run beside an embedded server) is still
+        noticed."""
+        if self.epoch is None or epoch == self.epoch:
+            return False
+        await self.session_rotated({"session_id": self.session_id, "epoch": epoch})
+        return True
+
+    async def session_rotated(self, message: dict[str, Any]) -> None:
+        """The session's epoch was rotated: this socket's cursor means nothing
+        now. Close (1013, retryable): the client resumes and is told
+        ``epoch_mismatch``."""
+        if message.get("session_id") != self.session_id or self.session_id is None:
+            return
+        if message.get("epoch") == self.epoch:
+            return  # a late message: this socket resumed on the new epoch already
+        self.log.info("connection %s: session epoch rotated: closing 1013", self.connection_id)
+        await self._close(p.CLOSE_TRY_AGAIN)
 
     async def server_shutdown(self, message: dict[str, Any]) -> None:
         """This server process is stopping: tell the client to come back (1012)."""

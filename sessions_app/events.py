@@ -14,6 +14,7 @@ event that could still roll back.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC
@@ -22,7 +23,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import fanout
+from . import fanout, metrics
 from . import protocol as p
 from .exceptions import RunAborted, SessionGone
 from .models import AgentSession, Event
@@ -98,6 +99,7 @@ def append_events(
     """
     if not new:
         return []
+    began = time.perf_counter()
     now = timezone.now()
     payloads = _payloads(new)
     if connection.vendor == "postgresql":
@@ -105,6 +107,7 @@ def append_events(
         head = _append_postgresql(session_id, new, payloads, now, guard)
     else:
         head = _append_python(session_id, new, payloads, now, guard)
+    metrics.APPEND_SECONDS.observe(time.perf_counter() - began)
     return _appended(session_id, new, head, now)
 
 
@@ -122,6 +125,7 @@ def append_batch(batch: Sequence[Append]) -> list[list[Event] | Exception]:
     Either way a failing statement rolls back every append of the batch. Session
     rows are locked in ``batch``'s order: callers sort it, so batches never
     deadlock each other. Published on commit, like every append."""
+    began = time.perf_counter()
     now = timezone.now()
     # Per append: its data as JSON, or why it has none (it then fails alone).
     results: list = []
@@ -159,6 +163,7 @@ def append_batch(batch: Sequence[Append]) -> list[list[Event] | Exception]:
                     results[i] = _append_python(session_id, new, results[i], now, guard)
                 except (RunAborted, SessionGone) as exc:
                     results[i] = exc
+    metrics.APPEND_SECONDS.observe(time.perf_counter() - began)
     # After the commit (outside the caller's transaction, if any): each
     # append's events are published at once.
     return [
@@ -254,10 +259,14 @@ def _publish(session_id: str, frames: Iterable[dict[str, Any]]) -> None:
         fanout.publish_event(session_id, frame)
 
 
-def check_resume_cursor(row: dict[str, Any], after: int, epoch: str | None) -> None:
+def check_resume_cursor(
+    row: dict[str, Any], after: int, epoch: str | None, compact: bool = False
+) -> None:
     """The log's rules for resuming at ``after`` (``row``: the session's epoch,
-    head and earliest), checked in the protocol's order; ``protocol.Rejection``
-    if one fails."""
+    head, earliest and compacted_through), checked in the protocol's order;
+    ``protocol.Rejection`` if one fails. A client that compacts replays across
+    purged superseded deltas; one that does not cannot, and for it the log
+    is complete only after ``compacted_through``."""
     if after > 0 and epoch != row["epoch"]:
         raise p.Rejection(
             p.R_EPOCH_MISMATCH,
@@ -267,9 +276,16 @@ def check_resume_cursor(row: dict[str, Any], after: int, epoch: str | None) -> N
         raise p.Rejection(
             p.R_CURSOR_AHEAD, "the cursor is past the end of the log", head=row["head"]
         )
-    if after + 1 < row["earliest"]:
+    earliest = row["earliest"]
+    if not compact:
+        earliest = max(earliest, row.get("compacted_through", 0) + 1)
+    if after + 1 < earliest:
+        # The epoch too: the client may rebuild from ``earliest - 1`` at once.
         raise p.Rejection(
-            p.R_CURSOR_EXPIRED, "events after this cursor were purged", earliest=row["earliest"]
+            p.R_CURSOR_EXPIRED,
+            "events after this cursor were purged",
+            earliest=earliest,
+            epoch=row["epoch"],
         )
 
 
@@ -305,23 +321,38 @@ def purge_events(session_id: str, *, before: int | None = None, keep: int | None
 # instances, no JSON parse and re-serialisation of each event's data.
 _FRAMES = (
     "SELECT seq, kind, run_id, {ts}, {data} FROM sessions_app_event "
-    "WHERE session_id = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s"
+    "WHERE session_id = %s AND seq > %s AND seq <= %s{skeleton} ORDER BY seq LIMIT %s"
 )
+_TS = {
+    "postgresql": """to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')""",
+    "sqlite": "created_at",
+}
+_DATA = {"postgresql": "data::text", "sqlite": "data"}
+# The skeleton's predicate is the partial index's (compaction.py), so the
+# database reads it through that index.
 _FRAMES_SQL = {
-    "postgresql": _FRAMES.format(
-        ts="""to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')""",
-        data="data::text",
-    ),
-    "sqlite": _FRAMES.format(ts="created_at", data="data"),
+    (vendor, skeleton): _FRAMES.format(
+        ts=_TS[vendor],
+        data=_DATA[vendor],
+        skeleton=" AND NOT (kind = 'assistant.delta')" if skeleton else "",
+    )
+    for vendor in _TS
+    for skeleton in (False, True)
 }
 
 
-def read_frames(session_id: str, after: int, upto: int, limit: int) -> list[tuple[str, int]]:
+def read_frames(
+    session_id: str, after: int, upto: int, limit: int, skeleton: bool = False
+) -> list[tuple[str, int]]:
     """The ``event`` frames' texts (and seqs) of ``after < seq <= upto``, at most
-    ``limit``, in order: what ``event_frame`` gives for each, as wire text."""
-    sql = _FRAMES_SQL.get(connection.vendor)
+    ``limit``, in order: what ``event_frame`` gives for each, as wire text.
+    ``skeleton``: only the events that are not deltas."""
+    sql = _FRAMES_SQL.get((connection.vendor, skeleton))
     if sql is None:  # another database: through the ORM
-        events = read_events(session_id, after, upto, limit)
+        qs = Event.objects.filter(session_id=session_id, seq__gt=after, seq__lte=upto)
+        if skeleton:
+            qs = qs.exclude(kind=p.K_ASSISTANT_DELTA)
+        events = list(qs.order_by("seq")[:limit])
         return [(fanout.dumps(event_frame(e)), e.seq) for e in events]
     with connection.cursor() as cursor:
         cursor.execute(sql, [session_id, after, upto, limit])

@@ -23,14 +23,16 @@ one round trip per event; with the Redis layer, in one ``group_send_many``
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import threading
+import time
 from typing import Any
 
 from channels.layers import get_channel_layer
 
-from . import identity
+from . import identity, metrics
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,9 @@ EVENTS_MESSAGE = "session.events"
 MAX_BATCH = 2000
 PRESENCE_MESSAGE = "session.presence"
 SHUTDOWN_MESSAGE = "server.shutdown"
+ROTATED_MESSAGE = "session.rotated"
+LIST_MESSAGE = "sessions.changed"
+LOGGED_OUT_MESSAGE = "auth.logged_out"
 
 
 def server_group() -> str:
@@ -50,6 +55,24 @@ def server_group() -> str:
 def group_name(session_id: str) -> str:
     """The channel-layer group of one session (ids are URL-safe base64, valid here)."""
     return f"session.{session_id}"
+
+
+def user_group(user_id: int) -> str:
+    """The channel-layer group of one user's session-list sockets."""
+    return f"user.{user_id}"
+
+
+def auth_group(session_key: str) -> str:
+    """The group of every socket signed in with one session cookie (named by a
+    hash: the key itself is a credential and group names reach Redis)."""
+    return "auth." + hashlib.sha256(session_key.encode()).hexdigest()[:40]
+
+
+def scope_auth_group(scope: dict) -> str | None:
+    """``auth_group`` of a socket's session cookie, if it came with one."""
+    session = scope.get("session")
+    key = session.session_key if session is not None else None
+    return auth_group(key) if key else None
 
 
 class _Publisher:
@@ -100,7 +123,8 @@ class _Publisher:
             while len(batch) < MAX_BATCH and not queue.empty():
                 batch.append(queue.get_nowait())
             layer = get_channel_layer()
-            merged = _merge(batch)
+            queued_at = batch[0][2]  # the oldest of the round
+            merged = _merge([(group, message) for group, message, _ in batch])
             try:
                 if hasattr(layer, "group_send_many"):
                     await _send_many(layer, merged)
@@ -109,15 +133,17 @@ class _Publisher:
                         *(_send_group(layer, group, messages) for group, messages in merged)
                     )
             finally:
+                metrics.PUBLISH_LAG_SECONDS.observe(time.monotonic() - queued_at)
                 for _ in batch:
                     queue.task_done()
 
     def publish(self, group: str, message: dict[str, Any]) -> None:
         loop = self._ensure()
+        item = (group, message, time.monotonic())
         if _running_loop() is loop:
-            self._queue.put_nowait((group, message))
+            self._queue.put_nowait(item)
         else:
-            loop.call_soon_threadsafe(self._queue.put_nowait, (group, message))
+            loop.call_soon_threadsafe(self._queue.put_nowait, item)
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until everything published so far has been handed to the channel
@@ -222,3 +248,30 @@ def publish_presence(session_id: str, viewers: int, running: bool, head: int) ->
             "head": head,
         },
     )
+
+
+def publish_rotation(session_id: str, epoch: str) -> None:
+    """The session's epoch changed (to ``epoch``): its sockets close (1013) and
+    resume, and are told ``epoch_mismatch``."""
+    publisher.publish(
+        group_name(session_id),
+        {"type": ROTATED_MESSAGE, "session_id": session_id, "epoch": epoch},
+    )
+
+
+def publish_session_changed(owner_id: int, session_id: str) -> None:
+    """Something the session list shows changed (status, title, approvals, a
+    new session): its owner's list sockets read the session again."""
+    publisher.publish(user_group(owner_id), {"type": LIST_MESSAGE, "session_id": session_id})
+
+
+def session_changed_on_commit(owner_id: int, session_id: str) -> None:
+    """``publish_session_changed`` once the current transaction commits."""
+    from django.db import transaction
+
+    transaction.on_commit(lambda: publish_session_changed(owner_id, session_id), robust=True)
+
+
+def publish_logged_out(session_key: str) -> None:
+    """Close every socket of a session cookie that was just signed out (4401)."""
+    publisher.publish(auth_group(session_key), {"type": LOGGED_OUT_MESSAGE})

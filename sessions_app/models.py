@@ -55,6 +55,12 @@ class AgentSession(models.Model):
     head = models.PositiveBigIntegerField(default=0)
     # The first seq still kept; events before it were purged.
     earliest = models.PositiveBigIntegerField(default=1)
+    # The highest seq of a superseded delta purged by retention (0: none). A
+    # client that does not compact cannot replay across such a purge.
+    compacted_through = models.PositiveBigIntegerField(default=0)
+    # Retention has purged the superseded deltas of every run of this session
+    # that finished before this time.
+    compacted_before = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.IDLE)
 
     class Meta:
@@ -86,6 +92,16 @@ class Event(models.Model):
         constraints = [
             # Also the index a resume reads through: (session, seq > after).
             models.UniqueConstraint(fields=["session", "seq"], name="event_session_seq_unique"),
+        ]
+        indexes = [
+            # The skeleton of a log, everything but its deltas: what a compacted
+            # replay reads to find the superseded stretches without touching
+            # them. Partial, so a delta's append does not write to it.
+            models.Index(
+                fields=["session", "seq"],
+                condition=~models.Q(kind="assistant.delta"),
+                name="event_skeleton",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -60,9 +60,19 @@ CANCEL_OK = "cancel_ok"
 SYNC_OK = "sync_ok"
 PONG = "pong"
 PRESENCE = "presence"
+COMPACTED = "compacted"  # extension "compact": superseded events skipped in a replay
+BATCH = "batch"  # extension "batch": several replayed frames in one message
 ERROR = "error"
 
 HANDSHAKE_TYPES = (START, RESUME)
+
+# --- Handshake features (additive to version 1; see docs/protocol.md) ----------
+# A client lists the ones it speaks in its handshake's "features"; the server
+# answers with those it will use. Unknown names are ignored.
+FEATURE_COMPACT = "compact"
+FEATURE_BATCH = "batch"
+FEATURES = (FEATURE_COMPACT, FEATURE_BATCH)
+MAX_FEATURES = 16
 
 # --- Error codes ----------------------------------------------------------------
 E_BAD_JSON = "bad_json"
@@ -222,6 +232,7 @@ class Start:
     request_id: Any
     tab_id: str | None
     title: str
+    features: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -231,6 +242,7 @@ class Resume:
     session_id: str
     after: int
     epoch: str | None
+    features: frozenset[str] = frozenset()
 
 
 class Rejection(Exception):
@@ -260,7 +272,26 @@ def parse_start(frame: dict[str, Any]) -> Start:
             f"'title' must be a Unicode string of at most {MAX_TITLE_CHARS} characters",
             rid,
         )
-    return Start(request_id=rid, tab_id=tab_id, title=title.strip())
+    return Start(
+        request_id=rid, tab_id=tab_id, title=title.strip(), features=parse_features(frame, rid)
+    )
+
+
+def parse_features(frame: dict[str, Any], rid: Any = None) -> frozenset[str]:
+    """The handshake's ``features`` this server speaks (absent: none). Unknown
+    names are ignored, so a client may offer features of a newer server."""
+    offered = frame.get("features")
+    if offered is None:
+        return frozenset()
+    if (
+        not isinstance(offered, list)
+        or len(offered) > MAX_FEATURES
+        or not all(isinstance(name, str) for name in offered)
+    ):
+        raise FrameError(
+            E_BAD_FRAME, f"'features' must be a list of at most {MAX_FEATURES} strings", rid
+        )
+    return frozenset(name for name in offered if name in FEATURES)
 
 
 def parse_resume(frame: dict[str, Any]) -> Resume:
@@ -278,6 +309,7 @@ def parse_resume(frame: dict[str, Any]) -> Resume:
             _string(frame, "epoch")
         elif epoch is not None and (not isinstance(epoch, str) or not is_unicode(epoch)):
             raise FrameError(E_BAD_FRAME, "'epoch' must be a string")
+        features = parse_features(frame)
     except FrameError as exc:
         raise Rejection(R_BAD_REQUEST, exc.message) from None
     return Resume(
@@ -286,6 +318,7 @@ def parse_resume(frame: dict[str, Any]) -> Resume:
         session_id=session_id,
         after=after,
         epoch=epoch if after > 0 else None,
+        features=features,
     )
 
 

@@ -1,9 +1,13 @@
-"""WebSocket URL patterns (the ASGI application is assembled in agentsite/asgi.py)."""
+"""WebSocket URL patterns (the ASGI application is assembled in asgi.py)."""
 
 from __future__ import annotations
 
 from django.urls import path
 
 from .consumers import SessionConsumer
+from .list_consumer import SessionListConsumer
 
-websocket_urlpatterns = [path("ws/sessions/", SessionConsumer.as_asgi())]
+websocket_urlpatterns = [
+    path("ws/sessions/", SessionConsumer.as_asgi()),
+    path("ws/list/", SessionListConsumer.as_asgi()),
+]

@@ -11,6 +11,9 @@ unsafe requests. Anything else, a missing Origin included, is refused with 403.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from channels.security.websocket import WebsocketDenier
@@ -76,12 +79,19 @@ class SameOriginValidator:
         return await self.application(scope, receive, send)
 
 
-# Same-origin ES modules and styles only: no inline script or style, no other
-# origin, no framing. The admin (Django's own pages) is left to Django.
+# The boot script (static/js/boot.js) is the one inline script: it must run
+# even when the server died right after sending the page, so that no file of
+# its own has to load. It is allowed by its hash, nothing else inline is.
+BOOT_JS = (Path(__file__).resolve().parent.parent / "static" / "js" / "boot.js").read_text()
+BOOT_JS_HASH = base64.b64encode(hashlib.sha256(BOOT_JS.encode()).digest()).decode()
+
+# Same-origin ES modules and styles only: no inline script (but the boot
+# script's hash) or style, no other origin, no framing. The admin (Django's own
+# pages) is left to Django.
 CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
-    "frame-ancestors 'none'"
+    f"default-src 'self'; script-src 'self' 'sha256-{BOOT_JS_HASH}'; style-src 'self'; "
+    "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; "
+    "form-action 'self'; frame-ancestors 'none'"
 )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from . import fanout
 from . import protocol as p
 from .events import append_event
 from .models import AgentSession
@@ -15,6 +16,7 @@ def create_session(owner, title: str = "") -> AgentSession:
     with transaction.atomic():
         session = AgentSession.objects.create(owner=owner, title=title[: p.MAX_TITLE_CHARS])
         append_event(session.id, p.K_SESSION_CREATED, {"title": session.title})
+        fanout.session_changed_on_commit(owner.pk, session.id)
     session.refresh_from_db()
     return session
 
@@ -24,3 +26,49 @@ def get_owned_session(owner, session_id: str) -> AgentSession | None:
     if not is_session_id(session_id):
         return None
     return AgentSession.objects.filter(id=session_id, owner=owner).first()
+
+
+def session_summary(session_id: str, owner_id: int) -> dict | None:
+    """What the session list shows of one session (None: gone, or not theirs)."""
+    rows = summaries(AgentSession.objects.filter(id=session_id, owner_id=owner_id))
+    return rows[0] if rows else None
+
+
+# Sessions a list shows at most (the page, and the list socket's snapshot).
+MAX_LISTED = 200
+
+
+def listed(sessions):
+    """``sessions`` (a queryset) with what a session list shows of each, most
+    recent first: ``pending_approvals`` and ``active_runs``."""
+    from django.db.models import Count, Q
+
+    from .models import ApprovalRequest, Run
+
+    return sessions.annotate(
+        pending_approvals=Count(
+            "approvals",
+            filter=Q(approvals__status=ApprovalRequest.Status.PENDING),
+            distinct=True,
+        ),
+        active_runs=Count("runs", filter=Q(runs__status__in=Run.ACTIVE), distinct=True),
+    ).order_by("-updated_at")
+
+
+def summaries(sessions, limit: int | None = None) -> list[dict]:
+    """``session_summary`` of each of ``sessions`` (a queryset), most recent
+    first, at most ``limit``."""
+    rows = listed(sessions).values(
+        "id", "title", "status", "updated_at", "pending_approvals", "active_runs"
+    )
+    if limit is not None:
+        rows = rows[:limit]
+    labels = dict(AgentSession.Status.choices)
+    return [
+        {
+            **row,
+            "status_label": labels.get(row["status"], row["status"]),
+            "updated_at": row["updated_at"].isoformat(),
+        }
+        for row in rows
+    ]

@@ -15,6 +15,7 @@ from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from . import protocol as p
+from .compaction import compacted_plan
 from .events import check_resume_cursor, read_frames
 from .models import AgentSession, Connection
 
@@ -74,22 +75,29 @@ def start_session(user, start: p.Start) -> dict[str, Any]:
 @_in_db_pool
 def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
     """The session's epoch, head and earliest, in one read, and the replay's
-    first page (``page``), if this user may resume it at this cursor;
+    first page (``page``) and, for a client that compacts, what the replay
+    skips (``plan``), if this user may resume it at this cursor;
     ``protocol.Rejection`` otherwise (another user's session is not_found)."""
     row = None
     if p.is_session_id(resume.session_id):
         row = (
             AgentSession.objects.filter(id=resume.session_id, owner_id=user_id)
-            .values("epoch", "head", "earliest")
+            .values("epoch", "head", "earliest", "compacted_through")
             .first()
         )
     if row is None:
         raise p.Rejection(p.R_NOT_FOUND, "no such session")
-    check_resume_cursor(row, resume.after, resume.epoch)
+    compact = p.FEATURE_COMPACT in resume.features
+    check_resume_cursor(row, resume.after, resume.epoch, compact)
+    plan = compacted_plan(resume.session_id, resume.after, row["head"]) if compact else []
     # The replay's first events in the same trip to the pool: a resume a few
     # events behind is then answered with one database round trip. A short
     # page, so that a long replay's resume_ok does not wait for a full one.
-    row["page"] = read_frames(resume.session_id, resume.after, row["head"], FIRST_PAGE)
+    # A compacted replay pages through the skeleton (see consumers).
+    row["page"] = read_frames(
+        resume.session_id, resume.after, row["head"], FIRST_PAGE, skeleton=bool(plan)
+    )
+    row["plan"] = plan
     return row
 
 
@@ -100,8 +108,25 @@ def events_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]
 
 
 @_in_db_pool
-def head_of(session_id: str) -> int | None:
-    return AgentSession.objects.filter(id=session_id).values_list("head", flat=True).first()
+def skeleton_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]:
+    """Up to ``REPLAY_PAGE`` frames of the events after ``after`` that are not deltas."""
+    return read_frames(session_id, after, upto, REPLAY_PAGE, skeleton=True)
+
+
+@_in_db_pool
+def replay_plan(session_id: str, after: int, upto: int) -> list[tuple[int, int, str]]:
+    """The superseded stretches a compacted replay of ``after < seq <= upto`` skips."""
+    return compacted_plan(session_id, after, upto)
+
+
+@_in_db_pool
+def head_of(session_id: str) -> tuple[int, str, int] | None:
+    """The session's head, epoch and compacted_through (None once it is deleted)."""
+    return (
+        AgentSession.objects.filter(id=session_id)
+        .values_list("head", "epoch", "compacted_through")
+        .first()
+    )
 
 
 @_in_db_pool

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Q
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -19,9 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from . import protocol as p
 from . import services
-from .models import AgentSession, ApprovalRequest, Run
-
-MAX_LISTED = 200
+from .models import AgentSession
 
 
 @require_GET
@@ -29,18 +26,9 @@ MAX_LISTED = 200
 @login_required
 def session_list(request):
     """The user's sessions, most recently active first."""
-    sessions = (
-        AgentSession.objects.filter(owner=request.user)
-        .annotate(
-            pending_approvals=Count(
-                "approvals",
-                filter=Q(approvals__status=ApprovalRequest.Status.PENDING),
-                distinct=True,
-            ),
-            active_runs=Count("runs", filter=Q(runs__status__in=Run.ACTIVE), distinct=True),
-        )
-        .order_by("-updated_at")[:MAX_LISTED]
-    )
+    sessions = services.listed(AgentSession.objects.filter(owner=request.user))[
+        : services.MAX_LISTED
+    ]
     now = timezone.now()
     sessions = list(sessions)
     for s in sessions:

@@ -163,6 +163,8 @@ class FakeOpenAIServer:
     each request's parsed JSON body and ``headers`` its headers.
     """
 
+    path = "/v1/chat/completions"
+
     def __init__(self, responses: list[FakeResponse] | None = None) -> None:
         self.responses = list(responses or [])
         self.requests: list[dict[str, Any]] = []
@@ -184,7 +186,7 @@ class FakeOpenAIServer:
                     server.requests.append(json.loads(raw or b"{}"))
                     server.headers.append(dict(self.headers))
                     scripted = server.responses.pop(0) if server.responses else None
-                if self.path != "/v1/chat/completions":
+                if self.path != server.path:
                     scripted = FakeResponse(status=404, body=b'{"error": "not found"}')
                 if scripted is None:
                     scripted = error_response(500, "no scripted response left")
@@ -236,3 +238,51 @@ class FakeOpenAIServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+
+
+# --- Anthropic's Messages API -------------------------------------------------------
+
+
+class FakeAnthropicServer(FakeOpenAIServer):
+    """A Messages endpoint (``POST /v1/messages``), scripted the same way."""
+
+    path = "/v1/messages"
+
+
+def _sse(event: dict[str, Any]) -> str:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}"
+
+
+def anthropic_response(*blocks: Any, stop: str = "end_turn") -> FakeResponse:
+    """A streamed message. Each block is a text (a string, or a list of
+    fragments and threading.Events to pause at) or a tool use
+    ``("tool_use", id, name, input_json_fragments)``."""
+    items: list[Any] = [
+        _sse({"type": "message_start", "message": {"id": "msg_1", "role": "assistant"}}),
+        _sse({"type": "ping"}),
+    ]
+    for index, block in enumerate(blocks):
+        if isinstance(block, tuple):
+            _, use_id, name, fragments = block
+            start = {"type": "tool_use", "id": use_id, "name": name, "input": {}}
+            items.append(
+                _sse({"type": "content_block_start", "index": index, "content_block": start})
+            )
+            for fragment in fragments:
+                delta = {"type": "input_json_delta", "partial_json": fragment}
+                items.append(_sse({"type": "content_block_delta", "index": index, "delta": delta}))
+        else:
+            start = {"type": "text", "text": ""}
+            items.append(
+                _sse({"type": "content_block_start", "index": index, "content_block": start})
+            )
+            for fragment in [block] if isinstance(block, str) else block:
+                if isinstance(fragment, threading.Event):
+                    items.append(fragment)
+                    continue
+                delta = {"type": "text_delta", "text": fragment}
+                items.append(_sse({"type": "content_block_delta", "index": index, "delta": delta}))
+        items.append(_sse({"type": "content_block_stop", "index": index}))
+    items.append(_sse({"type": "message_delta", "delta": {"stop_reason": stop}}))
+    items.append(_sse({"type": "message_stop"}))
+    return FakeResponse(items=items)

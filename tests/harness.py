@@ -80,11 +80,14 @@ class Process:
         self.args, self.env, self.name = args, env, name
         self.log_path = log_dir / f"{name}-{next(self._ids)}.log"
         self.proc: subprocess.Popen | None = None
-        self._text = ""
+        # Lines as they come (appending to one growing string copies it every
+        # time: a server logging 25,000 lines in a storm kept the pump so busy
+        # that the server blocked writing to the full pipe).
+        self._lines: list[str] = []
         self._changed = threading.Condition()
 
     def start(self) -> Process:
-        self._text = ""
+        self._lines = []
         self.proc = subprocess.Popen(
             self.args,
             cwd=ROOT,
@@ -103,27 +106,30 @@ class Process:
                 log.write(line)
                 log.flush()
                 with self._changed:
-                    self._text += line.decode(errors="replace")
+                    self._lines.append(line.decode(errors="replace"))
                     self._changed.notify_all()
         with self._changed:
             self._changed.notify_all()
 
     def log_text(self) -> str:
-        return self._text
+        return "".join(self._lines)
 
     def wait_for_log(self, pattern: re.Pattern, timeout: float = 30) -> re.Match:
         deadline = time.monotonic() + timeout
+        searched = 0  # lines already searched: the patterns match within a line
         with self._changed:
             while True:
-                match = pattern.search(self._text)
-                if match:
-                    return match
+                for line in self._lines[searched:]:
+                    match = pattern.search(line)
+                    if match:
+                        return match
+                searched = len(self._lines)
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.name} exited:\n{self._text[-4000:]}")
+                    raise RuntimeError(f"{self.name} exited:\n{self.log_text()[-4000:]}")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(
-                        f"{self.name} did not log {pattern.pattern}:\n{self._text[-4000:]}"
+                        f"{self.name} did not log {pattern.pattern}:\n{self.log_text()[-4000:]}"
                     )
                 self._changed.wait(min(remaining, 1.0))
 
@@ -143,7 +149,12 @@ class Process:
 class Daphne(Process):
     """``daphne agentsite.asgi:application`` on a free (or given) port."""
 
-    def __init__(self, log_dir: Path, port: int = 0, **env: str):
+    def __init__(
+        self, log_dir: Path, port: int = 0, connect_timeout: float | None = None, **env: str
+    ):
+        # daphne gives up on an upgrade its application has not accepted within
+        # --websocket_connect_timeout (5 s by default; WSREJECT in its log).
+        extra = ["--websocket_connect_timeout", str(connect_timeout)] if connect_timeout else []
         super().__init__(
             [
                 sys.executable,
@@ -153,6 +164,7 @@ class Daphne(Process):
                 "127.0.0.1",
                 "-p",
                 str(port),
+                *extra,
                 "agentsite.asgi:application",
             ],
             server_env(**env),

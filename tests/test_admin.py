@@ -65,3 +65,18 @@ def test_view_only_staff_cannot_cancel_runs(user, django_user_model, no_enqueue)
     editor = _staff(django_user_model, "editor", "view_run", "change_run")
     _action(editor, "run", "cancel_runs", sent.run_id)
     assert Run.objects.get(id=sent.run_id).stop_reason == "cancelled"
+
+
+def test_rotating_an_epoch_needs_the_change_permission(user, django_user_model):
+    """The rotate action is offered and works only with the session change permission."""
+    from sessions_app.models import AgentSession
+
+    session = create_session(user)
+    viewer = _staff(django_user_model, "viewer", "view_agentsession")
+    page = viewer.get("/admin/sessions_app/agentsession/")
+    assert page.status_code == 200 and b'value="rotate_epochs"' not in page.content
+    _action(viewer, "agentsession", "rotate_epochs", session.id)
+    assert AgentSession.objects.get(id=session.id).epoch == session.epoch
+    editor = _staff(django_user_model, "editor", "view_agentsession", "change_agentsession")
+    _action(editor, "agentsession", "rotate_epochs", session.id)
+    assert AgentSession.objects.get(id=session.id).epoch != session.epoch

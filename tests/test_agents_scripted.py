@@ -220,3 +220,31 @@ def test_fail_is_an_agent_error():
     with pytest.raises(AgentError):
         ScriptedAgent().start(ctx)
     assert ctx.calls == []
+
+
+# --- /echo and /markdown ------------------------------------------------------------
+
+
+def test_echo_streams_the_text_back_exactly_cut_anywhere():
+    """/echo streams everything after the command, newlines and markup included,
+    in about a dozen deltas that concatenate to it, then the same message."""
+    text = "# Title\n\n<script>x</script> **b**\n\n```py\nprint(1)\n```"
+    ctx = run("/echo " + text)
+    assert 2 < len(ctx.deltas) <= 12
+    assert "".join(ctx.deltas) == text
+    assert ctx.messages == [text]
+
+
+def test_echo_without_text_is_a_usage_error():
+    """/echo alone ends the run with its usage."""
+    with pytest.raises(AgentError, match="usage: /echo TEXT"):
+        run("/echo   ")
+
+
+def test_markdown_streams_the_sample():
+    """/markdown streams the built-in Markdown sample."""
+    from sessions_app.runtime.agents.scripted import MARKDOWN_SAMPLE
+
+    ctx = run("/markdown")
+    assert "".join(ctx.deltas) == MARKDOWN_SAMPLE == ctx.messages[0]
+    assert "| Quarter |" in MARKDOWN_SAMPLE and "```python" in MARKDOWN_SAMPLE

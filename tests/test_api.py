@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from sessions_app.events import append_event
-from sessions_app.models import AgentSession, ApprovalRequest, Run
+from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
 from sessions_app.services import create_session
 
 pytestmark = pytest.mark.django_db
@@ -163,6 +163,33 @@ def test_pages_render(client_for, user):
     assert s.id in session_page and 'data-testid="transcript"' in session_page
 
 
+def test_session_page_preloads_every_client_module(client_for, user):
+    """Every module the client imports is preloaded at once (no import waterfall)."""
+    import re
+    from pathlib import Path
+
+    s = create_session(user)
+    page = client_for(user).get(f"/s/{s.id}/").content.decode()
+    preloaded = set(re.findall(r'rel="modulepreload" href="/static/js/([\w-]+\.js)"', page))
+    modules = {p.name for p in (Path(__file__).parent.parent / "static" / "js").glob("*.js")}
+    assert preloaded == modules - {"app.js", "boot.js", "list.js", "highlight.js"}
+    # So are the vendored libraries the Markdown renderer imports; not the
+    # highlighter's (loaded with the first code block).
+    js = Path(__file__).parent.parent / "static" / "js"
+    vendored = set(re.findall(r'from "\.\./(vendor/[\w./-]+)"', (js / "markdown.js").read_text()))
+    assert vendored == {"vendor/marked/marked.esm.js"}
+    preloads = re.findall(r'rel="modulepreload" href="/static/(vendor/[\w./-]+)"', page)
+    assert vendored == set(preloads)
+    assert 'import("./highlight.js")' in (js / "markdown.js").read_text()
+    # The boot script (reloads a page whose files failed) is inline, before
+    # them, and allowed by its hash only.
+    from sessions_app.security import BOOT_JS, BOOT_JS_HASH
+
+    assert page.index(f"<script>{BOOT_JS}</script>") < page.index('rel="modulepreload"')
+    csp = client_for(user).get(f"/s/{s.id}/")["Content-Security-Policy"]
+    assert f"script-src 'self' 'sha256-{BOOT_JS_HASH}';" in csp
+
+
 def test_new_session_form_needs_csrf(client_for, user):
     """The New session form is a CSRF-protected POST that redirects to the session."""
     assert client_for(user, csrf=True).post("/sessions/new/").status_code == 403
@@ -178,3 +205,137 @@ def test_pages_carry_a_strict_content_security_policy(client_for, user):
         csp = client_for(user).get(url)["Content-Security-Policy"]
         assert "script-src 'self'" in csp and "default-src 'self'" in csp
         assert "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+
+
+# --- messages, tokens, the schema ------------------------------------------------
+
+
+def test_post_a_message_is_the_sockets_send(client_for, user, no_enqueue):
+    """POST messages/ logs a user.message and starts its run (201); the same id
+    again is the first result with status duplicate (200) and appends nothing."""
+    s = create_session(user)
+    c = client_for(user)
+    url = f"/api/sessions/{s.id}/messages/"
+    body = {"client_message_id": "m-1", "text": "hello"}
+    first = c.post(url, body, content_type="application/json")
+    assert first.status_code == 201, first.content
+    sent = first.json()
+    assert (sent["client_message_id"], sent["seq"], sent["status"]) == ("m-1", 2, "started")
+    again = c.post(url, {**body, "text": "other text"}, content_type="application/json")
+    assert again.status_code == 200
+    assert again.json() == {**sent, "status": "duplicate"}
+    events = c.get(f"/api/sessions/{s.id}/events/").json()["events"]
+    assert [e["kind"] for e in events] == ["session.created", "user.message", "run.started"]
+    assert events[1]["data"] == {"client_message_id": "m-1", "text": "hello"}
+    assert Run.objects.get(session=s).id == sent["run_id"]
+
+
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        ({"client_message_id": "m", "text": "   "}, "bad_frame"),
+        ({"client_message_id": "m", "text": "a\u0000b"}, "bad_frame"),
+        ({"client_message_id": "m", "text": 5}, "bad_frame"),
+        ({"text": "no id"}, "bad_frame"),
+        ({"client_message_id": "x" * 129, "text": "long id"}, "bad_frame"),
+        ({"client_message_id": "m", "text": "x" * 32_001}, "too_large"),
+    ],
+)
+def test_a_bad_message_is_refused_with_the_sockets_code(client_for, user, body, code):
+    """The API refuses what the socket refuses, with the same error code; nothing is logged."""
+    s = create_session(user)
+    r = client_for(user).post(
+        f"/api/sessions/{s.id}/messages/", body, content_type="application/json"
+    )
+    assert r.status_code == 400 and r.json()["code"] == code, r.content
+    assert AgentSession.objects.get(id=s.id).head == 1
+
+
+def test_messages_to_another_users_session_are_not_found(client_for, user, other_user):
+    """Another user's session is 404, as one that does not exist."""
+    theirs = create_session(other_user)
+    body = {"client_message_id": "m", "text": "hi"}
+    r = client_for(user).post(
+        f"/api/sessions/{theirs.id}/messages/", body, content_type="application/json"
+    )
+    assert r.status_code == 404 and AgentSession.objects.get(id=theirs.id).head == 1
+
+
+def test_token_authentication_for_programs(user, no_enqueue):
+    """A token in the Authorization header authenticates (no cookie, no CSRF); a
+    wrong token is refused."""
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=user)
+    c = Client(enforce_csrf_checks=True)
+    made = c.post(
+        "/api/sessions/",
+        {"title": "from a script"},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Token {token.key}",
+    )
+    assert made.status_code == 201
+    bad = c.get("/api/sessions/", HTTP_AUTHORIZATION="Token nope")
+    assert bad.status_code == 403 and bad.json()["detail"] == "Invalid token."
+
+
+def test_the_openapi_schema_matches_the_views(client_for, user, tmp_path):
+    """drf-spectacular generates the schema with no warning and it validates; it
+    documents every route, the messages endpoint with its request and responses;
+    the docs page is served under the site's strict CSP."""
+    from django.core.management import call_command
+
+    out = tmp_path / "schema.yaml"
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(out))
+    c = client_for(user)
+    schema = c.get("/api/schema/?format=json").json()
+    paths = schema["paths"]
+    assert set(paths) == {
+        "/api/sessions/",
+        "/api/sessions/{session_id}/",
+        "/api/sessions/{session_id}/events/",
+        "/api/sessions/{session_id}/messages/",
+        "/api/approvals/{approval_id}/decide/",
+        "/api/runs/{run_id}/cancel/",
+    }
+    post = paths["/api/sessions/{session_id}/messages/"]["post"]
+    assert set(post["responses"]) >= {"200", "201", "400", "404"}
+    assert {"cookieAuth", "tokenAuth"} <= {k for s in post["security"] for k in s}
+    docs = c.get("/api/docs/")
+    assert docs.status_code == 200 and "script-src 'self'" in docs["Content-Security-Policy"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_duplicate_posts_append_once(server, user):
+    """Eight programs post the same client_message_id at once to the live server
+    (token auth): one is appended and started, seven get the same result as
+    duplicate; the log holds one user.message and one run."""
+    import json
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rest_framework.authtoken.models import Token
+
+    s = create_session(user)
+    token = Token.objects.create(user=user).key
+    body = json.dumps({"client_message_id": "m-same", "text": "/stream 3 0"}).encode()
+
+    def post(_):
+        req = urllib.request.Request(
+            f"{server.http}/api/sessions/{s.id}/messages/",
+            data=body,
+            headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(post, range(8)))
+    statuses = sorted(code for code, _ in results)
+    assert statuses == [200] * 7 + [201]
+    assert len({(b["seq"], b["run_id"]) for _, b in results}) == 1
+    assert sorted(b["status"] for _, b in results) == ["duplicate"] * 7 + ["started"]
+    kinds = list(
+        Event.objects.filter(session=s, kind="user.message").values_list("data", flat=True)
+    )
+    assert len(kinds) == 1 and Run.objects.filter(session=s).count() == 1

@@ -406,3 +406,40 @@ async def test_openai_agent_streams_and_parks_at_a_gate(own_server, cookie):
         tool_msgs = [m for m in fake.requests[1]["messages"] if m["role"] == "tool"]
         assert tool_msgs and tool_msgs[0]["tool_call_id"] == "call_a"
         await c.close()
+
+
+async def test_anthropic_agent_streams_and_parks_at_a_gate(own_server, cookie):
+    """The anthropic agent against a fake Messages endpoint, through the real
+    server: streamed text, a gated tool use, the tool run once, resume."""
+    from tests.fakes import FakeAnthropicServer, anthropic_response
+
+    start, _ = own_server
+    with FakeAnthropicServer() as fake:
+        fake.responses.extend(
+            [
+                anthropic_response(
+                    "Let me write that. ",
+                    ("tool_use", "toolu_a", "write_file", ['{"path": "ai.txt", ', '"text": "hi"}']),
+                    stop="tool_use",
+                ),
+                anthropic_response(["Done", ", wrote ", "ai.txt."]),
+            ]
+        )
+        server = start(
+            AGENT_CLASS="anthropic", ANTHROPIC_BASE_URL=fake.base_url, ANTHROPIC_API_KEY="k"
+        )
+        c, sid = await _session(server, cookie)
+        await _send(c, "please write hi to ai.txt", "m1")
+        req = await c.wait_event(lambda f: f["kind"] == "approval.requested")
+        assert req["data"]["args"] == {"path": "ai.txt", "text": "hi"}
+        await c.request(
+            {"type": "decide", "approval_id": req["data"]["approval_id"], "decision": "approve"}
+        )
+        final = await c.wait_event(lambda f: f["kind"] == "assistant.message")
+        assert final["data"]["text"] == "Done, wrote ai.txt."
+        end = await c.wait_event(lambda f: f["kind"] == "run.finished")
+        assert end["data"]["stop_reason"] == "end_turn"
+        assert (workspace_for(sid) / "ai.txt").read_text() == "hi\n"
+        (result,) = fake.requests[1]["messages"][-1]["content"]
+        assert result["tool_use_id"] == "toolu_a" and result["is_error"] is False
+        await c.close()

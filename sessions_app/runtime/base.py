@@ -1,7 +1,7 @@
 """The interface between the run executor and pluggable agents.
 
-An agent is a class named by ``settings.AGENT_CLASS`` (``scripted``, ``openai``
-or a dotted path) with two methods:
+An agent is a class named by ``settings.AGENT_CLASS`` (``scripted``, ``openai``,
+``anthropic`` or a dotted path) with two methods (docs/agents.md):
 
 ``start(ctx)``
     Handle the run's user input (``ctx.text``). Stream with ``ctx.delta``,

@@ -80,7 +80,7 @@ def hand_back_all(wait: float = 5.0) -> list[str]:
             ):
                 done.append(run_id)
         except Exception:
-            log.exception("could not hand back run %s", run_id)
+            log.exception("could not hand back run %s", run_id, extra={"run_id": run_id})
     return done
 
 
@@ -180,11 +180,13 @@ def _drive(run_id: str, worker: str) -> None:
     except Parked:
         pass
     except (RunAborted, SessionGone):
-        log.info("run %s stopped: cancelled, taken over or deleted", run_id)
+        log.info(
+            "run %s stopped: cancelled, taken over or deleted", run_id, extra={"run_id": run_id}
+        )
     except AgentError as exc:
         _finish_error(run_id, worker, str(exc) or "the agent failed")
     except Exception as exc:
-        log.exception("run %s failed", run_id)
+        log.exception("run %s failed", run_id, extra={"run_id": run_id})
         _finish_error(run_id, worker, f"internal error: {type(exc).__name__}")
     finally:
         # Only this drive's entries: a continuation of the same run in this
@@ -201,7 +203,7 @@ def _finish_error(run_id: str, worker: str, message: str) -> None:
             run_id, p.STOP_ERROR, message, worker=worker, from_statuses=(Run.Status.RUNNING,)
         )
     except Exception:
-        log.exception("could not finish run %s", run_id)
+        log.exception("could not finish run %s", run_id, extra={"run_id": run_id})
 
 
 def _continue_gate(ctx: _Context, tool_call_id: str) -> ToolOutcome:

@@ -30,6 +30,7 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from .. import fanout
 from .. import protocol as p
 from ..events import NewEvent, append_event, append_events
 from ..exceptions import AlreadyDecided, NotFound, NotPending
@@ -136,6 +137,15 @@ def submit_message(session_id: str, client_message_id: str, text: str) -> SendRe
         return SendResult(client_message_id, run.message_seq, run.id, p.SEND_DUPLICATE)
 
 
+TITLE_CHARS = 80
+
+
+def title_from(text: str) -> str:
+    """A session's title from its first message: the first line, shortened."""
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
+
 def _submit(session_id: str, client_message_id: str, text: str) -> SendResult:
     with transaction.atomic():
         session = _lock_session(session_id)
@@ -175,6 +185,11 @@ def _submit(session_id: str, client_message_id: str, text: str) -> SendResult:
             started_at=None if busy else timezone.now(),
             lease_expires_at=None if busy else pickup_deadline(),
         )
+        if not session.title:
+            # Named after its first message, unless its owner named it.
+            session.title = title_from(text)
+            AgentSession.objects.filter(id=session_id).update(title=session.title)
+            fanout.session_changed_on_commit(session.owner_id, session_id)
         if not behind:
             _set_session_status(session, AgentSession.Status.RUNNING)
         if not busy:
@@ -423,6 +438,8 @@ def park(
 def _set_session_status(session: AgentSession, status: str) -> None:
     """Record the session's status; presence goes out when 'running' flips."""
     was_running = session.status != AgentSession.Status.IDLE
+    # The list shows status, running and pending approvals: every call is a change.
+    fanout.session_changed_on_commit(session.owner_id, session.id)
     if session.status != status:
         AgentSession.objects.filter(id=session.id).update(status=status)
         session.status = status

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.conf import settings
 from django.db import close_old_connections, transaction
@@ -20,6 +21,7 @@ from django.utils import timezone
 from .. import protocol as p
 from ..models import Connection, Run
 from ..presence import close_stale_connections
+from ..retention import apply_retention
 from . import runs
 
 log = logging.getLogger(__name__)
@@ -85,7 +87,8 @@ def recover_at_startup() -> None:
 
 
 class Sweeper(threading.Thread):
-    """Periodically interrupts runs whose lease expired."""
+    """Periodically interrupts runs whose lease expired (and, when configured,
+    applies the retention policy every ``AGENT_RETENTION_INTERVAL_SECONDS``)."""
 
     def __init__(self, interval: float | None = None):
         super().__init__(name="run-sweeper", daemon=True)
@@ -93,13 +96,21 @@ class Sweeper(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
+        retention_due = 0.0
         while not self.stopped.wait(self.interval):
             try:
                 interrupt_expired()
                 requeue_unclaimed()
                 runs.admit_all_waiting()
                 close_stale_connections()
+                if retention_configured() and time.monotonic() >= retention_due:
+                    retention_due = time.monotonic() + settings.AGENT_RETENTION_INTERVAL_SECONDS
+                    apply_retention()
             except Exception:
                 log.exception("sweep failed")
             finally:
                 close_old_connections()
+
+
+def retention_configured() -> bool:
+    return bool(settings.AGENT_RETAIN_DELTAS_DAYS or settings.AGENT_RETAIN_SESSIONS_DAYS)

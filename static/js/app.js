@@ -6,6 +6,7 @@
  */
 
 import { Failpoints, hooksEnabled, installTestHooks } from "./hooks.js";
+import { attachRename } from "./rename.js";
 import { SessionClient } from "./session.js";
 import { attachBrowserSignals, Connection, socketUrl } from "./socket.js";
 import { MemoryStorage, SessionStore } from "./store.js";
@@ -26,6 +27,13 @@ function tabStorage() {
 
 /** Start the session page. */
 export function startSessionPage() {
+  // boot.js: the modules loaded; a failed load no longer needs a reload.
+  document.documentElement.dataset.app = "started";
+  try {
+    sessionStorage.removeItem("agent.boot.reloads");
+  } catch {
+    // no storage
+  }
   const body = document.body;
   const sessionId = body.dataset.sessionId;
   const store = new SessionStore(tabStorage(), { onError: (err) => console.warn("session storage:", err) });
@@ -110,6 +118,7 @@ export function startSessionPage() {
     if (document.visibilityState === "hidden") client.persistNow();
   });
 
+  attachRename(document, sessionId, (message, level) => view.notify(message, level));
   client.start();
   return { client, view, detach: () => detachSignals() };
 }

@@ -52,9 +52,19 @@ export const CANCEL_OK = "cancel_ok";
 export const SYNC_OK = "sync_ok";
 export const PONG = "pong";
 export const PRESENCE = "presence";
+// extension "compact": a stretch of superseded events skipped in a replay
+export const COMPACTED = "compacted";
+// extension "batch": several replayed frames in one message
+export const BATCH = "batch";
 export const ERROR = "error";
 
 export const HANDSHAKE_TYPES = ["start", "resume"];
+
+// --- Handshake features (additive to version 1) ---------------------------------
+export const FEATURE_COMPACT = "compact";
+export const FEATURE_BATCH = "batch";
+export const FEATURES = ["compact", "batch"];
+export const MAX_FEATURES = 16;
 
 // --- Error codes ---------------------------------------------------------------
 export const E_BAD_JSON = "bad_json";

@@ -2,12 +2,22 @@
  * Session state and the apply loop: what a tab knows about one session and how
  * events get from the socket into the display, in order, exactly once.
  *
- * - `ApplyLoop`: the committed cursor; ignores seq <= cursor, holds events
- *   after a gap and asks for the missing ones with `sync`, applies in order and
- *   advances the cursor only after an event is applied.
- * - `Acker`: batched `ack` frames for the committed cursor.
  * - `SessionClient`: the handshake (`resume` after the cursor), the replay,
- *   the send ledger, approvals, cancel, rejections, persistence.
+ *   the send ledger, approvals, cancel, rejections, persistence. The cursor
+ *   and acks are apply.js's `ApplyLoop` and `Acker`.
+ *
+ * Its connection state is one field, `state`, set only by `_setState`:
+ *
+ *   connecting   -> resuming     a socket opened: the `resume` is sent
+ *   resuming     -> replaying    `resume_ok`: the events up to its head follow
+ *   replaying    -> live         the cursor reached that head (at once if it was there)
+ *   any          -> reconnecting the socket closed (the transport retries)
+ *   resuming     -> rejected     `resume_rejected` this tab cannot recover from,
+ *                                or a close that is final (4400, 4401)
+ *
+ * `epoch_mismatch` and `cursor_expired` are recovered from, on the same
+ * socket, with a notice: the cache is dropped and the session reloaded from
+ * the server (from 0, or from the first event it still keeps).
  *
  * None of this touches the DOM: the display is a `view` object (ui.js in the
  * browser, a recorder in tests).
@@ -15,15 +25,17 @@
  * @module session
  */
 
+import { Acker, ApplyLoop, compactedItem } from "./apply.js";
 import * as P from "./constants.js";
 import { Ledger } from "./ledger.js";
 import { realTimers } from "./socket.js";
-import { activeRun, applyEvent, emptyModel, hasUserMessage, isModel } from "./transcript.js";
+import { activeRun, applyCompacted, applyEvent, emptyModel, hasUserMessage, isModel } from "./transcript.js";
 
 /** Connection states shown to the person (and in `data-state`). */
 export const STATE = Object.freeze({
   CONNECTING: "connecting",
   RESUMING: "resuming",
+  REPLAYING: "replaying",
   LIVE: "live",
   RECONNECTING: "reconnecting",
   REJECTED: "rejected",
@@ -34,244 +46,18 @@ export const REASON_NOT_AUTHENTICATED = "not_authenticated";
 /** How long after an `internal_error` a send, decide or cancel goes again. */
 export const RETRY_AFTER_INTERNAL_ERROR_MS = 1000;
 export const REASON_PROTOCOL_VIOLATION = "protocol_violation";
+/** What the person is told when the tab rebuilt its transcript from the server. */
+export const NOTICE_EPOCH_RELOAD = "This session's history was rebuilt on the server: this tab reloaded it from the start.";
+export const NOTICE_EXPIRED_RELOAD = "The server no longer keeps the start of this session: this tab shows what it still has.";
 
 /**
- * Applies events in seq order, exactly once each.
+ * The state the display shows: "replaying" is shown as "resuming" (the DOM's
+ * `data-state` values are resuming until live, as they always were).
+ * @param {string} state
+ * @returns {string}
  */
-export class ApplyLoop {
-  /**
-   * @param {object} options
-   * @param {number} [options.cursor=0] the committed cursor to start from
-   * @param {(event: object) => void} options.apply render one event (synchronously)
-   * @param {(frame: object) => void} options.send write a frame (here: `sync`)
-   * @param {(seq: number, event: object) => void} [options.onCommit] after the cursor moved to seq
-   * @param {(err: unknown, event: object) => void} [options.onError] `apply` threw
-   * @param {() => number} [options.now]
-   * @param {() => string} [options.requestId]
-   * @param {number} [options.minSyncIntervalMs=1000]
-   * @param {number} [options.syncTimeoutMs=5000]
-   */
-  constructor({
-    cursor = 0,
-    apply,
-    send,
-    onCommit = () => {},
-    onError = (err) => console.error(err),
-    now = Date.now,
-    requestId,
-    minSyncIntervalMs = 1000,
-    syncTimeoutMs = 5000,
-  }) {
-    this._cursor = cursor;
-    this._apply = apply;
-    this._send = send;
-    this._onCommit = onCommit;
-    this._onError = onError;
-    this._now = now;
-    let n = 0;
-    this._requestId = requestId || (() => `sync-${++n}`);
-    this.minSyncIntervalMs = minSyncIntervalMs;
-    this.syncTimeoutMs = syncTimeoutMs;
-    /** @type {Map<number, object>} */
-    this._held = new Map();
-    this._gen = 0;
-    this._syncInFlight = false;
-    this._syncSentAt = -Infinity;
-    this._syncTarget = null;
-    this.stats = { applied: 0, duplicates: 0, held: 0, syncs: 0 };
-  }
-
-  /** @returns {number} the highest contiguous seq applied */
-  get cursor() {
-    return this._cursor;
-  }
-
-  /** @returns {number} how many events wait for a gap to be filled */
-  get heldCount() {
-    return this._held.size;
-  }
-
-  /** @returns {boolean} whether a `sync` is awaiting its `sync_ok` */
-  get syncInFlight() {
-    return this._syncInFlight;
-  }
-
-  /**
-   * Start over on a new socket (or from another cursor): held events and sync
-   * state are dropped; anything in progress stops.
-   * @param {number} [cursor] a new committed cursor (default: keep)
-   */
-  reset(cursor = this._cursor) {
-    this._cursor = cursor;
-    this._held.clear();
-    this._gen += 1;
-    this._syncInFlight = false;
-    this._syncTarget = null;
-    this._syncSentAt = -Infinity;
-  }
-
-  /**
-   * One `event` frame from the socket.
-   * @param {{seq: number}} event
-   * @returns {"applied"|"duplicate"|"held"}
-   */
-  receive(event) {
-    const seq = event.seq;
-    if (!Number.isInteger(seq) || seq <= this._cursor) {
-      this.stats.duplicates += 1;
-      return "duplicate";
-    }
-    if (seq === this._cursor + 1) {
-      const gen = this._gen;
-      this._applyOne(event);
-      if (gen === this._gen) this._drain(gen);
-      if (gen === this._gen) this._maybeSync();
-      return "applied";
-    }
-    if (!this._held.has(seq)) {
-      this._held.set(seq, event);
-      this.stats.held += 1;
-    }
-    this._maybeSync();
-    return "held";
-  }
-
-  _applyOne(event) {
-    try {
-      this._apply(event);
-    } catch (err) {
-      // A display bug must not wedge the session forever: report and move on.
-      this._onError(err, event);
-    }
-    this._cursor = event.seq;
-    this.stats.applied += 1;
-    this._onCommit(event.seq, event);
-  }
-
-  _drain(gen) {
-    for (const seq of Array.from(this._held.keys())) {
-      if (seq <= this._cursor) this._held.delete(seq);
-    }
-    while (gen === this._gen && this._held.has(this._cursor + 1)) {
-      const next = this._held.get(this._cursor + 1);
-      this._held.delete(this._cursor + 1);
-      this._applyOne(next);
-    }
-  }
-
-  _maybeSync() {
-    if (this._held.size === 0) {
-      this._syncTarget = null;
-      return;
-    }
-    if (this._syncInFlight) return;
-    // A previous sync's replay is still on its way: wait for it.
-    if (this._syncTarget !== null && this._cursor < this._syncTarget) return;
-    if (this._now() - this._syncSentAt < this.minSyncIntervalMs) return;
-    this._syncInFlight = true;
-    this._syncSentAt = this._now();
-    this._syncTarget = null;
-    this.stats.syncs += 1;
-    this._send({ type: P.SYNC, request_id: this._requestId(), after: this._cursor });
-  }
-
-  /**
-   * The server answered our `sync`; the events up to `head` follow.
-   * @param {{head: number}} frame
-   */
-  onSyncOk(frame) {
-    this._syncInFlight = false;
-    this._syncTarget = Number.isInteger(frame.head) ? frame.head : null;
-  }
-
-  /** The server refused our `sync` (it should not): allow another one later. */
-  onSyncError() {
-    this._syncInFlight = false;
-    this._syncTarget = null;
-  }
-
-  /** Periodic check: re-sync a gap that a sync did not fill, or a lost sync. */
-  tick() {
-    if (this._syncInFlight && this._now() - this._syncSentAt >= this.syncTimeoutMs) {
-      this._syncInFlight = false;
-      this._syncTarget = null;
-    }
-    if (this._syncTarget !== null && this._now() - this._syncSentAt >= this.syncTimeoutMs) {
-      this._syncTarget = null;
-    }
-    this._maybeSync();
-  }
-}
-
-/**
- * Batched acks: at most one `ack` per `intervalMs`, sooner once `maxEvents`
- * events are unacknowledged (but never faster than every `minGapMs`).
- */
-export class Acker {
-  /**
-   * @param {object} options
-   * @param {(frame: object) => boolean|void} options.send
-   * @param {typeof realTimers} [options.timers]
-   * @param {() => number} [options.now]
-   * @param {number} [options.intervalMs=250]
-   * @param {number} [options.maxEvents=50]
-   * @param {number} [options.minGapMs=100]
-   */
-  constructor({ send, timers = realTimers, now = Date.now, intervalMs = 250, maxEvents = 50, minGapMs = 100 }) {
-    this._send = send;
-    this._timers = timers;
-    this._now = now;
-    this.intervalMs = intervalMs;
-    this.maxEvents = maxEvents;
-    this.minGapMs = minGapMs;
-    this.reset();
-  }
-
-  /** A new socket: nothing acknowledged on it yet, nothing pending. */
-  reset() {
-    this.cancel();
-    this.acked = 0;
-    this.pending = 0;
-    this.count = 0;
-    this.lastSentAt = -Infinity;
-  }
-
-  /**
-   * The cursor was committed up to `seq`.
-   * @param {number} seq
-   */
-  note(seq) {
-    this.pending = Math.max(this.pending, seq);
-    this.count += 1;
-    if (this.count >= this.maxEvents && this._now() - this.lastSentAt >= this.minGapMs) {
-      this.flush();
-      return;
-    }
-    if (this._timer == null) {
-      this._timer = this._timers.setTimeout(() => {
-        this._timer = null;
-        this.flush();
-      }, this.intervalMs);
-    }
-  }
-
-  /** Send the ack now if anything is unacknowledged. */
-  flush() {
-    if (this._timer != null) this._timers.clearTimeout(this._timer);
-    this._timer = null;
-    if (this.pending <= this.acked) return;
-    this.acked = this.pending;
-    this.count = 0;
-    this.lastSentAt = this._now();
-    this._send({ type: P.ACK, seq: this.pending });
-  }
-
-  /** Forget the pending ack (the socket is gone). */
-  cancel() {
-    if (this._timer != null) this._timers.clearTimeout(this._timer);
-    this._timer = null;
-    this.count = 0;
-  }
+export function shownState(state) {
+  return state === STATE.REPLAYING ? STATE.RESUMING : state;
 }
 
 /**
@@ -282,6 +68,7 @@ export const NULL_VIEW = {
   reset(_model, _cursor) {},
   applyChanges(_changes, _model) {},
   setCursor(_cursor) {},
+  flush() {},
   setLedger(_entries, _model) {},
   setConnection(_state, _detail) {},
   setPresence(_presence) {},
@@ -355,14 +142,14 @@ export class SessionClient {
 
     this.state = STATE.CONNECTING;
     this.stateDetail = {};
-    this.handshake = "none"; // none | pending | ok
+    /** the head of the replay under way (state replaying) */
     this.replayHead = null;
-    this.everLive = false;
-    this.rejection = null;
     this.presence = { viewers: 0, running: false };
     /** @type {number|null} head of the newest presence applied */
     this.presenceHead = null;
     this.framesSent = {};
+    /** events skipped as superseded in compacted replays */
+    this.stats = { compacted: 0 };
     this.lastResumeAfter = null;
     this.firstReplayedSeq = null;
     this.resumeRequestId = null;
@@ -385,14 +172,14 @@ export class SessionClient {
       onWaiting: (delay) => this._setState(STATE.RECONNECTING, { retryAt: this.now() + delay }),
       onConnecting: () => {
         if (this.state === STATE.REJECTED) return;
-        this._setState(this.everLive || this.state === STATE.RECONNECTING ? STATE.RECONNECTING : STATE.CONNECTING, {});
+        this._setState(this.state === STATE.CONNECTING ? STATE.CONNECTING : STATE.RECONNECTING, {});
       },
     });
 
     this.view.reset(this.model, this.loop.cursor);
     this._pruneLedger();
     this.view.setLedger(this.ledger.entries(), this.model);
-    this.view.setConnection(this.state, this.stateDetail);
+    this.view.setConnection(shownState(this.state), this.stateDetail);
   }
 
   /** @returns {number} the committed cursor */
@@ -426,23 +213,32 @@ export class SessionClient {
     });
   }
 
+  /** THE writer of `state` (see the module's comment for the transitions). */
   _setState(state, detail = {}) {
+    // Resuming and replaying look the same: the display hears of it once.
+    const quiet = this.state === STATE.RESUMING && state === STATE.REPLAYING;
     this.state = state;
     this.stateDetail = detail;
-    this.view.setConnection(state, detail);
+    if (!quiet) this.view.setConnection(shownState(state), detail);
   }
 
-  // --- handshake -----------------------------------------------------------------
+  /** The handshake was accepted on this socket (replaying or live). */
+  get _following() {
+    return this.state === STATE.REPLAYING || this.state === STATE.LIVE;
+  }
 
-  _onOpen() {
-    this.handshake = "pending";
+  /** Everything that belongs to one socket, forgotten (a new socket, a close, a rejection, a reload). */
+  _resetSocket() {
     this.replayHead = null;
     this.loop.reset();
     this.acker.reset();
     this.requests.clear();
     this.sentOnSocket.clear();
     this._clearBusy();
-    this._setState(STATE.RESUMING, {});
+  }
+
+  /** Send the handshake: resume after the committed cursor, offering compaction and batches. */
+  _sendResume() {
     const after = this.loop.cursor;
     const frame = {
       type: P.RESUME,
@@ -451,6 +247,7 @@ export class SessionClient {
       request_id: this._requestId(),
       session_id: this.sessionId,
       after,
+      features: [P.FEATURE_COMPACT, P.FEATURE_BATCH],
     };
     if (after > 0) frame.epoch = this.epoch;
     this.resumeRequestId = frame.request_id;
@@ -459,14 +256,16 @@ export class SessionClient {
     this._send(frame);
   }
 
+  // --- handshake -----------------------------------------------------------------
+
+  _onOpen() {
+    this._resetSocket();
+    this._setState(STATE.RESUMING, {});
+    this._sendResume();
+  }
+
   _onClose(info) {
-    this.handshake = "none";
-    this.replayHead = null;
-    this.acker.cancel();
-    this.loop.reset();
-    this.requests.clear();
-    this.sentOnSocket.clear();
-    this._clearBusy();
+    this._resetSocket();
     this.persistNow();
     if (info.fatal) {
       const reason = info.code === P.CLOSE_NOT_AUTHENTICATED ? REASON_NOT_AUTHENTICATED : REASON_PROTOCOL_VIOLATION;
@@ -474,8 +273,7 @@ export class SessionClient {
         info.code === P.CLOSE_NOT_AUTHENTICATED
           ? "You are signed out. Sign in again to continue this session."
           : "The server closed the connection because of a protocol error.";
-      this.rejection = { reason, message, code: info.code };
-      this._setState(STATE.REJECTED, this.rejection);
+      this._setState(STATE.REJECTED, { reason, message, code: info.code });
     } else if (this.state !== STATE.REJECTED) {
       this._setState(STATE.RECONNECTING, {});
     }
@@ -489,6 +287,16 @@ export class SessionClient {
         return this._onRejected(frame);
       case P.EVENT:
         return this._onEvent(frame);
+      case P.COMPACTED:
+        return this._onCompacted(frame);
+      case P.BATCH:
+        // A replay's frames, several to a message: each as if it came alone.
+        if (Array.isArray(frame.frames)) {
+          for (const inner of frame.frames) {
+            if (inner && typeof inner === "object" && inner.type !== P.BATCH) this._onFrame(inner);
+          }
+        }
+        return;
       case P.SEND_OK:
         return this._onSendOk(frame);
       case P.DECIDE_OK:
@@ -516,36 +324,63 @@ export class SessionClient {
   }
 
   _onResumeOk(frame) {
-    if (this.handshake !== "pending") return;
+    if (this.state !== STATE.RESUMING) return;
     if (frame.session_id && frame.session_id !== this.sessionId) return;
-    this.handshake = "ok";
     this.presenceHead = null; // a new socket: its presence frames start afresh
     this.conn.setReady(true);
     if (typeof frame.epoch === "string" && frame.epoch) this.epoch = frame.epoch;
     this.replayHead = Number.isInteger(frame.head) ? frame.head : this.loop.cursor;
     this.persistNow();
     if (this.loop.cursor >= this.replayHead) this._goLive();
+    else this._setState(STATE.REPLAYING, {});
   }
 
   _onRejected(frame) {
-    if (this.handshake !== "pending") return;
-    this.handshake = "none";
+    if (this.state !== STATE.RESUMING) return;
+    const reason = String(frame.reason || "unknown");
+    if (reason === P.R_EPOCH_MISMATCH && this.loop.cursor > 0) {
+      // The log was rebuilt (an operator rotated the epoch): what this tab
+      // shows means nothing now. Reload from 0 on this socket, and say so.
+      this._rebuild(0, null);
+      this.view.notify(NOTICE_EPOCH_RELOAD, "info");
+      this._sendResume();
+      return;
+    }
+    if (reason === P.R_CURSOR_EXPIRED && Number.isInteger(frame.earliest) && frame.earliest >= 1 && typeof frame.epoch === "string") {
+      // The events after our cursor are gone for good: rebuild from what the
+      // server still keeps, never an empty restart, and say so.
+      this._rebuild(frame.earliest - 1, frame.epoch);
+      this.view.notify(NOTICE_EXPIRED_RELOAD, "info");
+      this._sendResume();
+      return;
+    }
     this.conn.stop(P.CLOSE_NORMAL, "resume rejected");
-    this.acker.cancel();
-    this.loop.reset();
-    this._clearBusy();
-    this.rejection = {
-      reason: String(frame.reason || "unknown"),
+    this._resetSocket();
+    this._setState(STATE.REJECTED, {
+      reason,
       message: String(frame.message || ""),
       earliest: frame.earliest,
       head: frame.head,
-    };
-    this._setState(STATE.REJECTED, this.rejection);
+    });
+  }
+
+  /**
+   * Drop this tab's cache of the session and start over from `cursor` (the
+   * ledger stays: unconfirmed inputs are re-sent after the replay).
+   */
+  _rebuild(cursor, epoch) {
+    this.store.drop(this.sessionId);
+    this.epoch = epoch;
+    this.model = emptyModel();
+    this._resetSocket();
+    this.loop.reset(cursor);
+    this.view.reset(this.model, cursor);
+    this.view.setLedger(this.ledger.entries(), this.model);
   }
 
   _goLive() {
-    this.everLive = true;
     this._setState(STATE.LIVE, {});
+    this.view.flush();
     this._flushLedger();
     this._flushCommands();
   }
@@ -553,7 +388,7 @@ export class SessionClient {
   // --- events ------------------------------------------------------------------
 
   _onEvent(frame) {
-    if (this.handshake !== "ok") return;
+    if (!this._following) return;
     if (frame.session_id && frame.session_id !== this.sessionId) return;
     if (this.firstReplayedSeq === null) this.firstReplayedSeq = frame.seq;
     if (this.hooks?.take("after-receive")) {
@@ -563,7 +398,22 @@ export class SessionClient {
     this.loop.receive(frame);
   }
 
+  _onCompacted(frame) {
+    if (!this._following) return;
+    if (frame.session_id && frame.session_id !== this.sessionId) return;
+    const item = compactedItem(frame);
+    if (item === null) return;
+    if (this.firstReplayedSeq === null) this.firstReplayedSeq = item.seq;
+    this.loop.receive(item);
+  }
+
   _applyEvent(ev) {
+    if (ev.type === P.COMPACTED) {
+      // Applied before the cursor moves: count only what this tab skipped.
+      this.stats.compacted += ev.last - Math.max(ev.seq, this.loop.cursor + 1) + 1;
+      this.view.applyChanges(applyCompacted(this.model, ev), this.model);
+      return;
+    }
     const changes = applyEvent(this.model, ev);
     this.view.applyChanges(changes, this.model);
     const d = ev.data || {};
@@ -582,15 +432,16 @@ export class SessionClient {
 
   _onCommit(seq) {
     this.view.setCursor(seq);
+    // Live events are few: each is shown at once. A replay's are rendered
+    // once per animation frame (see ui.js flush).
+    if (this.state === STATE.LIVE) this.view.flush();
     if (this.hooks?.take("after-render")) {
       this.conn.drop("test failpoint after-render");
       return;
     }
     this.acker.note(seq);
     this._persistSoon();
-    if (this.state !== STATE.LIVE && this.handshake === "ok" && this.replayHead !== null && seq >= this.replayHead) {
-      this._goLive();
-    }
+    if (this.state === STATE.REPLAYING && seq >= this.replayHead) this._goLive();
   }
 
   // --- persistence ---------------------------------------------------------------
@@ -814,15 +665,7 @@ export class SessionClient {
    */
   reloadFromZero() {
     this.conn.stop(P.CLOSE_NORMAL, "reload from 0");
-    this.store.drop(this.sessionId);
-    this.epoch = null;
-    this.model = emptyModel();
-    this.loop.reset(0);
-    this.acker.reset();
-    this.rejection = null;
-    this.everLive = false;
-    this.view.reset(this.model, 0);
-    this.view.setLedger(this.ledger.entries(), this.model);
+    this._rebuild(0, null);
     this._setState(STATE.CONNECTING, {});
     this.conn.start();
   }
@@ -837,8 +680,9 @@ export class SessionClient {
       tabId: this.tabId,
       epoch: this.epoch,
       cursor: this.loop.cursor,
-      connectionState: this.state,
-      rejection: this.rejection ? { ...this.rejection } : null,
+      connectionState: shownState(this.state),
+      phase: this.state,
+      rejection: this.state === STATE.REJECTED ? { ...this.stateDetail } : null,
       ledger: this.ledger.entries(),
       lastResumeAfter: this.lastResumeAfter,
       firstReplayedSeq: this.firstReplayedSeq,
@@ -846,7 +690,7 @@ export class SessionClient {
       held: this.loop.heldCount,
       presence: { ...this.presence },
       framesSent: { ...this.framesSent },
-      stats: { ...this.loop.stats },
+      stats: { ...this.loop.stats, ...this.stats },
     };
   }
 }

@@ -16,6 +16,15 @@
 export const STORE_VERSION = 1;
 
 /**
+ * The most characters one session's snapshot may take. sessionStorage holds
+ * about 5 million characters per origin, shared by every session the tab
+ * opened; a snapshot past this is not stored at all: a refresh then reloads
+ * the session from the server (a compacted replay, well under a second),
+ * which is slower than the cache but never wrong.
+ */
+export const MAX_SNAPSHOT_CHARS = 2_000_000;
+
+/**
  * A random id with a prefix, e.g. "t-3f9c…".
  * @param {string} prefix
  * @returns {string}
@@ -60,11 +69,13 @@ export class SessionStore {
    * @param {object} [options]
    * @param {string} [options.prefix="agent"]
    * @param {(err: unknown) => void} [options.onError] storage failures (quota, ...)
+   * @param {number} [options.maxSnapshotChars] see MAX_SNAPSHOT_CHARS
    */
-  constructor(storage, { prefix = "agent", onError = () => {} } = {}) {
+  constructor(storage, { prefix = "agent", onError = () => {}, maxSnapshotChars = MAX_SNAPSHOT_CHARS } = {}) {
     this.storage = storage;
     this.prefix = prefix;
     this.onError = onError;
+    this.maxSnapshotChars = maxSnapshotChars;
   }
 
   _cacheKey(sessionId) {
@@ -159,8 +170,9 @@ export class SessionStore {
    * setItem, so a reader sees either the old pair or the new one.
    *
    * When storage is full, other sessions' caches are evicted first; if it
-   * still fails this session's cache is removed (a refresh then replays from
-   * 0, which is slower but never wrong).
+   * still fails, or the snapshot is larger than `maxSnapshotChars`, this
+   * session's cache is removed (a refresh then replays from 0, which is
+   * slower but never wrong).
    * @param {string} sessionId
    * @param {{epoch: string|null, cursor: number, model: object}} snapshot
    * @returns {boolean} whether the snapshot was stored
@@ -168,6 +180,10 @@ export class SessionStore {
   commit(sessionId, { epoch, cursor, model }) {
     const key = this._cacheKey(sessionId);
     const raw = JSON.stringify({ v: STORE_VERSION, session_id: sessionId, epoch, cursor, model });
+    if (raw.length > this.maxSnapshotChars) {
+      this._remove(key);
+      return false;
+    }
     try {
       this.storage.setItem(key, raw);
       return true;

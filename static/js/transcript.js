@@ -237,6 +237,21 @@ export function applyEvent(model, ev) {
 }
 
 /**
+ * Apply a stretch of superseded deltas the server skipped (a `compacted`
+ * frame): the run's text segment starts here, as its first delta would have
+ * started it, and the `assistant.message` that follows fills it. The model
+ * ends exactly as after the deltas themselves.
+ * @param {object} model
+ * @param {{seq: number, run_id?: string|null}} item see apply.js compactedItem
+ * @returns {Array<object>} changes, as applyEvent's
+ */
+export function applyCompacted(model, item) {
+  const changes = [];
+  segmentFor(model, { seq: item.seq, run_id: item.run_id || null }, changes);
+  return changes;
+}
+
+/**
  * @param {object} model
  * @param {string} cmid
  * @returns {boolean} whether a user.message with this client_message_id is in the model

@@ -11,6 +11,7 @@
 
 import * as P from "./constants.js";
 import { CONFIRMED, FAILED, SENT } from "./ledger.js";
+import { MarkdownView } from "./markdown.js";
 import { STATE } from "./session.js";
 import { activeRun, queuedRuns } from "./transcript.js";
 
@@ -65,6 +66,9 @@ export const REJECTIONS = {
     actions: ["reload-page", "back-to-list"],
   },
 };
+
+/** How soon a batch is rendered when no animation frame comes (hidden tab). */
+const FLUSH_FALLBACK_MS = 100;
 
 const ACTION_IDS = ["reload-from-zero", "start-new-session", "sign-in", "reload-page", "back-to-list"];
 
@@ -161,6 +165,11 @@ export class SessionView {
     };
     /** item key -> element */
     this.rows = new Map();
+    /** changes taken, not yet rendered (see flush) */
+    this._pending = [];
+    this._pendingCursor = null;
+    this._ledgerDirty = false;
+    this._flushHandle = null;
     this.busy = { approval: new Set(), cancel: new Set() };
     this.state = STATE.CONNECTING;
     this.presence = null;
@@ -189,7 +198,9 @@ export class SessionView {
    * @param {number} cursor
    */
   reset(model, cursor) {
+    this._pending = [];
     this.model = model;
+    this._ledgerModel = model;
     this.rows.clear();
     const frag = this.doc.createDocumentFragment();
     for (const item of model.items) {
@@ -198,7 +209,8 @@ export class SessionView {
       frag.append(el);
     }
     this.el.transcript.replaceChildren(frag);
-    this.setCursor(cursor);
+    this._pendingCursor = cursor;
+    this.flush();
     this._title(model);
     this._runs(model);
     this.stick = true;
@@ -206,43 +218,98 @@ export class SessionView {
   }
 
   /**
-   * Apply what one event changed.
+   * Take what one event changed. Rendered at the next animation frame, with
+   * everything else that changed by then: a replay of thousands of events
+   * costs one DOM update per frame, not one per event.
    * @param {Array<object>} changes from transcript.applyEvent
    * @param {object} model
    */
   applyChanges(changes, model) {
     this.model = model;
-    for (const c of changes) {
-      if (c.op === "add") {
-        const el = this._build(c.item);
-        this.rows.set(c.item.key, el);
-        this.el.transcript.append(el);
-      } else if (c.op === "append") {
-        const el = this.rows.get(c.item.key);
-        if (!el) continue;
-        const last = el.lastChild;
-        if (last && last.nodeType === 3) last.appendData(c.text);
-        else el.append(c.text);
-      } else if (c.op === "update") {
-        const old = this.rows.get(c.item.key);
-        const el = this._build(c.item);
-        this.rows.set(c.item.key, el);
-        if (old) old.replaceWith(el);
-        else this.el.transcript.append(el);
-      } else if (c.op === "runs") {
-        this._runs(model);
-      } else if (c.op === "title") {
-        this._title(model);
-      }
-    }
-    this._scroll();
+    for (const c of changes) this._pending.push(c);
+    this._schedule();
   }
 
   /**
-   * @param {number} cursor the committed cursor
+   * @param {number} cursor the committed cursor (shown with the frame that renders it)
    */
   setCursor(cursor) {
-    this.el.transcript.dataset.cursor = String(cursor);
+    this._pendingCursor = cursor;
+    this._schedule();
+  }
+
+  _schedule() {
+    if (this._flushHandle !== null) return;
+    // The next frame, or shortly if frames are not coming (a hidden tab).
+    const win = this.doc.defaultView;
+    const run = () => this.flush();
+    const timer = setTimeout(run, FLUSH_FALLBACK_MS);
+    const frame = win && typeof win.requestAnimationFrame === "function" ? win.requestAnimationFrame(run) : null;
+    this._flushHandle = () => {
+      clearTimeout(timer);
+      if (frame !== null) win.cancelAnimationFrame(frame);
+    };
+  }
+
+  /** Render everything taken since the last frame, now. */
+  flush() {
+    if (this._flushHandle !== null) this._flushHandle();
+    this._flushHandle = null;
+    const changes = this._pending;
+    this._pending = [];
+    // Rows added in this batch are built once, from their current state; a
+    // row that existed and changed is rebuilt once, after its appends.
+    const added = new Set();
+    const rebuild = new Map();
+    const grown = new Map();
+    const frag = this.doc.createDocumentFragment();
+    let runs = false;
+    let title = false;
+    for (const c of changes) {
+      if (c.op === "add") {
+        added.add(c.item.key);
+        const el = this._build(c.item);
+        this.rows.set(c.item.key, el);
+        frag.append(el);
+      } else if (c.op === "append") {
+        // The item holds the whole text so far; rendered once below.
+        if (!added.has(c.item.key) && !rebuild.has(c.item.key)) grown.set(c.item.key, c.item);
+      } else if (c.op === "update") {
+        if (added.has(c.item.key)) continue;
+        grown.delete(c.item.key);
+        rebuild.set(c.item.key, c.item);
+      } else if (c.op === "runs") {
+        runs = true;
+      } else if (c.op === "title") {
+        title = true;
+      }
+    }
+    for (const [key, item] of grown) this._renderText(this.rows.get(key), item);
+    for (const [key, item] of rebuild) {
+      const old = this.rows.get(key);
+      if (old && item.type === "assistant" && old.dataset.testid === "assistant-message") {
+        // The final message: the same element, re-rendered in place.
+        old.dataset.final = item.final ? "true" : "false";
+        this._renderText(old, item);
+        continue;
+      }
+      const el = this._build(item);
+      this.rows.set(key, el);
+      if (old) old.replaceWith(el);
+      else frag.append(el);
+    }
+    if (frag.childNodes.length) this.el.transcript.append(frag);
+    if (this.model && runs) this._runs(this.model);
+    if (this.model && title) this._title(this.model);
+    if (this._ledgerDirty) {
+      this._ledgerDirty = false;
+      this._renderLedger(this._lastLedger, this._ledgerModel);
+    }
+    if (this._pendingCursor !== null) {
+      this.el.transcript.dataset.cursor = String(this._pendingCursor);
+      this._pendingCursor = null;
+    }
+    if (changes.length) this._scroll();
   }
 
   _build(item) {
@@ -264,20 +331,18 @@ export class SessionView {
           },
           [item.text],
         );
-      case "assistant":
-        return h(
-          d,
-          "article",
-          {
-            class: "row msg msg-assistant",
-            "data-seq": item.seq,
-            "data-testid": "assistant-message",
-            "data-run-id": item.runId || "",
-            "data-final": item.final ? "true" : "false",
-            "aria-label": "Agent",
-          },
-          [item.text],
-        );
+      case "assistant": {
+        const el = h(d, "article", {
+          class: "row msg msg-assistant",
+          "data-seq": item.seq,
+          "data-testid": "assistant-message",
+          "data-run-id": item.runId || "",
+          "data-final": item.final ? "true" : "false",
+          "aria-label": "Agent",
+        });
+        this._renderText(el, item);
+        return el;
+      }
       case "tool":
         return h(
           d,
@@ -336,6 +401,18 @@ export class SessionView {
       default:
         return h(d, "p", { class: "row note", "data-seq": item.seq, text: "" });
     }
+  }
+
+  /**
+   * Show an assistant item's text as Markdown in its element. The element
+   * keeps the text as written in `sourceText` (what the log says, for the
+   * tests); its DOM is the rendering.
+   */
+  _renderText(el, item) {
+    if (!el) return;
+    if (!el.markdown) el.markdown = new MarkdownView(this.doc, el);
+    el.sourceText = item.text;
+    el.markdown.render(item.text);
   }
 
   _buildApproval(item) {
@@ -406,7 +483,9 @@ export class SessionView {
   }
 
   _title(model) {
-    if (model.title && this.el.title) {
+    // The server's title (renamed since, or named after the first message)
+    // wins over the one the session was created with.
+    if (model.title && this.el.title && !this.el.title.dataset.title) {
       this.el.title.textContent = model.title;
       this.doc.title = `${model.title} · Agent sessions`;
     }
@@ -494,6 +573,15 @@ export class SessionView {
    * @param {object} model
    */
   setLedger(entries, model) {
+    // With the transcript's frame: a confirmed input leaves the pending list
+    // in the frame its message appears in.
+    this._lastLedger = entries;
+    this._ledgerModel = model;
+    this._ledgerDirty = true;
+    this._schedule();
+  }
+
+  _renderLedger(entries, model) {
     const d = this.doc;
     const shown = entries.filter((e) => model.idx.user[e.id] === undefined);
     const status = (e) => {
@@ -526,7 +614,6 @@ export class SessionView {
         ),
       ),
     );
-    this._lastLedger = entries;
     this._scroll();
   }
 

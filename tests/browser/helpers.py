@@ -105,8 +105,20 @@ def cursors_since(page: Page, since: dict[str, int] | None = None) -> list[int]:
 
 
 def assert_each_seq_once(page: Page, since: dict[str, int], end: int) -> None:
-    """Since the mark, the cursor moved through ``cursor+1 … end`` one seq at a
-    time: nothing missing, nothing applied twice, nothing rolled back."""
+    """Since the mark, the cursor only moved forward, from past the mark's cursor
+    to ``end``: nothing applied twice, nothing rolled back. Live, it moves one seq
+    at a time; a replay is rendered once per animation frame and skips
+    superseded stretches (compaction), so there it moves in steps. That nothing
+    is missing is what the transcript checks (``assert_shows_log``)."""
+    seen = cursors_since(page, since)
+    assert seen, "the cursor never moved"
+    assert seen == sorted(set(seen)), seen
+    assert seen[0] > since["cursor"] and seen[-1] == end, (since["cursor"], seen, end)
+
+
+def assert_each_live_seq_once(page: Page, since: dict[str, int], end: int) -> None:
+    """Since the mark, with the tab live throughout, the cursor moved through
+    ``cursor+1 … end`` one seq at a time: each live event is rendered as it comes."""
     assert cursors_since(page, since) == list(range(since["cursor"] + 1, end + 1))
 
 
@@ -201,9 +213,27 @@ def rendered_seqs(page: Page) -> list[int]:
     )
 
 
+# An assistant element's text as written (its Markdown source), provided what
+# it shows is exactly a fresh rendering of that text: a stale or doubled
+# rendering turns into a visible mismatch in the comparisons.
+SHOWN_TEXT_JS = """
+(el) => {
+  if (!el.markdown) return "NOT RENDERED: " + el.textContent;
+  const probe = document.createElement("div");
+  new el.markdown.constructor(document, probe).render(el.sourceText);
+  if (el.markdown.text !== el.sourceText || probe.innerHTML !== el.innerHTML) {
+    return "RENDERING DIFFERS FROM THE TEXT: " + el.textContent;
+  }
+  return el.sourceText;
+}
+"""
+
+
 def assistant_texts(page: Page) -> list[str]:
+    """Each assistant message's text as the log has it, checked against what
+    the element shows (SHOWN_TEXT_JS; Markdown itself: test_markdown.py)."""
     return page.eval_on_selector_all(
-        "[data-testid=assistant-message]", "els => els.map(e => e.textContent)"
+        "[data-testid=assistant-message]", f"els => els.map({SHOWN_TEXT_JS})"
     )
 
 
@@ -211,8 +241,12 @@ def transcript_text(page: Page) -> str:
     return page.get_by_test_id("transcript").inner_text()
 
 
-TRANSCRIPT_JS = r"""
+TRANSCRIPT_JS = (
+    r"""
 () => {
+  const shown = """
+    + SHOWN_TEXT_JS
+    + r""";
   const t = document.querySelector("[data-testid=transcript]");
   const items = Array.from(t.querySelectorAll(":scope > [data-seq]")).map((el) => {
     const d = el.dataset;
@@ -223,7 +257,7 @@ TRANSCRIPT_JS = r"""
     else if (kind === "user-message") {
       Object.assign(item, { cmid: d.clientMessageId, run: d.runId, text });
     } else if (kind === "assistant-message") {
-      Object.assign(item, { run: d.runId, final: d.final === "true", text });
+      Object.assign(item, { run: d.runId, final: d.final === "true", text: shown(el) });
     } else if (kind === "tool-call") {
       Object.assign(item, { run: d.runId, call: d.toolCallId, tool: d.tool });
     } else if (kind === "approval") {
@@ -240,6 +274,7 @@ TRANSCRIPT_JS = r"""
   return { session: t.dataset.sessionId, cursor: Number(t.dataset.cursor), items };
 }
 """
+)
 
 
 def transcript(page: Page) -> dict[str, Any]:
@@ -457,17 +492,20 @@ def server_closes_socket(page: Page) -> None:
 
 
 class Wire:
-    """Every WebSocket of a page and the frames on it, as Chromium saw them."""
+    """Every session WebSocket of a page and the frames on it, as Chromium saw them (the
+    frames of a ``batch`` message one by one, as the client handles them)."""
 
     def __init__(self, page: Page):
         self.sockets: list[dict[str, Any]] = []
         page.on("websocket", self._opened)
 
     def _opened(self, ws) -> None:
+        if not ws.url.endswith("/ws/sessions/"):
+            return  # the list page's socket (/ws/list/) is not a session's
         entry: dict[str, Any] = {"url": ws.url, "sent": [], "received": [], "closed": False}
         self.sockets.append(entry)
         ws.on("framesent", lambda payload: entry["sent"].append(_parse(payload)))
-        ws.on("framereceived", lambda payload: entry["received"].append(_parse(payload)))
+        ws.on("framereceived", lambda payload: entry["received"].extend(_frames(payload)))
         ws.on("close", lambda _ws: entry.update(closed=True))
 
     def sent(self, index: int, type_: str) -> list[dict[str, Any]]:
@@ -475,6 +513,13 @@ class Wire:
 
     def received(self, index: int, type_: str) -> list[dict[str, Any]]:
         return [f for f in self.sockets[index]["received"] if f.get("type") == type_]
+
+
+def _frames(payload) -> list[dict[str, Any]]:
+    frame = _parse(payload)
+    if frame.get("type") == "batch" and isinstance(frame.get("frames"), list):
+        return [f if isinstance(f, dict) else {"type": None} for f in frame["frames"]]
+    return [frame]
 
 
 def _parse(payload) -> dict[str, Any]:

@@ -39,3 +39,18 @@ def test_server_restart_resumes_every_tab_across_servers(daphnes, ctx):
     """Both daphnes are killed -9 and restarted on their ports, during a stream
     (which goes on in its worker) and at a parked gate."""
     scenarios.server_restart(ctx, daphnes(), daphnes(), interrupted=False)
+
+
+def test_epoch_rotation_reloads_tabs_on_both_servers(server, server_b, ctx, django_user_model):
+    """The rotation made on one server's admin reaches the other server's tab
+    through Redis: both reload with the notice and end with the log."""
+    from tests.browser.test_long_sessions import epoch_rotation
+
+    epoch_rotation(ctx, server, server_b, django_user_model)
+
+
+def test_the_session_list_updates_across_servers(server, server_b, ctx):
+    """The list on one server follows what a tab on the other does, through Redis."""
+    from tests.browser.test_session_list import live_list
+
+    live_list(ctx, server, server_b)

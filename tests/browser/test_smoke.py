@@ -45,3 +45,29 @@ def test_refresh_restores_and_resumes(server, ctx):
     settle(page, session_id)
     assert page.get_by_test_id("transcript").inner_text() == before
     expect(page.get_by_test_id("user-message")).to_have_count(1)
+
+
+def test_a_page_whose_files_fail_to_load_reloads_itself(server, ctx):
+    """The server dies right after sending a page: none of its files load (not
+    even a script that could retry), and it would stay dead at "Connecting…".
+    The inline boot script reloads it, and the tab goes live."""
+    from tests.browser.helpers import expect_live
+
+    first = ctx.new_page()
+    session_id = new_session(first, server)
+    page = ctx.new_page()
+    documents = []
+    page.on("framenavigated", lambda frame: documents.append(frame.url))
+
+    def dead_on_first_load(route):
+        # Every file of the first document fails, as with a server gone.
+        if len(documents) <= 1:
+            route.abort("connectionreset")
+        else:
+            route.continue_()
+
+    page.route("**/static/**", dead_on_first_load)
+    page.goto(f"{server.http}/s/{session_id}/")
+    expect_live(page)
+    assert len(documents) >= 2, "the page was loaded again"
+    assert page.evaluate("() => document.documentElement.dataset.app") == "started"

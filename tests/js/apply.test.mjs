@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Acker, ApplyLoop } from "../../static/js/session.js";
+import { Acker, ApplyLoop, compactedItem } from "../../static/js/apply.js";
 import { ev, FakeClock } from "./helpers.mjs";
 
 function make(cursor = 0, extra = {}) {
@@ -215,4 +215,61 @@ test("cancelled acks are not sent (socket dropped before the ack)", () => {
   acker.cancel();
   clock.advance(1000);
   assert.equal(sent.length, 0);
+});
+
+test("a skipped stretch is applied once and moves the cursor to its last seq", () => {
+  const { loop, applied, commits } = make(3);
+  assert.equal(loop.receive(compactedItem({ from: 4, to: 9, run_id: "R" })), "applied");
+  assert.equal(loop.cursor, 9);
+  assert.deepEqual(commits, [9]);
+  assert.equal(loop.receive(compactedItem({ from: 4, to: 9, run_id: "R" })), "duplicate");
+  assert.equal(loop.receive(ev(7)), "duplicate", "nothing inside a stretch applies after it");
+  assert.equal(loop.receive(ev(10)), "applied");
+  assert.deepEqual(applied, [4, 10]);
+});
+
+test("a stretch that begins at or before the cursor still moves it past its end", () => {
+  const { loop } = make(6);
+  assert.equal(loop.receive(compactedItem({ from: 4, to: 9 })), "applied");
+  assert.equal(loop.cursor, 9);
+});
+
+test("a stretch after a gap is held, and applied in order once the gap is filled", () => {
+  const { loop, applied, sent } = make(1);
+  assert.equal(loop.receive(compactedItem({ from: 5, to: 8 })), "held");
+  assert.equal(loop.receive(ev(9)), "held");
+  assert.equal(sent.length, 1, "a sync asks for the gap");
+  loop.receive(ev(2));
+  loop.receive(ev(3));
+  loop.receive(ev(4));
+  assert.deepEqual(applied, [2, 3, 4, 5, 9]);
+  assert.equal(loop.cursor, 9);
+  assert.equal(loop.heldCount, 0);
+});
+
+test("a malformed compacted frame is not applied", () => {
+  assert.equal(compactedItem({ from: 5, to: 4 }), null);
+  assert.equal(compactedItem({ from: "5", to: 6 }), null);
+  assert.equal(compactedItem({ from: 0, to: 6 }), null);
+});
+
+test("an event and a stretch held at the same seq are both kept; events it covers are forgotten", () => {
+  const { loop, applied } = make(6);
+  loop.receive(ev(8));
+  loop.receive(compactedItem({ from: 8, to: 20 }));
+  loop.receive(ev(12));
+  assert.equal(loop.heldCount, 3);
+  loop.receive(ev(7));
+  assert.deepEqual(applied, [7, 8, 8], "the event at 8, then the stretch from 8");
+  assert.equal(loop.cursor, 20);
+  assert.equal(loop.heldCount, 0, "nothing left held: no sync goes on asking");
+});
+
+test("a long run of held events drains in order, each once", () => {
+  const { loop, applied } = make(0);
+  for (let seq = 20000; seq >= 2; seq--) loop.receive(ev(seq));
+  loop.receive(ev(1));
+  assert.equal(applied.length, 20000);
+  assert.ok(applied.every((seq, i) => seq === i + 1));
+  assert.equal(loop.heldCount, 0);
 });

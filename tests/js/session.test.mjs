@@ -101,7 +101,18 @@ test("first connection: resume after 0, replay, then live; cursor, ack and cache
   clock.advance(0);
   sock().open();
   const r = sock().framesOf("resume")[0];
-  assert.deepEqual({ ...r, request_id: undefined }, { type: "resume", protocol: 1, tab_id: "t-1", request_id: undefined, session_id: SID, after: 0 });
+  assert.deepEqual(
+    { ...r, request_id: undefined },
+    {
+      type: "resume",
+      protocol: 1,
+      tab_id: "t-1",
+      request_id: undefined,
+      session_id: SID,
+      after: 0,
+      features: ["compact", "batch"],
+    },
+  );
   assert.equal(view.state, "resuming");
   sock().receive({ type: "resume_ok", request_id: r.request_id, session_id: SID, epoch: "E1", after: 0, head: 3 });
   assert.equal(view.state, "resuming", "live only after the replay");
@@ -293,29 +304,28 @@ test("not_found: its own state, no retry, no new session", () => {
   assert.equal(client.submit("x").ok, false);
 });
 
-test("epoch_mismatch: reload from 0 drops the cache, keeps the ledger, resumes after 0", () => {
+test("epoch_mismatch: the tab drops its cache, says so, and reloads from 0 on the same socket, ledger kept", () => {
   const storage = new FakeStorage();
   const first = setup({ storage });
   first.client.start();
   first.resume(3, range(1, 3));
   const pending = first.client.submit("keep me");
   first.client.stop();
-  const { client, view, sock, store, clock } = setup({ storage });
+  const { client, view, sock, sockets, store, clock } = setup({ storage });
   client.start();
   clock.advance(0);
   sock().open();
   const r = sock().framesOf("resume")[0];
   assert.equal(r.after, 3);
   sock().receive({ type: "resume_rejected", request_id: r.request_id, session_id: SID, reason: "epoch_mismatch", message: "rebuilt" });
-  assert.equal(view.state, "rejected:epoch_mismatch");
-  assert.equal(client.cursor, 3, "nothing is dropped silently");
-  client.reloadFromZero();
-  assert.equal(store.load(SID), null);
+  assert.equal(store.load(SID), null, "the cache is dropped");
   assert.equal(client.cursor, 0);
   assert.equal(view.model.items.length, 0);
-  clock.advance(1);
-  sock().open();
-  const r2 = sock().framesOf("resume")[0];
+  assert.equal(view.notes.length, 1, "the person is told");
+  assert.match(view.notes[0], /rebuilt on the server/);
+  assert.ok(!view.states.some((st) => st.startsWith("rejected")), "never shown as rejected");
+  assert.equal(sockets.length, 1, "the same socket");
+  const r2 = sock().framesOf("resume")[1];
   assert.equal(r2.after, 0);
   assert.equal(r2.epoch, undefined);
   sock().receive({ type: "resume_ok", request_id: r2.request_id, session_id: SID, epoch: "E2", after: 0, head: 1 });
@@ -328,6 +338,76 @@ test("epoch_mismatch: reload from 0 drops the cache, keeps the ledger, resumes a
     [pending.id],
   );
   assert.equal(client.epoch, "E2");
+});
+
+test("batch: the frames of one message are applied in order, each as if it came alone", () => {
+  const { client, view, sock, resume } = setup();
+  client.start();
+  resume(6, []);
+  sock().receive({
+    type: "batch",
+    frames: [
+      ev(1, "session.created", {}, null),
+      ev(2, "user.message", { client_message_id: "m1", text: "hi" }, "R"),
+      ev(3, "run.started", {}, "R"),
+      { type: "compacted", session_id: SID, from: 4, to: 4, run_id: "R" },
+      ev(5, "assistant.message", { text: "tok0 " }, "R"),
+      ev(6, "run.finished", { stop_reason: "end_turn" }, "R"),
+    ],
+  });
+  assert.equal(client.cursor, 6);
+  assert.equal(view.state, "live");
+  assert.equal(view.model.items.find((i) => i.type === "assistant").text, "tok0 ");
+});
+
+test("cursor_expired: the tab rebuilds from the first event the server keeps, with a notice", () => {
+  const storage = new FakeStorage();
+  const first = setup({ storage });
+  first.client.start();
+  first.resume(3, range(1, 3));
+  first.client.stop();
+  const { client, view, sock, store, clock } = setup({ storage });
+  client.start();
+  clock.advance(0);
+  sock().open();
+  const r = sock().framesOf("resume")[0];
+  sock().receive({ type: "resume_rejected", request_id: r.request_id, session_id: SID, reason: "cursor_expired", earliest: 10, epoch: "E1" });
+  assert.equal(store.load(SID), null);
+  assert.match(view.notes[0], /no longer keeps/);
+  const r2 = sock().framesOf("resume")[1];
+  assert.equal(r2.after, 9);
+  assert.equal(r2.epoch, "E1");
+  sock().receive({ type: "resume_ok", request_id: r2.request_id, session_id: SID, epoch: "E1", after: 9, head: 10 });
+  sock().receive(ev(10));
+  assert.equal(view.state, "live");
+  assert.equal(client.cursor, 10);
+});
+
+test("cursor_expired without an epoch (an older server): shown as rejected, nothing dropped", () => {
+  const { client, view, sock, clock, resume } = setup();
+  client.start();
+  resume(3, range(1, 3));
+  sock().serverClose(1013);
+  clock.advance(1);
+  sock().open();
+  const r = sock().framesOf("resume")[0];
+  sock().receive({ type: "resume_rejected", request_id: r.request_id, session_id: SID, reason: "cursor_expired", earliest: 10 });
+  assert.equal(view.state, "rejected:cursor_expired");
+  assert.equal(client.cursor, 3);
+});
+
+test("compacted: a skipped stretch moves the cursor over it; the message fills the segment", () => {
+  const { client, view, sock, resume } = setup();
+  client.start();
+  resume(7, [ev(1, "session.created", {}, null), ev(2, "user.message", { client_message_id: "m1", text: "hi" }, "R"), ev(3, "run.started", {}, "R")]);
+  sock().receive({ type: "compacted", session_id: SID, from: 4, to: 5, run_id: "R" });
+  assert.equal(client.cursor, 5);
+  sock().receive(ev(6, "assistant.message", { text: "tok0 tok1 " }, "R"));
+  sock().receive(ev(7, "run.finished", { stop_reason: "end_turn" }, "R"));
+  assert.equal(view.state, "live");
+  const seg = view.model.items.find((i) => i.type === "assistant");
+  assert.deepEqual([seg.key, seg.text, seg.final], ["a4", "tok0 tok1 ", true]);
+  assert.equal(client.snapshot().stats.compacted, 2);
 });
 
 test("4401: rejected (signed out), no retry", () => {

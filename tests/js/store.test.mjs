@@ -71,3 +71,13 @@ test("the tab id is made once and kept; a copied sessionStorage gets a new one",
   assert.notEqual(other, id);
   assert.equal(new SessionStore(storage).tabId(tab), id, "the opener keeps its id");
 });
+
+test("a snapshot past the size bound is not stored, and an older one is removed", () => {
+  const storage = new FakeStorage();
+  const store = new SessionStore(storage, { maxSnapshotChars: 500 });
+  const small = { items: [], runs: {}, idx: {} };
+  assert.equal(store.commit("s_1", { epoch: "E", cursor: 1, model: small }), true);
+  const big = { items: [{ text: "x".repeat(600) }], runs: {}, idx: {} };
+  assert.equal(store.commit("s_1", { epoch: "E", cursor: 2, model: big }), false);
+  assert.equal(store.load("s_1"), null, "never a stale pair: the cache is gone, a refresh reloads");
+});

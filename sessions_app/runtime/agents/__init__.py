@@ -1,4 +1,5 @@
-"""Pluggable agents: picks the class named by ``settings.AGENT_CLASS``."""
+"""Pluggable agents: picks the class named by ``settings.AGENT_CLASS``
+(docs/agents.md)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from ..base import Agent
 _BUILTIN = {
     "scripted": "sessions_app.runtime.agents.scripted.ScriptedAgent",
     "openai": "sessions_app.runtime.agents.openai.OpenAIAgent",
+    "anthropic": "sessions_app.runtime.agents.anthropic.AnthropicAgent",
 }
 
 
 def get_agent(name: str | None = None) -> Agent:
-    """A new agent instance: ``scripted``, ``openai`` or a dotted class path."""
+    """A new agent instance: ``scripted``, ``openai``, ``anthropic`` or a dotted class path."""
     name = name or settings.AGENT_CLASS
     path = _BUILTIN.get(name, name)
     try:

@@ -18,28 +18,17 @@ Choices not fixed by the protocol:
 from __future__ import annotations
 
 import copy
-import json
-import queue
-import threading
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any
 
 from django.conf import settings
 
 from ..base import AgentError, RunContext, ToolOutcome
-from ..tools import TOOLS, validate_args
+from . import streaming
 
 # Model calls per run (the first plus one after each round of tools).
 MAX_MODEL_CALLS = 8
-# Text fragments arriving within this long of the first buffered one go out
-# as one delta, so a fast model is not one event per token.
-COALESCE_SECONDS = 0.03
 # Seconds to wait for the endpoint: to connect and between streamed bytes.
 REQUEST_TIMEOUT = 60.0
-MAX_ERROR_DETAIL = 500
 
 SYSTEM_PROMPT = (
     "You are a helpful assistant in a web chat. You have a private working "
@@ -167,74 +156,31 @@ class OpenAIAgent:
         self, ctx: RunContext, messages: list[dict[str, Any]]
     ) -> tuple[str, list[dict[str, str]]]:
         """Stream one completion: deltas go to ``ctx``; returns (text, tool calls)."""
-        response = _open(messages)
-        # A reader thread, so a buffered fragment goes out on time even while
-        # the model is silent; ctx is only ever called from this thread.
-        events: queue.Queue[tuple[str, Any]] = queue.Queue()
-        threading.Thread(
-            target=_read_sse, args=(response, events), name="openai-sse", daemon=True
-        ).start()
-        text: list[str] = []
-        buffer: list[str] = []
-        flush_at: float | None = None
         calls: dict[int, dict[str, str]] = {}
-        try:
-            while True:
-                timeout = None if flush_at is None else max(flush_at - time.monotonic(), 0)
-                try:
-                    kind, payload = events.get(timeout=timeout)
-                except queue.Empty:
-                    kind, payload = "flush", None
-                if kind == "end":
-                    break
-                if kind == "error":
-                    raise _stream_error(payload)
-                if kind == "data":
-                    fragment = _apply_chunk(payload, calls)
-                    if fragment:
-                        text.append(fragment)
-                        if not buffer:
-                            flush_at = time.monotonic() + COALESCE_SECONDS
-                        buffer.append(fragment)
-                if buffer and flush_at is not None and time.monotonic() >= flush_at:
-                    ctx.delta("".join(buffer))
-                    buffer.clear()
-                    flush_at = None
-        finally:
-            response.close()  # also stops the reader when we leave early
-        if buffer:
-            ctx.delta("".join(buffer))
+        text = streaming.stream(
+            ctx,
+            _open(messages),
+            lambda payload: _apply_chunk(payload, calls),
+            secret=settings.OPENAI_API_KEY,
+            timeout=REQUEST_TIMEOUT,
+        )
         ordered = [calls[index] for index in sorted(calls)]
         for position, call in enumerate(ordered):
             call["id"] = call["id"] or f"call_{position}"
-        return "".join(text), ordered
+        return text, ordered
 
 
 def _parse_call(call: dict[str, str]) -> tuple[dict[str, Any] | None, str | None]:
     """The call's arguments, or the error to answer the model with."""
-    name = call.get("name", "")
-    if name not in TOOLS:
-        return None, f"error: unknown tool {name!r}; the tools are {', '.join(TOOLS)}"
-    try:
-        args = json.loads(call.get("arguments") or "{}")
-    except json.JSONDecodeError as exc:
-        return None, f"error: the arguments are not valid JSON ({exc.msg})"
-    problem = validate_args(name, args)
-    if problem:
-        return None, f"error: {problem}"
-    return args, None
+    return streaming.parse_tool_call(call, "the arguments are")
 
 
 def _apply_chunk(payload: str, calls: dict[int, dict[str, str]]) -> str:
     """Fold one SSE chunk into ``calls``; returns its text fragment."""
-    try:
-        chunk = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise AgentError(f"the model endpoint sent a malformed chunk ({exc.msg})") from exc
-    if not isinstance(chunk, dict):
-        raise AgentError("the model endpoint sent a malformed chunk")
+    chunk = streaming.parse_json(payload)
     if chunk.get("error"):
-        raise AgentError(f"the model endpoint reported an error: {_error_message(chunk)}")
+        message = streaming.error_message(chunk, settings.OPENAI_API_KEY)
+        raise AgentError(f"the model endpoint reported an error: {message}")
     fragment = ""
     for choice in chunk.get("choices") or []:
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
@@ -265,81 +211,21 @@ def _apply_chunk(payload: str, calls: dict[int, dict[str, str]]) -> str:
     return fragment
 
 
-def _read_sse(response: Any, events: queue.Queue) -> None:
-    """Reader thread: hands each ``data:`` payload to the run's thread."""
-    try:
-        for raw in response:
-            line = raw.decode("utf-8", errors="replace").strip()
-            if not line.startswith("data:"):
-                continue  # blank separators, comments, event names
-            payload = line[5:].strip()
-            if payload == "[DONE]":
-                break
-            events.put(("data", payload))
-    except Exception as exc:  # any failure, re-raised in the run's thread
-        events.put(("error", exc))
-    finally:
-        events.put(("end", None))
-
-
 def _open(messages: list[dict[str, Any]]) -> Any:
     base = str(settings.OPENAI_BASE_URL).rstrip("/")
-    body = json.dumps(
-        {
-            "model": settings.OPENAI_MODEL,
-            "messages": messages,
-            "tools": TOOL_SCHEMAS,
-            "stream": True,
-        }
-    ).encode()
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    body = {
+        "model": settings.OPENAI_MODEL,
+        "messages": messages,
+        "tools": TOOL_SCHEMAS,
+        "stream": True,
+    }
+    headers = {}
     if settings.OPENAI_API_KEY:
         headers["Authorization"] = f"Bearer {settings.OPENAI_API_KEY}"
-    url = f"{base}/chat/completions"
-    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        raise AgentError("OPENAI_BASE_URL must be an http or https URL")
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310 -- scheme checked
-    try:
-        return urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT)  # noqa: S310 -- scheme checked
-    except urllib.error.HTTPError as exc:
-        detail = ""
-        try:
-            raw = exc.read(64 * 1024).decode("utf-8", errors="replace")
-            detail = _error_message(json.loads(raw))
-        except (OSError, ValueError):
-            pass
-        finally:
-            exc.close()
-        suffix = f": {detail}" if detail else ""
-        raise AgentError(f"the model endpoint answered HTTP {exc.code}{suffix}") from None
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, TimeoutError):
-            raise _timeout_error() from None
-        raise AgentError(f"could not reach the model endpoint: {_redact(exc.reason)}") from None
-    except TimeoutError:
-        raise _timeout_error() from None
-    except OSError as exc:
-        raise AgentError(f"could not reach the model endpoint: {_redact(exc)}") from None
-
-
-def _error_message(body: Any) -> str:
-    error = body.get("error") if isinstance(body, dict) else None
-    message = error.get("message") if isinstance(error, dict) else error
-    return _redact(message)[:MAX_ERROR_DETAIL] if message else ""
-
-
-def _stream_error(exc: BaseException) -> AgentError:
-    if isinstance(exc, TimeoutError):
-        return _timeout_error()
-    return AgentError(f"the model's stream broke off: {_redact(exc) or type(exc).__name__}")
-
-
-def _timeout_error() -> AgentError:
-    return AgentError(f"the model endpoint did not answer within {REQUEST_TIMEOUT:g} s")
-
-
-def _redact(value: Any) -> str:
-    """``str(value)`` without the API key, whatever an endpoint echoes back."""
-    text = str(value)
-    key = settings.OPENAI_API_KEY
-    return text.replace(key, "[redacted]") if key else text
+    return streaming.open_stream(
+        f"{base}/chat/completions",
+        body,
+        headers,
+        secret=settings.OPENAI_API_KEY,
+        timeout=REQUEST_TIMEOUT,
+    )

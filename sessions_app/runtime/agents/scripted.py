@@ -2,9 +2,10 @@
 
 It implements the commands in docs/protocol.md, "The demo agent's commands":
 plain text gets a short streamed reply, ``/stream N [MS]`` is a load
-generator, ``/write`` and ``/sh`` go through an approval gate, ``/fail`` ends
-the run with an error. It holds nothing between calls: what ``resume`` needs
-is in ``ctx.state``.
+generator, ``/echo TEXT`` streams TEXT back as written (Markdown, payloads),
+``/markdown`` streams a sample answer in Markdown, ``/write`` and ``/sh`` go
+through an approval gate, ``/fail`` ends the run with an error. It holds
+nothing between calls: what ``resume`` needs is in ``ctx.state``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,38 @@ DEFAULT_STREAM_MS = 20
 STREAM_USAGE = "usage: /stream N [MS]"
 WRITE_USAGE = "usage: /write PATH TEXT"
 SH_USAGE = "usage: /sh CMD"
+ECHO_USAGE = "usage: /echo TEXT"
+# /echo and /markdown stream their text in this many deltas, this far apart.
+ECHO_DELTAS = 12
+ECHO_DELTA_PAUSE = 0.03
+
+MARKDOWN_SAMPLE = """## Plan for the report
+
+The agent's answers are **Markdown**: *emphasis*, `inline code`,
+[links](https://www.djangoproject.com/) and lists.
+
+1. Read the quarterly figures
+2. Compare them with last year
+   - revenue
+   - costs
+3. Write the summary
+
+| Quarter | Revenue | Change |
+|---|---:|:-:|
+| Q1 | 1,200 | +4% |
+| Q2 | 1,350 | +12% |
+
+```python
+def growth(before: float, after: float) -> float:
+    # relative change, as a fraction
+    return (after - before) / before
+```
+
+> Figures are unaudited.
+
+- [x] gather data
+- [ ] send the report
+"""
 
 REPLY_TAIL = "This is the scripted demo agent."
 # A long input would otherwise become thousands of deltas.
@@ -39,6 +72,12 @@ class ScriptedAgent:
         rest = parts[1] if len(parts) == 2 else ""
         if command == "/stream":
             self._stream(ctx, rest)
+        elif command == "/echo":
+            if not rest:
+                raise AgentError(ECHO_USAGE)
+            self._echo(ctx, rest)
+        elif command == "/markdown":
+            self._echo(ctx, MARKDOWN_SAMPLE)
         elif command == "/write":
             self._write(ctx, rest)
         elif command == "/sh":
@@ -104,6 +143,16 @@ class ScriptedAgent:
             ctx.delta(token)
             tokens.append(token)
         ctx.message("".join(tokens))
+
+    def _echo(self, ctx: RunContext, text: str) -> None:
+        # Cut anywhere, mid-word and mid-syntax: the client renders every
+        # prefix of the text, as it would a model's stream.
+        size = max(1, -(-len(text) // ECHO_DELTAS))
+        for index in range(0, len(text), size):
+            if index:
+                ctx.sleep(ECHO_DELTA_PAUSE)
+            ctx.delta(text[index : index + size])
+        ctx.message(text)
 
     def _write(self, ctx: RunContext, rest: str) -> None:
         parts = rest.split(None, 1)

@@ -1,0 +1,48 @@
+"""The ASGI application around a project's Django HTTP app: one call.
+
+``agentsite/asgi.py`` uses it, and so does a project that embeds the app
+(docs/embedding.md)::
+
+    django_asgi_app = get_asgi_application()
+    from sessions_app.asgi import application_for
+    application = application_for(django_asgi_app)
+
+WebSocket upgrades go to the session and list sockets (``routing.py``), only
+from this site's own origin or CSRF_TRUSTED_ORIGINS, with the user of the
+session cookie; HTTP goes to Django (with the static files in front when
+DEBUG or SERVE_STATIC); the embedded runtime starts with the first request.
+"""
+
+from __future__ import annotations
+
+from channels.routing import ProtocolTypeRouter, URLRouter
+from django.conf import settings
+
+from .auth import PooledAuthMiddlewareStack
+from .routing import websocket_urlpatterns
+from .security import SameOriginValidator
+from .server import RuntimeStarter, install_daphne_hooks
+from .static import StaticFiles
+
+
+def websocket_application(routes=()):
+    """The app's WebSocket routes, after ``routes`` (a project's own), behind
+    the Origin check and the cookie's user."""
+    return SameOriginValidator(
+        PooledAuthMiddlewareStack(URLRouter([*routes, *websocket_urlpatterns]))
+    )
+
+
+def application_for(django_asgi_app, *, websocket_routes=(), serve_static: bool | None = None):
+    """The whole ASGI application: ``django_asgi_app`` for HTTP, the app's
+    sockets (and ``websocket_routes``, a project's own, matched first) for
+    WebSockets. ``serve_static`` defaults to DEBUG or SERVE_STATIC (plain
+    daphne serves no static files; in production a proxy usually does)."""
+    if serve_static is None:
+        serve_static = settings.DEBUG or getattr(settings, "SERVE_STATIC", False)
+    http = StaticFiles(django_asgi_app) if serve_static else django_asgi_app
+    application = RuntimeStarter(
+        ProtocolTypeRouter({"http": http, "websocket": websocket_application(websocket_routes)})
+    )
+    install_daphne_hooks()
+    return application

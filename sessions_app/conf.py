@@ -1,0 +1,75 @@
+"""The app's settings and their defaults, for projects that embed it.
+
+``agentsite/settings.py`` sets every one of these from the environment; a
+project that adds ``sessions_app`` to its own settings (docs/embedding.md)
+sets only what it wants to change. ``install_defaults`` (called from the
+app's ``ready``) gives every setting the project left out its default, so the
+code reads ``settings.AGENT_…`` in one way everywhere (and tests override them
+with Django's own tools), the way django-appconf does it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+
+# The app's pages (all under templates/sessions_app/, so they never shadow a
+# project's own base.html or login page) and its browser client live beside
+# the package, at the repository's top level: a project embedding the app adds
+# these to TEMPLATES' DIRS and STATICFILES_DIRS.
+_REPOSITORY = Path(__file__).resolve().parent.parent
+TEMPLATES_DIR = _REPOSITORY / "templates"
+STATIC_DIR = _REPOSITORY / "static"
+
+
+# Every app setting but the paths, with its default: read here by projects
+# that embed the app, and by agentsite/settings.py under the environment.
+DEFAULTS: dict[str, object] = {
+    # "embedded": runs execute in the server process; "worker": in
+    # `manage.py run_agent_worker` (set TASKS to django_tasks_db's backend).
+    "AGENT_RUNNER": "embedded",
+    # "scripted", "openai", "anthropic" or an agent class's dotted path (docs/agents.md).
+    "AGENT_CLASS": "scripted",
+    "AGENT_LEASE_SECONDS": 10.0,
+    "AGENT_SWEEP_SECONDS": 3.0,
+    "AGENT_PICKUP_SECONDS": 120.0,
+    "AGENT_WORKER_CONCURRENCY": 32,
+    "AGENT_GROUP_COMMIT": True,
+    "AGENT_USER_MAX_RUNS": 8,
+    "AGENT_WORKER_GRACE_SECONDS": 20.0,
+    "AGENT_TAIL_SETTLE_SECONDS": 1.0,
+    "AGENT_TAIL_PROBE_SECONDS": 30.0,
+    "AGENT_USER_MAX_SOCKETS": 50,
+    "AGENT_SEND_BUFFER_BYTES": 1024 * 1024,
+    "AGENT_SLOW_CONSUMER_SECONDS": 10.0,
+    "AGENT_RETAIN_DELTAS_DAYS": 0.0,
+    "AGENT_RETAIN_SESSIONS_DAYS": 0.0,
+    "AGENT_RETENTION_INTERVAL_SECONDS": 3600.0,
+    "AGENT_METRICS_TOKEN": "",
+    "AGENT_TEST_HOOKS": False,
+    "AGENT_RUNTIME_AUTOSTART": True,
+    "OPENAI_BASE_URL": "https://api.openai.com/v1",
+    "OPENAI_API_KEY": "",
+    "OPENAI_MODEL": "gpt-4o-mini",
+    "ANTHROPIC_BASE_URL": "https://api.anthropic.com/v1",
+    "ANTHROPIC_API_KEY": "",
+    "ANTHROPIC_MODEL": "claude-sonnet-4-5",
+    "ANTHROPIC_MAX_TOKENS": 4096,
+}
+
+
+def defaults() -> dict[str, object]:
+    """Each setting's default. The paths follow VAR_DIR (``BASE_DIR/var``, or
+    ``./var`` for a project without BASE_DIR) unless set."""
+    var_dir = Path(
+        getattr(settings, "VAR_DIR", None) or Path(getattr(settings, "BASE_DIR", ".")) / "var"
+    )
+    return {"VAR_DIR": var_dir, "AGENT_WORKSPACES": var_dir / "workspaces", **DEFAULTS}
+
+
+def install_defaults() -> None:
+    """Set every app setting the project did not set to its default."""
+    for name, value in defaults().items():
+        if not hasattr(settings, name):
+            setattr(settings, name, value)

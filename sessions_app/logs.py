@@ -1,0 +1,58 @@
+"""Logging for operators: JSON lines when configured, and the socket context.
+
+``LOG_FORMAT=json`` makes the ``sessions_app`` loggers write one JSON object
+per line (``ts``, ``level``, ``logger``, ``message``, ``exc`` when there is a
+traceback, and the context fields below when a line has them). Every line
+the socket consumer writes carries its socket's ``connection_id``,
+``session_id``, ``first_frame`` and, once it closed, ``close_code``
+(``SocketLog``); the run executor's lines carry ``run_id``. Plain text
+remains the default.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+CONTEXT_FIELDS = ("connection_id", "session_id", "run_id", "first_frame", "close_code", "tab_id")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in CONTEXT_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                out[name] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+class SocketLog(logging.LoggerAdapter):
+    """A logger whose every line carries a socket's context (read when the line
+    is written, so it follows the socket through its handshake and close)."""
+
+    def __init__(self, logger: logging.Logger, socket: Any):
+        super().__init__(logger, {})
+        self.socket = socket
+
+    def process(self, msg, kwargs):
+        s = self.socket
+        context = {
+            "connection_id": getattr(s, "connection_id", None),
+            "session_id": getattr(s, "session_id", None),
+            "first_frame": getattr(s, "first_frame", None),
+            "close_code": getattr(s, "close_code", None),
+        }
+        kwargs["extra"] = {**context, **kwargs.get("extra", {})}
+        return msg, kwargs

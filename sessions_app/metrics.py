@@ -1,0 +1,144 @@
+"""Prometheus metrics, the readiness check, and the views that serve them.
+
+Per process (each daphne and each worker counts what it does; scrape each
+server's ``/metrics``): open sockets, handshakes by type and outcome (``ok``
+or the rejection reason), closes by code, replay sizes and durations, append
+latency, and publishing lag (from an append's commit to its hand-off to the
+channel layer). From the database, at each scrape: runs by status and the
+approval gates waiting. ``/metrics`` is for staff users or for a scraper with
+``Authorization: Bearer $AGENT_METRICS_TOKEN``; anyone else gets 404.
+
+``/readyz`` answers 200 when the database and the channel layer both work
+(a query, and a message sent to and received from a fresh channel), 503 with
+what failed otherwise; ``/healthz`` (liveness) touches neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.db.models import Count
+from django.http import Http404, HttpResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+
+SOCKETS_OPEN = Gauge("agent_sockets_open", "WebSocket connections open on this process")
+HANDSHAKES = Counter(
+    "agent_handshakes", "Handshakes by type (start, resume) and outcome", ["type", "outcome"]
+)
+CLOSES = Counter("agent_socket_closes", "Socket closes by close code", ["code"])
+REPLAY_EVENTS = Histogram(
+    "agent_replay_events",
+    "Events a replay after a handshake covered (head - cursor)",
+    buckets=(0, 1, 10, 100, 1_000, 10_000, 100_000, float("inf")),
+)
+REPLAY_SECONDS = Histogram(
+    "agent_replay_seconds",
+    "From a handshake's answer to the end of its replay",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, float("inf")),
+)
+APPEND_SECONDS = Histogram(
+    "agent_append_seconds",
+    "One append (or group commit) to the log, start to commit",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, float("inf")),
+)
+PUBLISH_LAG_SECONDS = Histogram(
+    "agent_publish_lag_seconds",
+    "From an event's commit to its hand-off to the channel layer",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, float("inf")),
+)
+
+
+class DatabaseCollector:
+    """Runs by status and gates waiting, read at each scrape."""
+
+    def collect(self):
+        from .models import ApprovalRequest, Run
+
+        runs = GaugeMetricFamily("agent_runs", "Runs by status", labels=["status"])
+        try:
+            counts = dict(Run.objects.values_list("status").annotate(n=Count("id")))
+            for status, _ in Run.Status.choices:
+                runs.add_metric([status], counts.get(status, 0))
+            waiting = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING).count()
+        finally:
+            close_old_connections()
+        yield runs
+        yield GaugeMetricFamily("agent_gates_waiting", "Approval gates waiting", value=waiting)
+
+    def describe(self):
+        return []
+
+
+_collector_registered = False
+
+
+def register_database_collector() -> None:
+    """Once per process, from the metrics view (never at import: a scrape
+    needs the database, importing must not)."""
+    global _collector_registered
+    if not _collector_registered:
+        REGISTRY.register(DatabaseCollector())
+        _collector_registered = True
+
+
+def _allowed(request) -> bool:
+    token = getattr(settings, "AGENT_METRICS_TOKEN", "")
+    sent = request.headers.get("Authorization", "")
+    if token and hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+        return True
+    user = getattr(request, "user", None)
+    return bool(user and user.is_authenticated and user.is_staff)
+
+
+def metrics_view(request):
+    """The Prometheus text format; 404 for whoever may not see it."""
+    if not _allowed(request):
+        raise Http404
+    register_database_collector()
+    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+
+
+async def readyz(request):
+    """200 ``ready`` when the database and the channel layer work, else 503."""
+    problems = []
+    try:
+        await sync_to_async(_database_works, thread_sensitive=False)()
+    except Exception as exc:
+        problems.append(f"database: {exc.__class__.__name__}")
+    try:
+        await asyncio.wait_for(_layer_works(), timeout=5)
+    except Exception as exc:
+        problems.append(f"channel layer: {exc.__class__.__name__}")
+    if problems:
+        return HttpResponse("; ".join(problems), status=503, content_type="text/plain")
+    return HttpResponse("ready", content_type="text/plain")
+
+
+def _database_works() -> None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    finally:
+        close_old_connections()
+
+
+async def _layer_works() -> None:
+    layer = get_channel_layer()
+    channel = await layer.new_channel("readyz")
+    await layer.send(channel, {"type": "readyz.ping"})
+    message = await layer.receive(channel)
+    if message.get("type") != "readyz.ping":
+        raise RuntimeError("the channel layer returned another message")

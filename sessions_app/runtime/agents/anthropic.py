@@ -1,0 +1,238 @@
+"""An agent backed by Anthropic's Messages API (``AGENT_CLASS = "anthropic"``).
+
+The second worked example of docs/agents.md, beside the OpenAI-compatible
+one: the same tools, gates and saved state, another wire format. It streams
+the model's text as deltas (``content_block_delta`` / ``text_delta``), and
+each ``tool_use`` block the model makes parks the run at an approval gate.
+After the gate the tool's output goes back as a ``tool_result`` block; the
+results of one turn's calls go back together in one user message, as the API
+requires. Everything needed to go on after a gate is in ``ctx.state``, so
+``resume`` may run in another process. Only the standard library is used.
+
+Settings: ANTHROPIC_API_KEY, ANTHROPIC_MODEL, ANTHROPIC_BASE_URL (for a
+proxy or a local fake), ANTHROPIC_MAX_TOKENS.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from django.conf import settings
+
+from ..base import AgentError, RunContext, ToolOutcome
+from . import streaming
+from .openai import SYSTEM_PROMPT
+from .openai import TOOL_SCHEMAS as OPENAI_TOOL_SCHEMAS
+
+API_VERSION = "2023-06-01"
+# Model calls per run (the first plus one after each round of tools).
+MAX_MODEL_CALLS = 8
+# Seconds to wait for the endpoint: to connect and between streamed bytes.
+REQUEST_TIMEOUT = 60.0
+
+# The same two tools, in this API's shape.
+TOOL_SCHEMAS = [
+    {
+        "name": tool["function"]["name"],
+        "description": tool["function"]["description"],
+        "input_schema": tool["function"]["parameters"],
+    }
+    for tool in OPENAI_TOOL_SCHEMAS
+]
+
+
+class AnthropicAgent:
+    """The Messages API with streaming and approval-gated tool use."""
+
+    def start(self, ctx: RunContext) -> None:
+        messages: list[dict[str, Any]] = []
+        for item in ctx.history():
+            role, content = item.get("role"), item.get("content")
+            usable = role in ("user", "assistant") and isinstance(content, str)
+            # The conversation starts with the user (the history window may
+            # begin with an answer; some gateways refuse that).
+            if usable and content.strip() and (messages or role == "user"):
+                _add(messages, role, content)
+        _add(messages, "user", ctx.text)
+        self._loop(ctx, messages, [], [], 0)
+
+    def resume(self, ctx: RunContext, outcome: ToolOutcome) -> None:
+        state = copy.deepcopy(ctx.state or {})  # never mutate the runtime's copy
+        messages, current = state.get("messages"), state.get("current")
+        if not isinstance(messages, list) or not isinstance(current, dict):
+            raise AgentError("the saved state of this run is unusable")
+        results = list(state.get("results") or [])
+        # The runtime has its own tool_call_id; the model needs its own back.
+        results.append(
+            {
+                "type": "tool_result",
+                "tool_use_id": current["id"],
+                "content": outcome.output if outcome.approved else "denied",
+                "is_error": not (outcome.approved and outcome.ok),
+            }
+        )
+        pending = list(state.get("pending") or [])
+        self._loop(ctx, messages, pending, results, int(state.get("model_calls", 0)))
+
+    def _loop(
+        self,
+        ctx: RunContext,
+        messages: list[dict[str, Any]],
+        pending: list[dict[str, str]],
+        results: list[dict[str, Any]],
+        model_calls: int,
+    ) -> None:
+        while True:
+            while pending:
+                call = pending.pop(0)
+                args, error = _parse_call(call)
+                if error is not None:
+                    results.append(
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": call["id"],
+                            "content": error,
+                            "is_error": True,
+                        }
+                    )
+                    continue
+                state = {
+                    "messages": messages,
+                    "pending": pending,
+                    "results": results,
+                    "current": call,
+                    "model_calls": model_calls,
+                }
+                ctx.request_tool(call["name"], args, state=state)
+                return  # request_tool raises Parked; never reached with a real runtime
+            if results:
+                messages.append({"role": "user", "content": results})
+                results = []
+            if model_calls >= MAX_MODEL_CALLS:
+                raise AgentError(
+                    f"the model was still calling tools after {MAX_MODEL_CALLS} rounds; stopped"
+                )
+            model_calls += 1
+            text, calls = self._complete(ctx, messages)
+            if not calls:
+                ctx.message(text)
+                return
+            # A text block must hold more than whitespace (the API refuses it).
+            content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
+            content += [
+                {"type": "tool_use", "id": c["id"], "name": c["name"], "input": _input(c)}
+                for c in calls
+            ]
+            messages.append({"role": "assistant", "content": content})
+            pending = calls
+
+    def _complete(
+        self, ctx: RunContext, messages: list[dict[str, Any]]
+    ) -> tuple[str, list[dict[str, str]]]:
+        """Stream one response: deltas go to ``ctx``; returns (text, tool uses)."""
+        blocks: dict[int, dict[str, str]] = {}
+        stop: list[str] = []
+        text = streaming.stream(
+            ctx,
+            _open(messages),
+            lambda payload: _apply_event(payload, blocks, stop),
+            secret=settings.ANTHROPIC_API_KEY,
+            timeout=REQUEST_TIMEOUT,
+        )
+        if stop and stop[-1] == "max_tokens":
+            # Cut off: the text is unfinished and a tool input may be half
+            # written; say so rather than finish as if the answer were whole.
+            raise AgentError(
+                "the model's answer was cut off at ANTHROPIC_MAX_TOKENS "
+                f"({int(settings.ANTHROPIC_MAX_TOKENS)} tokens)"
+            )
+        calls = [blocks[index] for index in sorted(blocks)]
+        for position, call in enumerate(calls):
+            call["id"] = call["id"] or f"toolu_{position}"
+        return text, calls
+
+
+def _add(messages: list[dict[str, Any]], role: str, text: str) -> None:
+    """Append a text turn; two in a row of one role become one (the API alternates)."""
+    if messages and messages[-1]["role"] == role and isinstance(messages[-1]["content"], str):
+        messages[-1]["content"] += "\n\n" + text
+    else:
+        messages.append({"role": role, "content": text})
+
+
+def _input(call: dict[str, str]) -> dict[str, Any]:
+    try:
+        value = json.loads(call.get("arguments") or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _parse_call(call: dict[str, str]) -> tuple[dict[str, Any] | None, str | None]:
+    """The call's input, or the error to answer the model with."""
+    return streaming.parse_tool_call(call, "the input is")
+
+
+def _apply_event(payload: str, blocks: dict[int, dict[str, str]], stop: list[str]) -> str:
+    """Fold one streamed event into ``blocks`` (the tool uses) and ``stop`` (the
+    stop reason); returns its text."""
+    event = streaming.parse_json(payload)
+    kind = event.get("type")
+    if kind == "message_delta":
+        reason = (event.get("delta") or {}).get("stop_reason")
+        if isinstance(reason, str):
+            stop.append(reason)
+        return ""
+    if kind == "error":
+        message = streaming.error_message(event, settings.ANTHROPIC_API_KEY)
+        raise AgentError(f"the model endpoint reported an error: {message}")
+    index = event.get("index")
+    index = index if isinstance(index, int) else 0
+    if kind == "content_block_start":
+        block = event.get("content_block")
+        if not isinstance(block, dict):
+            return ""
+        if block.get("type") == "tool_use":
+            blocks[index] = {
+                "id": str(block.get("id") or ""),
+                "name": str(block.get("name") or ""),
+                # The input arrives as JSON fragments; a block may carry a whole one.
+                "arguments": json.dumps(block["input"]) if block.get("input") else "",
+            }
+        text = block.get("text") if block.get("type") == "text" else None
+        return text if isinstance(text, str) else ""
+    if kind == "content_block_delta":
+        delta = event.get("delta")
+        if not isinstance(delta, dict):
+            return ""
+        if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+            return delta["text"]
+        if delta.get("type") == "input_json_delta" and index in blocks:
+            partial = delta.get("partial_json")
+            if isinstance(partial, str):
+                blocks[index]["arguments"] += partial
+    return ""  # message_start/_delta/_stop, content_block_stop, ping
+
+
+def _open(messages: list[dict[str, Any]]) -> Any:
+    base = str(settings.ANTHROPIC_BASE_URL).rstrip("/")
+    body = {
+        "model": settings.ANTHROPIC_MODEL,
+        "max_tokens": int(settings.ANTHROPIC_MAX_TOKENS),
+        "system": SYSTEM_PROMPT,
+        "messages": messages,
+        "tools": TOOL_SCHEMAS,
+        "stream": True,
+    }
+    headers = {"anthropic-version": API_VERSION}
+    if settings.ANTHROPIC_API_KEY:
+        headers["x-api-key"] = settings.ANTHROPIC_API_KEY
+    return streaming.open_stream(
+        f"{base}/messages",
+        body,
+        headers,
+        secret=settings.ANTHROPIC_API_KEY,
+        timeout=REQUEST_TIMEOUT,
+    )

@@ -1,0 +1,131 @@
+"""The socket's user (``sessions_app.auth``): looked up on the database pool,
+one lookup shared by the sockets of one cookie that arrive while it runs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from channels.db import database_sync_to_async
+from django.contrib.auth.models import AnonymousUser
+
+from sessions_app import auth
+from tests.harness import session_cookie
+
+
+def _scope(cookie_value: str | None):
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.utils.functional import LazyObject
+
+    class _User(LazyObject):
+        def _setup(self):
+            raise ValueError("not resolved")
+
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    return {"session": store(cookie_value), "user": _User()}
+
+
+class Gate:
+    """Holds the lookups while ``release`` is clear; ``started`` gets the key
+    of each lookup as it starts."""
+
+    def __init__(self):
+        self.started: asyncio.Queue[str] = asyncio.Queue()
+        self.release = asyncio.Event()
+        self.release.set()
+
+
+@pytest.fixture
+def gate():
+    return Gate()
+
+
+@pytest.fixture
+def counted(monkeypatch, gate):
+    """Counts the database lookups (the real ones, on the pool), each held at
+    the gate until it is open."""
+    calls = []
+    real = auth._get_user
+
+    async def lookup(scope):
+        calls.append(scope["session"].session_key)
+        gate.started.put_nowait(calls[-1])
+        await gate.release.wait()
+        return await real(scope)
+
+    monkeypatch.setattr(auth, "_get_user", lookup)
+    return calls
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_sockets_of_one_cookie_share_a_lookup_under_way(counted, gate, user, other_user):
+    """Five sockets of one cookie arriving together cost one lookup and each
+    gets its own user object; another cookie has its own lookup."""
+    mine = (await database_sync_to_async(session_cookie)(user)).split("=", 1)[1]
+    theirs = (await database_sync_to_async(session_cookie)(other_user)).split("=", 1)[1]
+    scopes = [_scope(mine) for _ in range(5)] + [_scope(theirs)]
+    middleware = auth.PooledAuthMiddleware(None)
+    gate.release.clear()  # every socket arrives while the lookups are under way
+    waiting = asyncio.gather(*(middleware.resolve_scope(s) for s in scopes))
+    assert {await gate.started.get(), await gate.started.get()} == {mine, theirs}
+    gate.release.set()
+    await waiting
+    assert sorted(counted) == sorted([mine, theirs])
+    users = [s["user"]._wrapped for s in scopes]
+    assert [u.pk for u in users] == [user.pk] * 5 + [other_user.pk]
+    assert len({id(u) for u in users}) == 6
+    assert auth._lookups == {}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_nothing_is_kept_after_a_lookup(counted, user):
+    """A socket that arrives after the lookup finished looks up again: a logout
+    in between is seen (nothing is cached)."""
+    from django.contrib.sessions.models import Session
+
+    key = (await database_sync_to_async(session_cookie)(user)).split("=", 1)[1]
+    middleware = auth.PooledAuthMiddleware(None)
+    first = _scope(key)
+    await middleware.resolve_scope(first)
+    assert first["user"]._wrapped.pk == user.pk
+    await database_sync_to_async(Session.objects.filter(session_key=key).delete)()
+    later = _scope(key)
+    await middleware.resolve_scope(later)
+    assert isinstance(later["user"]._wrapped, AnonymousUser)
+    assert counted == [key, key]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_one_socket_giving_up_does_not_fail_the_others(counted, gate, user):
+    """A socket cancelled while waiting (its client left) leaves the shared
+    lookup running for the sockets still waiting."""
+    key = (await database_sync_to_async(session_cookie)(user)).split("=", 1)[1]
+    middleware = auth.PooledAuthMiddleware(None)
+    a, b = _scope(key), _scope(key)
+    gate.release.clear()
+    gone = asyncio.ensure_future(middleware.resolve_scope(a))
+    stays = asyncio.ensure_future(middleware.resolve_scope(b))
+    await gate.started.get()  # the lookup is under way, both sockets wait on it
+    gone.cancel()
+    gate.release.set()
+    await stays
+    assert b["user"]._wrapped.pk == user.pk and counted == [key]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_lookup_is_shared_only_while_recent(counted, gate, monkeypatch, user):
+    """A socket arriving more than SHARE_SECONDS after a lookup started does its
+    own, even while that one is under way (so a logout in between is seen)."""
+    key = (await database_sync_to_async(session_cookie)(user)).split("=", 1)[1]
+    monkeypatch.setattr(auth, "SHARE_SECONDS", -1.0)  # every lookup is already too old
+    middleware = auth.PooledAuthMiddleware(None)
+    gate.release.clear()
+    first = asyncio.ensure_future(middleware.resolve_scope(_scope(key)))
+    await gate.started.get()
+    second = asyncio.ensure_future(middleware.resolve_scope(_scope(key)))
+    await gate.started.get()  # its own lookup, while the first is still held
+    gate.release.set()
+    await asyncio.gather(first, second)
+    assert counted == [key, key]
