@@ -7,17 +7,23 @@ follower: p50, p99 and max over every delta at every follower, and the
 frames per second the server delivered. Gaps and duplicates are counted too.
 
     .venv/bin/python bench/fanout.py --followers 10,30,100 --stream "200 30"
+    .venv/bin/python bench/fanout.py --followers 100,200,400,600 --plot docs/fanout.png
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentbench \\
     REDIS_URL=redis://127.0.0.1:6379/6 .venv/bin/python bench/fanout.py
 
 The clients run in this process, on the same cores as the server: compare
-figures within one run.
+figures within one run. ``--plot FILE`` draws p50 and p99 against the
+followers (``bench/plots.py``; needs matplotlib, the ``bench`` extra); with
+``--plot-json FILE`` the rows are also kept in (and earlier rows of the other
+profile read from) a JSON file, so one plot shows both profiles.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import tempfile
 import time
 from datetime import datetime
@@ -82,6 +88,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--followers", default="10,30,100")
     parser.add_argument("--stream", default="200 30", help="N MS for /stream")
+    parser.add_argument("--plot", type=Path, help="write a PNG of the percentiles")
+    parser.add_argument("--plot-json", type=Path, help="keep the rows of each profile here")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
     print(profile_line(), flush=True)
@@ -92,9 +100,11 @@ async def main() -> None:
     cookie = session_cookie(user)
     print(f"\none session, a run of /stream {args.stream}, latency append -> receipt:")
     print(f"{'followers':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'frames/s':>9} gaps dups")
+    rows = []
     try:
         for n in (int(x) for x in args.followers.split(",")):
             r = await one(server, cookie, n, args.stream, f"f{n}-{time.time()}")
+            rows.append({"followers": n, **r})
             print(
                 f"{n:>9} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['max']:>8.1f} "
                 f"{r['rate']:>9,.0f} {r['gaps']:>4} {r['dups']:>4}",
@@ -103,6 +113,18 @@ async def main() -> None:
     finally:
         for p in procs:
             p.stop()
+    if args.plot:
+        import plots
+
+        profile = "production" if os.environ.get("DATABASE_URL") else "embedded"
+        series = {}
+        if args.plot_json:
+            if args.plot_json.exists():
+                series = json.loads(args.plot_json.read_text())
+            series[profile] = rows
+            args.plot_json.write_text(json.dumps(series, indent=1))
+        series.setdefault(profile, rows)
+        plots.fanout(args.plot, series, f"Fan-out, one session, /stream {args.stream}")
 
 
 if __name__ == "__main__":

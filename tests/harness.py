@@ -186,6 +186,11 @@ class Daphne(Process):
     def restart(self) -> Daphne:
         """Kill -9 and start again on the same port, with the same environment."""
         self.kill()
+        return self.start_again()
+
+    def start_again(self) -> Daphne:
+        """Start a new daphne on this one's port, with the same environment
+        (after ``stop`` or ``kill``)."""
         self.__init__(self.log_path.parent, port=self.port, **self.extra_env)  # type: ignore[misc]
         return self.start()
 
