@@ -40,6 +40,7 @@ from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from . import connection_rows as rows
 from . import fanout, metrics
 from . import protocol as p
 from . import socket_db as db
@@ -174,8 +175,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # (``_record``), and the server group (for the 1012 at shutdown) is
         # joined meanwhile too.
         self.connection_id = new_connection_id()
-        self.recorded: asyncio.Future | None = asyncio.ensure_future(
-            db.record_connection(self.connection_id, self.user.pk, worker_id())
+        self.recorded: asyncio.Future | None = rows.insert(
+            self.connection_id, user_id=self.user.pk, server_id=worker_id()
         )
         self.server_joined = asyncio.ensure_future(self._join_process_groups())
         self.server_joined.add_done_callback(self._server_join_failed)
@@ -264,8 +265,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
             self.log.exception("connection %s: could not leave its groups", self.connection_id)
         if self.connection_id is not None:
             try:
-                await self._recorded()
-                await db.close_connection(
+                # After the socket's other row writes: the queue keeps their order.
+                await rows.close(
                     self.connection_id,
                     self.close_code or code,
                     self.last_ack,
@@ -276,13 +277,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 self.log.exception("connection %s: could not record the close", self.connection_id)
 
     def _record(self, **fields: Any) -> None:
-        """Add what the handshake asked for to the socket's row, off its path."""
-        self.recorded = asyncio.ensure_future(self._record_after(self.recorded, fields))
-
-    async def _record_after(self, inserted: asyncio.Task | None, fields: dict[str, Any]) -> None:
-        if inserted is not None:
-            await inserted
-        await db.update_connection(self.connection_id, **fields)
+        """Add to the socket's row, off its path (``connection_rows`` writes a
+        process's rows in batches, in the order they were asked for)."""
+        self.recorded = rows.update(self.connection_id, **fields)
 
     async def _recorded(self) -> None:
         """Wait for the row (before anything that updates or counts it)."""
@@ -507,8 +504,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         seq = p.parse_ack(frame)
         if seq > self.last_ack:
             self.last_ack = seq
-            await self._recorded()
-            await db.store_ack(self.connection_id, seq)
+            self._record(last_ack=seq)
 
     async def _on_send(self, frame: dict[str, Any]) -> None:
         send = p.parse_send(frame)

@@ -12,12 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.utils import timezone
 
 from . import protocol as p
 from .compaction import compacted_plan
 from .events import check_resume_cursor, read_frames
-from .models import AgentSession, Connection
+from .models import AgentSession
 
 REPLAY_PAGE = 500
 FIRST_PAGE = 50
@@ -25,42 +24,6 @@ FIRST_PAGE = 50
 
 def _in_db_pool(fn):
     return database_sync_to_async(fn, thread_sensitive=False)
-
-
-@_in_db_pool
-def record_connection(connection_id: str, user_id: int, server_id: str) -> None:
-    """The diagnostic row of a new socket."""
-    Connection.objects.create(id=connection_id, user_id=user_id, server_id=server_id)
-
-
-@_in_db_pool
-def update_connection(connection_id: str, **fields: Any) -> None:
-    """What the socket's handshake asked for (session, tab, first frame, cursor)."""
-    Connection.objects.filter(id=connection_id).update(**fields)
-
-
-@_in_db_pool
-def close_connection(
-    connection_id: str,
-    code: int,
-    last_ack: int,
-    presence_for: str | None,
-    opened: dict[str, Any],
-):
-    """Record how a socket closed (writing its row here if the insert at its
-    opening failed) and tell its session's other sockets."""
-    from .presence import request_presence
-
-    closed = {
-        "closed_at": timezone.now(),
-        "close_code": code,
-        "clean": code in (p.CLOSE_NORMAL, p.CLOSE_GOING_AWAY, p.CLOSE_SERVICE_RESTART),
-        "last_ack": last_ack or None,
-    }
-    if not Connection.objects.filter(id=connection_id).update(**closed):
-        Connection.objects.create(id=connection_id, **opened, **closed)
-    if presence_for:
-        request_presence(presence_for)
 
 
 @_in_db_pool
@@ -127,11 +90,6 @@ def head_of(session_id: str) -> tuple[int, str, int] | None:
         .values_list("head", "epoch", "compacted_through")
         .first()
     )
-
-
-@_in_db_pool
-def store_ack(connection_id: str, seq: int) -> None:
-    Connection.objects.filter(id=connection_id).update(last_ack=seq)
 
 
 @_in_db_pool

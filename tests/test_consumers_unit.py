@@ -241,18 +241,18 @@ async def test_resume_ok_does_not_wait_for_the_connection_row(user, monkeypatch)
     with what the socket asked for."""
     import asyncio
 
-    from sessions_app import socket_db
+    from sessions_app import connection_rows
     from sessions_app.models import Connection
 
     s = await database_sync(create_session, user)
     release = asyncio.Event()
-    real_record = socket_db.record_connection
+    real_write = connection_rows._write_in_pool
 
-    async def held_record(*args, **kwargs):
+    async def held_write(*args, **kwargs):
         await release.wait()
-        return await real_record(*args, **kwargs)
+        return await real_write(*args, **kwargs)
 
-    monkeypatch.setattr(socket_db, "record_connection", held_record)
+    monkeypatch.setattr(connection_rows, "_write_in_pool", held_write)
     comm = await _resumed(user, s.id, 0, s.epoch)  # asserts resume_ok
     assert await database_sync(lambda: Connection.objects.count()) == 0
     release.set()
