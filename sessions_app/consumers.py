@@ -172,8 +172,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.counted_user = self.user.pk
         # The handshake waits for no write: the diagnostic row is inserted
         # while the handshake arrives and completed after its answer
-        # (``_record``), and the server group (for the 1012 at shutdown) is
-        # joined meanwhile too.
+        # (``_record``), and the cookie's group (for the 4401 at logout) is
+        # joined meanwhile too. (The 1012 of a graceful stop needs no group:
+        # ``server.py`` closes the process's sockets itself.)
         self.connection_id = new_connection_id()
         self.recorded: asyncio.Future | None = rows.insert(
             self.connection_id, user_id=self.user.pk, server_id=worker_id()
@@ -185,10 +186,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         )
 
     def _groups(self) -> list[str]:
-        """The groups of the socket itself: its server's (the 1012 at shutdown)
-        and its cookie's (the 4401 at logout)."""
+        """The groups of the socket itself: its cookie's (the 4401 at logout)."""
         cookie = fanout.scope_auth_group(self.scope)
-        return [fanout.server_group()] + ([cookie] if cookie else [])
+        return [cookie] if cookie else []
 
     async def _join_process_groups(self) -> None:
         for group in self._groups():
@@ -200,11 +200,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await self._close(p.CLOSE_NOT_AUTHENTICATED)
 
     def _server_join_failed(self, task: asyncio.Future) -> None:
-        # Without the server group this socket misses only the 1012 at a
-        # graceful shutdown (it then sees the connection drop, and resumes).
+        # Without the cookie's group this socket misses only a logout's 4401
+        # (the logout's session is gone: its next upgrade is refused).
         if not task.cancelled() and task.exception() is not None:
             self.log.warning(
-                "connection %s: joining the server group failed: %r",
+                "connection %s: joining the cookie's group failed: %r",
                 self.connection_id,
                 task.exception(),
             )
@@ -860,10 +860,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return  # a late message: this socket resumed on the new epoch already
         self.log.info("connection %s: session epoch rotated: closing 1013", self.connection_id)
         await self._close(p.CLOSE_TRY_AGAIN)
-
-    async def server_shutdown(self, message: dict[str, Any]) -> None:
-        """This server process is stopping: tell the client to come back (1012)."""
-        await self._close(p.CLOSE_SERVICE_RESTART)
 
     async def _send(self, frame: dict[str, Any]) -> None:
         if not self.closing:

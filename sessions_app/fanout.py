@@ -32,7 +32,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from . import identity, metrics
+from . import metrics
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +41,9 @@ EVENTS_MESSAGE = "session.events"
 # At most this many queued messages are merged into one round.
 MAX_BATCH = 2000
 PRESENCE_MESSAGE = "session.presence"
-SHUTDOWN_MESSAGE = "server.shutdown"
 ROTATED_MESSAGE = "session.rotated"
 LIST_MESSAGE = "sessions.changed"
 LOGGED_OUT_MESSAGE = "auth.logged_out"
-
-
-def server_group() -> str:
-    """The group of every socket on this server process (for a graceful shutdown)."""
-    return identity.server_group()
 
 
 def group_name(session_id: str) -> str:

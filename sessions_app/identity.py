@@ -8,7 +8,6 @@ across restarts (the pid alone is not: containers restart as pid 1).
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import socket
 
@@ -18,8 +17,3 @@ _WORKER_ID = f"{socket.gethostname()[:60]}:{os.getpid()}:{secrets.token_hex(3)}"
 def worker_id() -> str:
     """This process's identity as a lease holder and socket server."""
     return _WORKER_ID
-
-
-def server_group() -> str:
-    """The channel-layer group of every socket on this server process."""
-    return "server." + re.sub(r"[^A-Za-z0-9_.-]", "-", _WORKER_ID)[:90]

@@ -81,14 +81,25 @@ def _install_send_buffer_probe() -> None:
     Server.create_application = create_application
 
 
+# How long a graceful stop waits for its clients to answer the 1012 closes
+# before daphne cancels what is left.
+SHUTDOWN_DRAIN_SECONDS = 5.0
+
+_daphne_server = None  # daphne's Server, once it created an application
+
+
 def _install_graceful_shutdown() -> None:
     """Under daphne, close every socket with 1012 before the server stops.
 
     Daphne cancels its applications at shutdown without a close frame (the
     client would see 1006). Called while the ASGI module is imported, which is
     before daphne registers its own shutdown trigger, so ours runs first: it
-    tells this process's sockets, through their server group, to close.
+    sends every open WebSocket of the process its close frame at once (no
+    round through the consumers: with thousands of sockets a fixed grace for
+    their dispatch was too short and most clients saw 1006), then waits for
+    the clients' answers, at most ``SHUTDOWN_DRAIN_SECONDS``.
     """
+    from daphne.server import Server
     from daphne.ws_protocol import WebSocketProtocol
     from twisted.internet import defer, reactor
 
@@ -104,30 +115,59 @@ def _install_graceful_shutdown() -> None:
 
     original_server_close = WebSocketProtocol.serverClose
     WebSocketProtocol.serverClose = server_close
+    original_create = Server.create_application
+
+    def create_application(self, protocol, scope):
+        global _daphne_server
+        _daphne_server = self
+        return original_create(self, protocol, scope)
+
+    Server.create_application = create_application
     # Daphne's reactor stops on SIGINT but not on SIGTERM (what process
     # managers send): make SIGTERM a graceful stop too.
     reactor.callWhenRunning(
         lambda: signal.signal(signal.SIGTERM, lambda *_: reactor.callFromThread(reactor.stop))
     )
 
-    async def close_all() -> None:
-        from channels.layers import get_channel_layer
+    def open_sockets() -> list:
+        server = _daphne_server
+        if server is None:
+            return []
+        return [
+            protocol
+            for protocol in list(server.connections)
+            if isinstance(protocol, WebSocketProtocol) and protocol.state == protocol.STATE_OPEN
+        ]
 
+    def close_all():
+        # Synchronous up to the close frames: twisted calls every "before
+        # shutdown" trigger in one go, and daphne's own (registered after
+        # this one) cancels every application; a coroutine scheduled here
+        # would run only after that.
         try:
-            await get_channel_layer().group_send(
-                fanout.server_group(), {"type": fanout.SHUTDOWN_MESSAGE}
-            )
-            # Let the consumers send their close frames before the cancel.
-            await asyncio.sleep(0.5)
+            sockets = open_sockets()
+            for protocol in sockets:
+                protocol.serverClose(code=CLOSE_SERVICE_RESTART)
+            log.info("stopping: closed %d sockets with 1012", len(sockets))
+        except Exception:
+            log.exception("graceful close failed")
+            sockets = []
+        return defer.Deferred.fromFuture(asyncio.ensure_future(drain(sockets)))
+
+    async def drain(sockets: list) -> None:
+        try:
+            deadline = asyncio.get_running_loop().time() + SHUTDOWN_DRAIN_SECONDS
+            while any(p.state != p.STATE_CLOSED for p in sockets):
+                if asyncio.get_running_loop().time() > deadline:
+                    break
+                await asyncio.sleep(0.05)  # the clients' close answers, within a bound
             from .runtime.executor import abort_all
 
             abort_all()
         except Exception:
             log.exception("graceful close failed")
 
-    reactor.addSystemEventTrigger(
-        "before", "shutdown", lambda: defer.Deferred.fromFuture(asyncio.ensure_future(close_all()))
-    )
+    reactor.addSystemEventTrigger("before", "shutdown", close_all)
 
 
 class RuntimeStarter:
