@@ -108,7 +108,8 @@ class StormClient:
         [0, min(10 s, 0.25 s * 2^(n-1))) before the n-th retry."""
         return self.rng.uniform(0, min(10.0, 0.25 * 2 ** min(failures - 1, 10)))
 
-    async def _once(self, t0: float) -> bool:
+    async def _open(self, after: int):
+        """A socket of this client's cookie that sent ``resume`` at ``after``."""
         ws = await websockets.connect(
             self.server.ws,
             origin=self.server.http,
@@ -117,20 +118,23 @@ class StormClient:
             open_timeout=60,
             max_size=2**24,
         )
-        head = self.session.head
-        after = head - BEHIND
-        try:
-            await ws.send(
-                json.dumps(
-                    {
-                        "type": "resume",
-                        "protocol": 1,
-                        "session_id": self.session.id,
-                        "after": after,
-                        "epoch": self.session.epoch,
-                    }
-                )
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "resume",
+                    "protocol": 1,
+                    "session_id": self.session.id,
+                    "after": after,
+                    "epoch": self.session.epoch,
+                }
             )
+        )
+        return ws
+
+    async def _once(self, t0: float) -> bool:
+        head = self.session.head
+        ws = await self._open(head - BEHIND)
+        try:
             async for raw in ws:
                 frame = json.loads(raw)
                 if frame["type"] == "resume_rejected":
@@ -175,27 +179,9 @@ class Follower(StormClient):
 
     async def _connection(self) -> bool:
         """One connection until it closes; True if it was live."""
-        ws = await websockets.connect(
-            self.server.ws,
-            origin=self.server.http,
-            additional_headers={"Cookie": self.cookie},
-            ping_interval=None,
-            open_timeout=60,
-            max_size=2**24,
-        )
-        self.ws, live = ws, False
+        ws = self.ws = await self._open(self.cursor)
+        live = False
         try:
-            await ws.send(
-                json.dumps(
-                    {
-                        "type": "resume",
-                        "protocol": 1,
-                        "session_id": self.session.id,
-                        "after": self.cursor,
-                        "epoch": self.session.epoch,
-                    }
-                )
-            )
             async for raw in ws:
                 frame = json.loads(raw)
                 if frame["type"] == "resume_ok":
