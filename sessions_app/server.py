@@ -156,14 +156,15 @@ def _install_graceful_shutdown() -> None:
 
     async def drain(sockets: list) -> None:
         try:
+            from .runtime.executor import abort_all
+
+            # The runs stop at once; only the sockets' goodbyes are waited for.
+            abort_all()
             deadline = asyncio.get_running_loop().time() + SHUTDOWN_DRAIN_SECONDS
             while any(p.state != p.STATE_CLOSED for p in sockets):
                 if asyncio.get_running_loop().time() > deadline:
                     break
                 await asyncio.sleep(0.05)  # the clients' close answers, within a bound
-            from .runtime.executor import abort_all
-
-            abort_all()
         except Exception:
             log.exception("graceful close failed")
 
