@@ -40,14 +40,17 @@ async def test_snapshot_then_pushes_for_new_sessions_titles_and_status(
     assert new["session"]["title"] == "" and new["session"]["status"] == "idle"
     # The list pushes the session as it is when the push is read: the run must
     # still be going then, so it streams slowly and is cancelled once seen.
-    sent = await tab.request({"type": "send", "client_message_id": "m1", "text": "/stream 2 60000"})
+    sent = await tab.request({"type": "send", "client_message_id": "m1", "text": "/stream 2 10000"})
     running = await lister.wait(
         lambda f: f.get("type") == "session" and f["session"]["status"] == "running"
     )
     assert (
-        running["session"]["title"] == "/stream 2 60000" and running["session"]["active_runs"] == 1
+        running["session"]["title"] == "/stream 2 10000" and running["session"]["active_runs"] == 1
     )
     await tab.request({"type": "cancel", "run_id": sent["run_id"]})
+    # Cancelled, not failed: the command was valid (MS is at most 10,000).
+    finished = await tab.wait_event(lambda f: f["kind"] == "run.finished")
+    assert finished["data"]["stop_reason"] == "cancelled"
     await lister.wait(
         lambda f: (
             f.get("type") == "session"
