@@ -45,4 +45,16 @@ def application_for(django_asgi_app, *, websocket_routes=(), serve_static: bool 
         ProtocolTypeRouter({"http": http, "websocket": websocket_application(websocket_routes)})
     )
     install_daphne_hooks()
+    _import_channel_layer()
     return application
+
+
+def _import_channel_layer() -> None:
+    """Import the channel layer's module with the server, not at its first
+    socket: channels_redis and redis take ~0.3 s to import, which the first
+    clients of a restarted server would otherwise wait for."""
+    from django.utils.module_loading import import_string
+
+    backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND")
+    if backend:
+        import_string(backend)
