@@ -143,6 +143,7 @@ async def _scenario(server, pairs, runs: int, stream: str, label: str) -> dict:
     elapsed = time.perf_counter() - t_send
     appended = sum(AgentSession.objects.values_list("head", flat=True)) - heads_before
     latencies = []
+    by_second: dict[int, list[float]] = {}  # second of append since the send -> latencies
     finished_at = []  # each run.finished's ts: when the run's last event was appended
     gaps = dups = 0
     for pair in tabs:
@@ -155,6 +156,7 @@ async def _scenario(server, pairs, runs: int, stream: str, label: str) -> dict:
                 live = arrived >= t0 and frame.get("kind") != "user.message"
                 if frame.get("type") == "event" and live:
                     latencies.append((arrived - _ts(frame)) * 1000)
+                    by_second.setdefault(int(_ts(frame) - t0), []).append(latencies[-1])
                     if frame["kind"] == "run.finished":
                         finished_at.append(_ts(frame) - t0)
     for pair in tabs:
@@ -173,6 +175,9 @@ async def _scenario(server, pairs, runs: int, stream: str, label: str) -> dict:
         "gaps": gaps,
         "dups": dups,
         "received": len(latencies),
+        "timeline": {
+            second: percentile(sorted(xs), 0.99) for second, xs in sorted(by_second.items())
+        },
     }
 
 
@@ -226,6 +231,8 @@ async def main() -> None:
         f"append-to-receipt over {many['received']:,} event frames: p50 {many['p50']:.1f} ms, "
         f"p99 {many['p99']:.1f} ms, max {many['max']:.1f} ms"
     )
+    timeline = ", ".join(f"{sec}s {p99:.0f}" for sec, p99 in many["timeline"].items())
+    print(f"p99 ms by second of append since the send: {timeline}")
     print(f"tabs with a gap: {many['gaps']}; duplicate frames: {many['dups']}")
     for name, (threads, rss) in sampler.peak.items():
         print(f"{name}: peak threads {threads}, peak RSS {rss / 1024:.0f} MiB")

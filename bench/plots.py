@@ -88,7 +88,7 @@ def resume(path: Path, runs: dict[str, Path]) -> None:
                 [med["socketio"][k] for k in ks],
                 marker="s",
                 color="black",
-                label=f"Socket.IO CSR (with {label})",
+                label="Socket.IO CSR (same run as the first line)",
             )
             first = False
     ax.set_xscale("log")

@@ -209,3 +209,6 @@ class RuntimeStarter:
             from .runtime.sweeper import Sweeper
 
             Sweeper().start()
+        from .heap import freeze_startup_objects
+
+        freeze_startup_objects()

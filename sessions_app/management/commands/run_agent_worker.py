@@ -28,6 +28,7 @@ from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from sessions_app import fanout
+from sessions_app.heap import freeze_startup_objects
 from sessions_app.identity import worker_id
 from sessions_app.runtime import executor
 from sessions_app.runtime.pool import run_pool
@@ -145,6 +146,7 @@ class Command(BaseCommand):
         sweeper.start()
         pool = run_pool()
         worker = ConcurrentWorker(interval=interval, pool=pool)
+        freeze_startup_objects()
         worker.configure_signals()
         self.stdout.write(
             f"run worker {worker_id()} started (concurrency {pool.size})", ending="\n"
