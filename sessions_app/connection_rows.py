@@ -137,6 +137,7 @@ class RowWriter:
                 except asyncio.CancelledError:
                     for w in batch + self.queue:
                         w.future.cancel()
+                    self.queue = []  # cancelled: not written later either
                     raise
                 except Exception as exc:  # the pool itself failed
                     errors = [exc] * len(batch)
@@ -164,6 +165,14 @@ def writer() -> RowWriter:
     if w is None:
         w = _writers[loop] = RowWriter()
     return w
+
+
+async def flush() -> None:
+    """Wait until the running loop's queued row writes are written (a server
+    that is stopping)."""
+    w = _writers.get(asyncio.get_running_loop())
+    while w is not None and w.writing is not None:
+        await asyncio.shield(w.writing)
 
 
 def _submit(op: str, connection_id: str, fields: dict[str, Any], **extra: Any) -> asyncio.Future:

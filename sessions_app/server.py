@@ -96,8 +96,11 @@ def _install_graceful_shutdown() -> None:
     before daphne registers its own shutdown trigger, so ours runs first: it
     sends every open WebSocket of the process its close frame at once (no
     round through the consumers: with thousands of sockets a fixed grace for
-    their dispatch was too short and most clients saw 1006), then waits for
-    the clients' answers, at most ``SHUTDOWN_DRAIN_SECONDS``.
+    their dispatch was too short and most clients saw 1006). Twisted calls
+    every "before shutdown" trigger before it waits for any, so daphne's own
+    (which cancels every application) is wrapped to wait, at most
+    ``SHUTDOWN_DRAIN_SECONDS``, for the clients' answers, the consumers'
+    ``disconnect`` (their rows' close, presence) and the row writes queued.
     """
     from daphne.server import Server
     from daphne.ws_protocol import WebSocketProtocol
@@ -123,6 +126,25 @@ def _install_graceful_shutdown() -> None:
         return original_create(self, protocol, scope)
 
     Server.create_application = create_application
+    draining: list[asyncio.Future] = []
+    original_kill = Server.kill_all_applications
+
+    def kill_all_applications(self):
+        if not draining:
+            return original_kill(self)
+        waited = defer.Deferred.fromFuture(draining[0])
+        waited.addBoth(lambda _: original_kill(self))
+        return waited
+
+    Server.kill_all_applications = kill_all_applications
+    ports: list = []  # what daphne listens on, to stop taking upgrades at a stop
+    original_listen_success = Server.listen_success
+
+    def listen_success(self, port):
+        ports.append(port)
+        return original_listen_success(self, port)
+
+    Server.listen_success = listen_success
     # Daphne's reactor stops on SIGINT but not on SIGTERM (what process
     # managers send): make SIGTERM a graceful stop too.
     reactor.callWhenRunning(
@@ -145,6 +167,10 @@ def _install_graceful_shutdown() -> None:
         # this one) cancels every application; a coroutine scheduled here
         # would run only after that.
         try:
+            # A client coming back at once must reach the next server, not
+            # this one: it would be cut (1006) when this one exits.
+            for port in ports:
+                port.stopListening()
             sockets = open_sockets()
             for protocol in sockets:
                 protocol.serverClose(code=CLOSE_SERVICE_RESTART)
@@ -152,19 +178,31 @@ def _install_graceful_shutdown() -> None:
         except Exception:
             log.exception("graceful close failed")
             sockets = []
-        return defer.Deferred.fromFuture(asyncio.ensure_future(drain(sockets)))
+        draining.append(asyncio.ensure_future(drain(sockets)))
+        return defer.Deferred.fromFuture(asyncio.shield(draining[0]))
+
+    def settled(protocol) -> bool:
+        """Closed, and its application finished (its ``disconnect`` ran)."""
+        if protocol.state != protocol.STATE_CLOSED:
+            return False
+        details = _daphne_server.connections.get(protocol) if _daphne_server else None
+        instance = (details or {}).get("application_instance")
+        return instance is None or instance.done()
 
     async def drain(sockets: list) -> None:
         try:
+            from . import connection_rows
             from .runtime.executor import abort_all
 
             # The runs stop at once; only the sockets' goodbyes are waited for.
             abort_all()
-            deadline = asyncio.get_running_loop().time() + SHUTDOWN_DRAIN_SECONDS
-            while any(p.state != p.STATE_CLOSED for p in sockets):
-                if asyncio.get_running_loop().time() > deadline:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + SHUTDOWN_DRAIN_SECONDS
+            while loop.time() < deadline:
+                if all(settled(p) for p in sockets):
                     break
                 await asyncio.sleep(0.05)  # the clients' close answers, within a bound
+            await asyncio.wait_for(connection_rows.flush(), max(deadline - loop.time(), 0.5))
         except Exception:
             log.exception("graceful close failed")
 

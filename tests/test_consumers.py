@@ -340,17 +340,21 @@ async def test_sync_replays_and_live_continues_after_head(server, cookie, user):
 
 
 async def test_graceful_shutdown_closes_with_1012(cookie, tmp_path, transactional_db):
-    """SIGTERM to daphne closes open sockets with 1012 (service restart)."""
+    """SIGTERM to daphne closes open sockets with 1012 (service restart), and
+    the server waits for their consumers: each socket's row records the close."""
+    from sessions_app.models import Connection
     from tests.harness import Daphne
 
     own = Daphne(tmp_path).start()
     try:
         c = await WsClient.connect(own.ws, cookie)
-        await c.start()
+        sid = (await c.start())["session_id"]
         await asyncio.to_thread(own.stop)
         assert await c.wait_closed() == 1012
     finally:
         own.kill()
+    row = await asyncio.to_thread(lambda: Connection.objects.get(session_id=sid))
+    assert (row.close_code, row.clean, row.closed_at is not None) == (1012, True, True)
 
 
 async def test_resume_across_a_purge(server, cookie, user):
