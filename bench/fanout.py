@@ -117,13 +117,11 @@ async def main() -> None:
         import plots
 
         profile = "production" if os.environ.get("DATABASE_URL") else "embedded"
-        series = {}
-        if args.plot_json:
-            if args.plot_json.exists():
-                series = json.loads(args.plot_json.read_text())
-            series[profile] = rows
-            args.plot_json.write_text(json.dumps(series, indent=1))
-        series.setdefault(profile, rows)
+        keep = args.plot_json
+        series = json.loads(keep.read_text()) if keep and keep.exists() else {}
+        series[profile] = rows
+        if keep:
+            keep.write_text(json.dumps(series, indent=1))
         plots.fanout(args.plot, series, f"Fan-out, one session, /stream {args.stream}")
 
 

@@ -7,6 +7,7 @@ that came with the project brief; no cookie, any origin) and keeps one daphne
 process up until Ctrl-C or SIGTERM. Run the kit against it and against the
 product (``bench/serve.py``) back to back: the floor's ratio to Socket.IO is
 the best any server on daphne sending plain v1 frames can reach.
+``bench/storm.py --floor`` starts it through ``start``.
 """
 
 from __future__ import annotations
@@ -16,25 +17,41 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--port", type=int, default=0, help="daphne's port (default: a free one)")
-    args = parser.parse_args()
-    port = args.port
+def start(port: int = 0, verbosity: int = 1) -> tuple[subprocess.Popen, int]:
+    """One daphne serving bench/floor_app.py on ``port`` (a free one if 0),
+    returned once it accepts connections."""
     if not port:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
     daphne = Path(sys.executable).with_name("daphne")
     proc = subprocess.Popen(
-        [str(daphne), "-b", "127.0.0.1", "-p", str(port), "bench.floor_app:application"],
+        [str(daphne), "-v", str(verbosity), "-b", "127.0.0.1", "-p", str(port),
+         "bench.floor_app:application"],
         cwd=ROOT,
-    )
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.05)  # noqa: sleep-ok (a bench, waiting for a port)
+    proc.kill()
+    raise SystemExit("the floor's daphne did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=0, help="daphne's port (default: a free one)")
+    args = parser.parse_args()
+    proc, port = start(args.port)
     print(f"--url ws://127.0.0.1:{port}/ws/sessions/ --origin http://127.0.0.1:{port}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
     try:

@@ -37,15 +37,13 @@ import collections
 import json
 import random
 import resource
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 import types
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
+import floor as floor_server  # noqa: E402
 import websockets  # noqa: E402
 from common import percentile, profile_line  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
@@ -275,34 +273,13 @@ async def storm(server, pairs, sockets: int, seed: int, timeout: float) -> dict:
     }
 
 
-def _start_floor() -> tuple[subprocess.Popen, int]:
-    """One daphne serving bench/floor_app.py, once it accepts connections."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    daphne = Path(sys.executable).with_name("daphne")
-    proc = subprocess.Popen(
-        [str(daphne), "-v", "0", "-b", "127.0.0.1", "-p", str(port), "bench.floor_app:application"],
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, port
-        except OSError:
-            time.sleep(0.05)  # noqa: sleep-ok (a bench, waiting for a port)
-    proc.kill()
-    raise SystemExit("the floor's daphne did not start")
-
-
 async def floor(args) -> None:
     """The storm against the bare daphne application of ``bench/floor_app.py``."""
     n = max(1, args.sockets // args.per_session)
     pairs = [
         (types.SimpleNamespace(id=f"storm-{i}", head=args.log, epoch="floor"), "") for i in range(n)
     ]
-    proc, port = await asyncio.to_thread(_start_floor)
+    proc, port = await asyncio.to_thread(floor_server.start, 0, 0)
     server = types.SimpleNamespace(
         ws=f"ws://127.0.0.1:{port}/ws/sessions/", http=f"http://127.0.0.1:{port}"
     )

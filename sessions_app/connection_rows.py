@@ -120,7 +120,6 @@ class RowWriter:
     def __init__(self) -> None:
         self.queue: list[_Write] = []
         self.writing: asyncio.Task | None = None
-        self.batches = 0  # written so far (the tests read it)
 
     def submit(self, write: _Write) -> asyncio.Future:
         self.queue.append(write)
@@ -141,7 +140,6 @@ class RowWriter:
                     raise
                 except Exception as exc:  # the pool itself failed
                     errors = [exc] * len(batch)
-                self.batches += 1
                 for w, error in zip(batch, errors, strict=True):
                     if w.future.done():
                         continue
