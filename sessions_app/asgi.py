@@ -18,7 +18,7 @@ from __future__ import annotations
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.conf import settings
 
-from .auth import PooledAuthMiddlewareStack
+from .auth import PooledAuthMiddlewareStack, routes_matcher
 from .routing import websocket_urlpatterns
 from .security import SameOriginValidator
 from .server import RuntimeStarter, install_daphne_hooks
@@ -27,9 +27,14 @@ from .static import StaticFiles
 
 def websocket_application(routes=()):
     """The app's WebSocket routes, after ``routes`` (a project's own), behind
-    the Origin check and the cookie's user."""
+    the Origin check and the cookie's user. The app's own consumers answer
+    the upgrade before the user is looked up (``auth.user_of``); a project's
+    get it resolved first, as with Channels' ``AuthMiddlewareStack``."""
     return SameOriginValidator(
-        PooledAuthMiddlewareStack(URLRouter([*routes, *websocket_urlpatterns]))
+        PooledAuthMiddlewareStack(
+            URLRouter([*routes, *websocket_urlpatterns]),
+            defer=routes_matcher(websocket_urlpatterns, before=routes),
+        )
     )
 
 

@@ -22,6 +22,11 @@ own lookup has a window too: its query may run just before the logout; and a
 socket already open at a logout stays open, as before). Measured on the
 reconnect storm (docs/benchmarks.md): no sharing 27-54 s, 0.25 s 12-27 s,
 2 s 9-11 s.
+
+On the app's own socket paths the upgrade does not wait for the lookup at
+all (``defer``): the lookup starts, the upgrade is answered, and the consumer
+awaits the user (``user_of``) while the client's first frame is on its way.
+A resume then waits for the lookup only where it outlasts that round trip.
 """
 
 from __future__ import annotations
@@ -59,9 +64,37 @@ async def _shared_lookup(key: str, scope) -> object:
     return copy.copy(user)
 
 
+# The scope key of a lookup the consumer awaits itself (``user_of``).
+_LOOKUP = "sessions_app.user_lookup"
+
+
+async def user_of(scope):
+    """The scope's user, once its lookup is done (at once if it was not
+    deferred). A consumer of a deferred path must await this before it reads
+    ``scope["user"]``."""
+    lookup = scope.get(_LOOKUP)
+    if lookup is not None:
+        await asyncio.shield(lookup)
+    return scope.get("user")
+
+
 class PooledAuthMiddleware(AuthMiddleware):
     """``AuthMiddleware`` whose lookup runs on the database pool, shared by
-    the sockets of one session cookie that arrive while it is under way."""
+    the sockets of one session cookie that arrive while it is under way. For
+    a scope ``defer`` accepts, the inner application is called without
+    waiting for the lookup: it awaits ``user_of(scope)`` itself."""
+
+    def __init__(self, inner, defer=None):
+        super().__init__(inner)
+        self.defer = defer
+
+    async def __call__(self, scope, receive, send):
+        if self.defer is None or not self.defer(scope):
+            return await super().__call__(scope, receive, send)
+        scope = dict(scope)
+        self.populate_scope(scope)
+        scope[_LOOKUP] = asyncio.ensure_future(self.resolve_scope(scope))
+        return await self.inner(scope, receive, send)
 
     async def resolve_scope(self, scope):
         key = scope["session"].session_key
@@ -84,6 +117,25 @@ class ReadOnlySessionMiddleware:
         return await self.inner(dict(scope, session=self.store(key)), receive, send)
 
 
-def PooledAuthMiddlewareStack(inner):  # noqa: N802 (named like Channels' own)
-    """Cookies, session and user for ``inner``, as ``channels.auth.AuthMiddlewareStack``."""
-    return CookieMiddleware(ReadOnlySessionMiddleware(PooledAuthMiddleware(inner)))
+def PooledAuthMiddlewareStack(inner, defer=None):  # noqa: N802 (named like Channels' own)
+    """Cookies, session and user for ``inner``, as ``channels.auth.AuthMiddlewareStack``
+    (``defer``: see ``PooledAuthMiddleware``)."""
+    return CookieMiddleware(ReadOnlySessionMiddleware(PooledAuthMiddleware(inner, defer)))
+
+
+def routes_matcher(deferred, before=()):
+    """A ``defer`` for ``PooledAuthMiddleware``: true for a scope whose path
+    one of the ``deferred`` routes takes and none of the ``before`` routes
+    (matched first by the router: a project's own), matched as ``URLRouter``
+    matches them."""
+
+    def matches(routes, path: str) -> bool:
+        return any(route.pattern.match(path) for route in routes)
+
+    def defer(scope) -> bool:
+        if scope.get("root_path") or "path_remaining" in scope:
+            return False  # mounted under a prefix: the lookup is simply awaited
+        path = scope.get("path", "").lstrip("/")
+        return matches(deferred, path) and not matches(before, path)
+
+    return defer

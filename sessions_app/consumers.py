@@ -44,6 +44,7 @@ from . import connection_rows as rows
 from . import fanout, metrics
 from . import protocol as p
 from . import socket_db as db
+from .auth import user_of
 from .compaction import compacted_frame
 from .exceptions import SessionError
 from .identity import worker_id
@@ -124,7 +125,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         fanout.publisher.attach(asyncio.get_running_loop())
-        self.user = self.scope.get("user")
+        self.user = None
         self.session_id: str | None = None
         self.connection_id: str | None = None
         self.last_sent = 0
@@ -161,6 +162,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await self.accept()
         metrics.SOCKETS_OPEN.inc()
         self.counted_open = True
+        # Accepted first: the user's lookup overlaps the client's first frame.
+        self.user = await user_of(self.scope)
         if self.user is None or not self.user.is_authenticated:
             await self._close(p.CLOSE_NOT_AUTHENTICATED)
             return

@@ -27,6 +27,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from . import fanout
 from . import protocol as p
+from .auth import user_of
 from .services import MAX_LISTED, session_summary, summaries
 
 log = logging.getLogger(__name__)
@@ -47,11 +48,12 @@ class SessionListConsumer(AsyncWebsocketConsumer):
     """Pushes the user's session list."""
 
     async def connect(self) -> None:
-        self.user = self.scope.get("user")
+        self.user = None
         self.group: str | None = None
         self.auth_group: str | None = None
         self.bucket = p.TokenBucket()
         await self.accept()
+        self.user = await user_of(self.scope)  # looked up while the upgrade was answered
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=p.CLOSE_NOT_AUTHENTICATED)
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.db import connection
 
 from . import protocol as p
 from .compaction import compacted_plan
@@ -20,6 +21,14 @@ from .models import AgentSession
 
 REPLAY_PAGE = 500
 FIRST_PAGE = 50
+
+# What a resume checks, as plain SQL: the ORM's query building took 0.26 ms of
+# a 0.44 ms check on the benchmark machine, for one indexed row.
+_RESUME_FIELDS = ("epoch", "head", "earliest", "compacted_through")
+_RESUME_ROW = (
+    "SELECT epoch, head, earliest, compacted_through FROM sessions_app_agentsession "
+    "WHERE id = %s AND owner_id = %s"
+)
 
 
 def _in_db_pool(fn):
@@ -41,15 +50,14 @@ def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
     first page (``page``) and, for a client that compacts, what the replay
     skips (``plan``), if this user may resume it at this cursor;
     ``protocol.Rejection`` otherwise (another user's session is not_found)."""
-    row = None
+    found = None
     if p.is_session_id(resume.session_id):
-        row = (
-            AgentSession.objects.filter(id=resume.session_id, owner_id=user_id)
-            .values("epoch", "head", "earliest", "compacted_through")
-            .first()
-        )
-    if row is None:
+        with connection.cursor() as cursor:
+            cursor.execute(_RESUME_ROW, [resume.session_id, user_id])
+            found = cursor.fetchone()
+    if found is None:
         raise p.Rejection(p.R_NOT_FOUND, "no such session")
+    row = dict(zip(_RESUME_FIELDS, found, strict=True))
     compact = p.FEATURE_COMPACT in resume.features
     check_resume_cursor(row, resume.after, resume.epoch, compact)
     plan = compacted_plan(resume.session_id, resume.after, row["head"]) if compact else []
