@@ -39,6 +39,7 @@ from typing import Any
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.utils.timezone import now
 
 from . import connection_rows as rows
 from . import fanout, metrics
@@ -173,15 +174,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         _open_sockets[self.user.pk] += 1
         self.counted_user = self.user.pk
-        # The handshake waits for no write: the diagnostic row is inserted
-        # while the handshake arrives and completed after its answer
-        # (``_record``), and the cookie's group (for the 4401 at logout) is
-        # joined meanwhile too. (The 1012 of a graceful stop needs no group:
-        # ``server.py`` closes the process's sockets itself.)
+        # The handshake waits for no write: the diagnostic row is written
+        # after its answer (``_record``; at the close if none came), so that
+        # the write does not compete with the handshake for the pool and the
+        # GIL; the cookie's group (for the 4401 at logout) is joined meanwhile.
+        # (The 1012 of a graceful stop needs no group: ``server.py`` closes
+        # the process's sockets itself.)
         self.connection_id = new_connection_id()
-        self.recorded: asyncio.Future | None = rows.insert(
-            self.connection_id, user_id=self.user.pk, server_id=worker_id()
-        )
+        self.opened = {"user_id": self.user.pk, "server_id": worker_id(), "opened_at": now()}
+        self.recorded: asyncio.Future | None = None
         self.server_joined = asyncio.ensure_future(self._join_process_groups())
         self.server_joined.add_done_callback(self._server_join_failed)
         self.handshake_deadline = asyncio.get_running_loop().call_later(
@@ -274,15 +275,19 @@ class SessionConsumer(AsyncWebsocketConsumer):
                     self.close_code or code,
                     self.last_ack,
                     presence_for=self.session_id,
-                    opened={"user_id": self.user.pk, "server_id": worker_id()},
+                    opened=self.opened,
                 )
             except Exception:
                 self.log.exception("connection %s: could not record the close", self.connection_id)
 
     def _record(self, **fields: Any) -> None:
         """Add to the socket's row, off its path (``connection_rows`` writes a
-        process's rows in batches, in the order they were asked for)."""
-        self.recorded = rows.update(self.connection_id, **fields)
+        process's rows in batches, in the order they were asked for). The
+        first call writes the row itself."""
+        if self.recorded is None:
+            self.recorded = rows.insert(self.connection_id, **self.opened, **fields)
+        else:
+            self.recorded = rows.update(self.connection_id, **fields)
 
     async def _recorded(self) -> None:
         """Wait for the row (before anything that updates or counts it)."""

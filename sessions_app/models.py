@@ -211,7 +211,9 @@ class Connection(models.Model):
         db_constraint=False,
     )
     server_id = models.CharField(max_length=100, blank=True)
-    opened_at = models.DateTimeField(auto_now_add=True)
+    # When the socket opened: its row is written later, after its handshake's
+    # answer and in a batch with others (connection_rows.py).
+    opened_at = models.DateTimeField(default=timezone.now)
     # Touched by its server while the socket is open: a row nobody touches
     # any more belonged to a server that died, and stops counting as a viewer.
     seen_at = models.DateTimeField(default=timezone.now)
