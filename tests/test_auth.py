@@ -129,3 +129,59 @@ async def test_a_lookup_is_shared_only_while_recent(counted, gate, monkeypatch, 
     gate.release.set()
     await asyncio.gather(first, second)
     assert counted == [key, key]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_apps_socket_is_accepted_before_its_lookup_a_projects_after(
+    counted, gate, user, monkeypatch
+):
+    """A project's own socket is called with its user resolved, as with Channels'
+    stack; the session socket's upgrade is accepted while the cookie's lookup
+    is still held, and its resume is answered once the lookup is done."""
+    from channels.generic.websocket import AsyncWebsocketConsumer
+    from channels.testing import WebsocketCommunicator
+    from django.urls import path
+
+    from sessions_app import presence
+    from sessions_app.asgi import websocket_application
+    from sessions_app.services import create_session
+
+    # Not this test's concern, and its broadcast would outlive the test's database.
+    monkeypatch.setattr(presence, "request_presence", lambda session_id: None)
+    cookie = await database_sync_to_async(session_cookie)(user)
+    session = await database_sync_to_async(create_session)(user, "deferred")
+    seen = []
+
+    class Mine(AsyncWebsocketConsumer):
+        async def connect(self):
+            seen.append(self.scope["user"].pk)  # raises if not resolved yet
+            await self.accept()
+
+    app = websocket_application([path("ws/mine/", Mine.as_asgi())])
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"origin", b"http://127.0.0.1"),
+        (b"cookie", cookie.encode()),
+    ]
+
+    gate.release.clear()
+    project = WebsocketCommunicator(app, "/ws/mine/", headers=headers)
+    connecting = asyncio.ensure_future(project.connect(timeout=10))
+    await gate.started.get()
+    assert seen == []  # the middleware holds the project's consumer until the lookup ends
+    gate.release.set()
+    assert (await connecting)[0] and seen == [user.pk]
+    await project.disconnect()
+
+    gate.release.clear()
+    ours = WebsocketCommunicator(app, "/ws/sessions/", headers=headers)
+    connected, _ = await ours.connect(timeout=10)
+    assert connected  # accepted while its lookup is held at the gate
+    await gate.started.get()
+    frame = {"type": "resume", "protocol": 1, "request_id": "r", "session_id": session.id}
+    await ours.send_json_to({**frame, "after": 0})
+    gate.release.set()
+    reply = await ours.receive_json_from(timeout=10)
+    assert reply["type"] == "resume_ok" and reply["session_id"] == session.id
+    await ours.disconnect()
+    assert counted == [counted[0]] * 2

@@ -254,11 +254,13 @@ async def test_resume_ok_does_not_wait_for_the_connection_row(user, monkeypatch)
 
     monkeypatch.setattr(connection_rows, "_write_in_pool", held_write)
     comm = await _resumed(user, s.id, 0, s.epoch)  # asserts resume_ok
+    answered = timezone.now()
     assert await database_sync(lambda: Connection.objects.count()) == 0
     release.set()
     await comm.receive_json_from(timeout=10)  # the replay went on meanwhile
     row = await wait_until(lambda: Connection.objects.filter(session_id=s.id).first())
     assert (row.first_frame_type, row.resume_after, row.user_id) == ("resume", 0, user.pk)
+    assert row.opened_at <= answered  # when the socket opened, not when the row was written
     await comm.disconnect()
 
 
@@ -274,3 +276,4 @@ async def test_a_socket_closed_before_its_handshake_still_leaves_a_row(user):
     await comm.disconnect(code=1001)
     row = await database_sync(lambda: Connection.objects.get())
     assert (row.user_id, row.close_code, row.closed_at is not None) == (user.pk, 1001, True)
+    assert row.opened_at <= row.closed_at
