@@ -7,7 +7,7 @@ Three costs of Channels' ``AuthMiddlewareStack`` that a busy server pays:
   default), so when every tab of a restarted server reconnects at once, each
   socket's authentication waits behind all the others'. The lookup needs
   nothing of that thread (two self-contained reads), so here it runs on the
-  pool the socket's other database calls use (``socket_db``).
+  pool the socket's other database calls use (``db_pool``).
 - ``SessionMiddleware`` wraps the socket's ``send`` to save a changed session
   and set its cookie, and so inspects the session on every frame sent: almost
   a quarter of a long replay's time in a profile. A socket never changes the
@@ -37,13 +37,13 @@ import asyncio
 import copy
 
 from channels.auth import AuthMiddleware
-from channels.db import database_sync_to_async
 from channels.sessions import CookieMiddleware
 from django.conf import settings
 
+from .db_pool import in_db_pool
 from .user_lookup import lookup_user, session_store_class
 
-_get_user = database_sync_to_async(lookup_user, thread_sensitive=False)
+_get_user = in_db_pool(lookup_user)
 
 # How recently a lookup must have started for another socket to share it.
 SHARE_SECONDS = 2.0

@@ -26,11 +26,11 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
 from . import protocol as p
+from .db_pool import in_db_pool
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def _write_batch(writes: list[_Write]) -> list[BaseException | None]:
     return errors
 
 
-_write_in_pool = database_sync_to_async(_write_batch, thread_sensitive=False)
+_write_in_pool = in_db_pool(_write_batch)
 
 
 class RowWriter:

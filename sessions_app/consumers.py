@@ -102,7 +102,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # Channels' dispatch hops to a thread (aclose_old_connections) before
         # every message: per event per socket, the largest cost of live
         # delivery. This consumer touches the database only through
-        # database_sync_to_async, which closes old connections around each
+        # its pool (db_pool.in_db_pool), which closes old connections around each
         # call itself, so the hop buys nothing here.
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:

@@ -1,21 +1,19 @@
 """The database work of a socket (``consumers.SessionConsumer``), one function each.
 
-Each runs on a thread of a small pool (``thread_sensitive=False``), not on
-Channels' one shared database thread: every call is self-contained (its own
-transaction, if any), and hundreds of sockets resuming or sending at once must
-not queue behind one thread. The pool is asgiref's executor; each of its
-threads keeps one persistent connection.
+Each runs on the sockets' database pool (``db_pool``): every call is
+self-contained (its own transaction, if any), and each of the pool's threads
+keeps one persistent connection.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.db import connection
 
 from . import protocol as p
 from .compaction import compacted_plan
+from .db_pool import in_db_pool
 from .events import check_resume_cursor, read_frames
 from .models import AgentSession
 
@@ -31,11 +29,7 @@ _RESUME_ROW = (
 )
 
 
-def _in_db_pool(fn):
-    return database_sync_to_async(fn, thread_sensitive=False)
-
-
-@_in_db_pool
+@in_db_pool
 def start_session(user, start: p.Start) -> dict[str, Any]:
     """Create the session a ``start`` asks for."""
     from .services import create_session
@@ -44,7 +38,7 @@ def start_session(user, start: p.Start) -> dict[str, Any]:
     return {"id": session.id, "epoch": session.epoch, "head": session.head}
 
 
-@_in_db_pool
+@in_db_pool
 def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
     """The session's epoch, head and earliest, in one read, and the replay's
     first page (``page``) and, for a client that compacts, what the replay
@@ -72,25 +66,25 @@ def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
     return row
 
 
-@_in_db_pool
+@in_db_pool
 def events_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]:
     """Up to ``REPLAY_PAGE`` event frames' texts after ``after``, with their seqs."""
     return read_frames(session_id, after, upto, REPLAY_PAGE)
 
 
-@_in_db_pool
+@in_db_pool
 def skeleton_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]:
     """Up to ``REPLAY_PAGE`` frames of the events after ``after`` that are not deltas."""
     return read_frames(session_id, after, upto, REPLAY_PAGE, skeleton=True)
 
 
-@_in_db_pool
+@in_db_pool
 def replay_plan(session_id: str, after: int, upto: int) -> list[tuple[int, int, str]]:
     """The superseded stretches a compacted replay of ``after < seq <= upto`` skips."""
     return compacted_plan(session_id, after, upto)
 
 
-@_in_db_pool
+@in_db_pool
 def head_of(session_id: str) -> tuple[int, str, int] | None:
     """The session's head, epoch and compacted_through (None once it is deleted)."""
     return (
@@ -100,28 +94,28 @@ def head_of(session_id: str) -> tuple[int, str, int] | None:
     )
 
 
-@_in_db_pool
+@in_db_pool
 def submit(session_id: str, send: p.Send):
     from .runtime.runs import submit_message
 
     return submit_message(session_id, send.client_message_id, send.text)
 
 
-@_in_db_pool
+@in_db_pool
 def decide(session_id: str, decide: p.Decide, username: str) -> None:
     from .runtime.runs import decide as decide_gate
 
     decide_gate(decide.approval_id, decide.decision, username, session_id=session_id)
 
 
-@_in_db_pool
+@in_db_pool
 def cancel(session_id: str, run_id: str, username: str) -> None:
     from .runtime.runs import cancel as cancel_run
 
     cancel_run(run_id, username, session_id=session_id)
 
 
-@_in_db_pool
+@in_db_pool
 def presence(session_id: str) -> dict[str, Any] | None:
     """The presence for a socket that just caught up; the other sockets of the
     session get theirs coalesced with other joins and leaves."""
