@@ -40,10 +40,10 @@ from channels.auth import AuthMiddleware
 from channels.sessions import CookieMiddleware
 from django.conf import settings
 
-from .db_pool import in_db_pool
+from .db_pool import reading_in_db_pool
 from .user_lookup import lookup_user, session_store_class
 
-_get_user = in_db_pool(lookup_user)
+_get_user = reading_in_db_pool(lookup_user)
 
 # How recently a lookup must have started for another socket to share it.
 SHARE_SECONDS = 2.0

@@ -1,5 +1,5 @@
 """The sockets' database calls: on a thread pool, with Django's connection
-housekeeping around each, and the health check only where it can help.
+housekeeping around each, and for reads the health check only where it helps.
 
 Each call runs on a thread of asgiref's pool (``thread_sensitive=False``), not
 on Channels' one shared database thread: every call is self-contained, and
@@ -9,55 +9,90 @@ Channels' ``database_sync_to_async`` runs ``close_old_connections`` before
 and after each call. With ``CONN_HEALTH_CHECKS`` on (this project's settings)
 that makes the first query of every call a ``SELECT 1`` first: on PostgreSQL
 one more round trip for each call of a socket (0.1 ms of a 0.7 ms resume
-check on the benchmark machine). Here a connection whose thread finished a
-call less than ``HEALTHY_SECONDS`` ago is taken as healthy; one idle for
-longer is checked as before, and one that raised a database error is checked
-(and replaced if broken) by Django's own ``close_old_connections``. The cost:
-if the database restarts within that second, the first call on each thread
-fails instead of reconnecting (a socket closes 1011, retryable, and resumes),
-and Django replaces the connection before that thread's next call.
+check on the benchmark machine; the 2,000-socket storm, docs/benchmarks.md).
+
+A call that only reads (``reading_in_db_pool``: a resume's check and pages,
+the cookie's user) skips that check when its thread finished a call less than
+``HEALTHY_SECONDS`` ago, and if the connection it took on trust turns out to
+be broken (the database restarted, a pooler dropped it), it runs once more on
+a new one: a read can be repeated, so the socket sees no error. Calls that
+write keep Django's check: repeating one could write twice.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
 from asgiref.sync import SyncToAsync
-from django.db import close_old_connections, connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connections
 
 HEALTHY_SECONDS = 1.0
 
-_last_call = threading.local()
+_thread = threading.local()
 
 
-def _skip_recent_health_checks() -> None:
-    ended = getattr(_last_call, "ended", None)
+def _trust_recent_connections() -> bool:
+    """Mark this thread's connections checked if its last call ended a moment
+    ago; whether any was (so a failure may be the trust's fault)."""
+    ended = getattr(_thread, "ended", None)
     if ended is None or time.monotonic() - ended >= HEALTHY_SECONDS:
-        return
+        return False
+    trusted = False
     for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and not conn.errors_occurred:
+        if conn.connection is not None and not conn.errors_occurred and conn.health_check_enabled:
             conn.health_check_done = True
+            trusted = True
+    return trusted
+
+
+def _again_if_trusted_wrongly(func):
+    """``func`` (which only reads), run once more on new connections if it
+    failed on one that was taken as healthy without a check."""
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (OperationalError, InterfaceError):
+            if not getattr(_thread, "trusted", False):
+                raise
+            _thread.trusted = False
+            for conn in connections.all(initialized_only=True):
+                if conn.errors_occurred:
+                    conn.close()
+            return func(*args, **kwargs)
+
+    return call
 
 
 class PoolCall(SyncToAsync):
-    """``channels.db.database_sync_to_async(func, thread_sensitive=False)``,
-    with the health check of a recently used connection skipped."""
+    """``channels.db.database_sync_to_async(func, thread_sensitive=False)``;
+    with ``trust_recent``, the health check of a recently used connection
+    skipped (for a ``func`` that copes, see ``_again_if_trusted_wrongly``)."""
 
-    def __init__(self, func, executor=None):
+    def __init__(self, func, executor=None, *, trust_recent: bool = False):
         super().__init__(func, thread_sensitive=False, executor=executor)
+        self.trust_recent = trust_recent
 
     def thread_handler(self, loop, *args, **kwargs):
         close_old_connections()
-        _skip_recent_health_checks()
+        _thread.trusted = self.trust_recent and _trust_recent_connections()
         try:
             return super().thread_handler(loop, *args, **kwargs)
         finally:
             close_old_connections()
-            _last_call.ended = time.monotonic()
+            _thread.ended = time.monotonic()
 
 
 def in_db_pool(func, executor=None):
-    """``func`` as a coroutine function that runs it on the pool (see above;
-    ``executor``: another pool than the event loop's default)."""
+    """``func`` as a coroutine function that runs it on the pool, with
+    Django's checks (``executor``: another pool than the loop's default)."""
     return PoolCall(func, executor)
+
+
+def reading_in_db_pool(func, executor=None):
+    """As ``in_db_pool``, for a ``func`` that only reads (so it may run twice):
+    a connection used a moment ago is not checked first (see above)."""
+    return PoolCall(_again_if_trusted_wrongly(func), executor, trust_recent=True)

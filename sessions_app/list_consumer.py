@@ -27,7 +27,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from . import fanout
 from . import protocol as p
 from .auth import user_of
-from .db_pool import in_db_pool
+from .db_pool import reading_in_db_pool
 from .services import MAX_LISTED, session_summary, summaries
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,8 @@ def _read_snapshot(user_id: int) -> list[dict]:
 
 
 # On the pool the session socket's reads use, not Channels' one shared thread.
-_snapshot = in_db_pool(_read_snapshot)
-_summary = in_db_pool(session_summary)
+_snapshot = reading_in_db_pool(_read_snapshot)
+_summary = reading_in_db_pool(session_summary)
 
 
 class SessionListConsumer(AsyncWebsocketConsumer):

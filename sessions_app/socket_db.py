@@ -13,7 +13,7 @@ from django.db import connection
 
 from . import protocol as p
 from .compaction import compacted_plan
-from .db_pool import in_db_pool
+from .db_pool import in_db_pool, reading_in_db_pool
 from .events import check_resume_cursor, read_frames
 from .models import AgentSession
 
@@ -38,7 +38,7 @@ def start_session(user, start: p.Start) -> dict[str, Any]:
     return {"id": session.id, "epoch": session.epoch, "head": session.head}
 
 
-@in_db_pool
+@reading_in_db_pool
 def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
     """The session's epoch, head and earliest, in one read, and the replay's
     first page (``page``) and, for a client that compacts, what the replay
@@ -66,25 +66,25 @@ def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
     return row
 
 
-@in_db_pool
+@reading_in_db_pool
 def events_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]:
     """Up to ``REPLAY_PAGE`` event frames' texts after ``after``, with their seqs."""
     return read_frames(session_id, after, upto, REPLAY_PAGE)
 
 
-@in_db_pool
+@reading_in_db_pool
 def skeleton_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]:
     """Up to ``REPLAY_PAGE`` frames of the events after ``after`` that are not deltas."""
     return read_frames(session_id, after, upto, REPLAY_PAGE, skeleton=True)
 
 
-@in_db_pool
+@reading_in_db_pool
 def replay_plan(session_id: str, after: int, upto: int) -> list[tuple[int, int, str]]:
     """The superseded stretches a compacted replay of ``after < seq <= upto`` skips."""
     return compacted_plan(session_id, after, upto)
 
 
-@in_db_pool
+@reading_in_db_pool
 def head_of(session_id: str) -> tuple[int, str, int] | None:
     """The session's head, epoch and compacted_through (None once it is deleted)."""
     return (
@@ -115,7 +115,7 @@ def cancel(session_id: str, run_id: str, username: str) -> None:
     cancel_run(run_id, username, session_id=session_id)
 
 
-@in_db_pool
+@reading_in_db_pool
 def presence(session_id: str) -> dict[str, Any] | None:
     """The presence for a socket that just caught up; the other sockets of the
     session get theirs coalesced with other joins and leaves."""

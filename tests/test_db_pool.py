@@ -1,5 +1,6 @@
-"""``sessions_app.db_pool``: the sockets' database calls skip the health check of
-a connection used a moment ago, and keep it for an idle or failed one."""
+"""``sessions_app.db_pool``: the sockets' reads skip the health check of a
+connection used a moment ago (and run again if it was broken after all); an
+idle or failed connection, and every write, keep the check."""
 
 from __future__ import annotations
 
@@ -33,20 +34,32 @@ def _query():
         return cursor.fetchone()[0]
 
 
+def _backend_pid():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
 def _fail():
     with connection.cursor() as cursor:
         cursor.execute("SELECT no_such_column FROM no_such_table")
 
 
 @pytest.fixture
-def on_one_thread():
-    """``in_db_pool`` on a pool of one thread (the loop's would spread the calls)."""
+def executor():
+    """A pool of one thread (the loop's would spread the calls over several)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    executor = ThreadPoolExecutor(max_workers=1)
-    yield lambda func: db_pool.in_db_pool(func, executor)
-    executor.submit(connections.close_all).result()
-    executor.shutdown()
+    pool = ThreadPoolExecutor(max_workers=1)
+    yield pool
+    pool.submit(connections.close_all).result()
+    pool.shutdown()
+
+
+@pytest.fixture
+def on_one_thread(executor):
+    """``reading_in_db_pool`` on that thread."""
+    return lambda func: db_pool.reading_in_db_pool(func, executor)
 
 
 async def test_calls_a_moment_apart_check_the_connection_once(checks, on_one_thread):
@@ -80,3 +93,33 @@ async def test_after_a_database_error_the_connection_is_checked(checks, on_one_t
         await fail()
     assert len(checks) > before
     assert await call() == 1
+
+
+async def test_a_write_is_checked_every_time(checks, executor):
+    """A call that may write (``in_db_pool``) keeps Django's check before each
+    call: it could not be run again if its connection failed."""
+    call = db_pool.in_db_pool(_query, executor)
+    for _ in range(3):
+        await call()
+    assert len(checks) >= 2
+
+
+async def test_a_read_on_a_connection_dropped_meanwhile_runs_again(checks, on_one_thread):
+    """The database dropped the thread's connection a moment after its last
+    call (a restart, a pooler): the next read, taking it on trust, fails,
+    and is run again on a new connection; the caller sees only its result."""
+    if connection.vendor != "postgresql":
+        pytest.skip("dropping a connection from outside needs a database server")
+    pid = await on_one_thread(_backend_pid)()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    calls = []
+
+    def counted_query():
+        calls.append(1)
+        return _query()
+
+    assert await on_one_thread(counted_query)() == 1
+    assert len(calls) == 2  # failed on the dropped connection, then ran again
+    new_pid = await on_one_thread(_backend_pid)()
+    assert new_pid != pid
