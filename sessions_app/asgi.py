@@ -30,6 +30,7 @@ def websocket_application(routes=()):
     the Origin check and the cookie's user. The app's own consumers answer
     the upgrade before the user is looked up (``auth.user_of``); a project's
     get it resolved first, as with Channels' ``AuthMiddlewareStack``."""
+    routes = list(routes)  # read twice below
     return SameOriginValidator(
         PooledAuthMiddlewareStack(
             URLRouter([*routes, *websocket_urlpatterns]),

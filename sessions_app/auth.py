@@ -39,6 +39,7 @@ import copy
 from channels.auth import AuthMiddleware
 from channels.sessions import CookieMiddleware
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
 
 from .db_pool import reading_in_db_pool
 from .user_lookup import lookup_user, session_store_class
@@ -96,15 +97,18 @@ class PooledAuthMiddleware(AuthMiddleware):
             return await super().__call__(scope, receive, send)
         scope = dict(scope)
         self.populate_scope(scope)
-        scope[_LOOKUP] = asyncio.ensure_future(self.resolve_scope(scope))
+        lookup = scope[_LOOKUP] = asyncio.ensure_future(self.resolve_scope(scope))
+        # Retrieved here too: an application that fails before it awaits the
+        # lookup must not leave "exception never retrieved" behind.
+        lookup.add_done_callback(lambda done: done.cancelled() or done.exception())
         return await self.inner(scope, receive, send)
 
     async def resolve_scope(self, scope):
         key = scope["session"].session_key
         if key:
             scope["user"]._wrapped = await _shared_lookup(key, scope)
-        else:
-            scope["user"]._wrapped = await _get_user(scope)
+        else:  # no cookie: anonymous, as the lookup would say, without one
+            scope["user"]._wrapped = AnonymousUser()
 
 
 class ReadOnlySessionMiddleware:

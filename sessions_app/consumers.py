@@ -163,8 +163,22 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await self.accept()
         metrics.SOCKETS_OPEN.inc()
         self.counted_open = True
-        # Accepted first: the user's lookup overlaps the client's first frame.
-        self.user = await user_of(self.scope)
+        opened_at = now()
+        # The cookie's group (for the 4401 at logout) is joined before the
+        # user is known: a logout published while the lookup runs still
+        # reaches this socket. (The 1012 of a graceful stop needs no group:
+        # ``server.py`` closes the process's sockets itself.)
+        self.server_joined = asyncio.ensure_future(self._join_process_groups())
+        self.server_joined.add_done_callback(self._server_join_failed)
+        # Accepted first, so the user's lookup overlaps the client's first
+        # frame; its frames wait meanwhile. Bounded: a database too slow to
+        # answer is the server's fault, so the close is a retryable one.
+        try:
+            self.user = await asyncio.wait_for(user_of(self.scope), p.HANDSHAKE_TIMEOUT_SECONDS)
+        except TimeoutError:
+            self.log.warning("no user within %s s: closing 1013", p.HANDSHAKE_TIMEOUT_SECONDS)
+            await self._close(p.CLOSE_TRY_AGAIN)
+            return
         if self.user is None or not self.user.is_authenticated:
             await self._close(p.CLOSE_NOT_AUTHENTICATED)
             return
@@ -176,15 +190,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.counted_user = self.user.pk
         # The handshake waits for no write: the diagnostic row is written
         # after its answer (``_record``; at the close if none came), so that
-        # the write does not compete with the handshake for the pool and the
-        # GIL; the cookie's group (for the 4401 at logout) is joined meanwhile.
-        # (The 1012 of a graceful stop needs no group: ``server.py`` closes
-        # the process's sockets itself.)
+        # the write does not compete with the handshake for the pool and the GIL.
         self.connection_id = new_connection_id()
-        self.opened = {"user_id": self.user.pk, "server_id": worker_id(), "opened_at": now()}
+        self.opened = {"user_id": self.user.pk, "server_id": worker_id(), "opened_at": opened_at}
         self.recorded: asyncio.Future | None = None
-        self.server_joined = asyncio.ensure_future(self._join_process_groups())
-        self.server_joined.add_done_callback(self._server_join_failed)
         self.handshake_deadline = asyncio.get_running_loop().call_later(
             p.HANDSHAKE_TIMEOUT_SECONDS, self._handshake_timeout
         )

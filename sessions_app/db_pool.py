@@ -11,12 +11,13 @@ that makes the first query of every call a ``SELECT 1`` first: on PostgreSQL
 one more round trip for each call of a socket (0.1 ms of a 0.7 ms resume
 check on the benchmark machine; the 2,000-socket storm, docs/benchmarks.md).
 
-A call that only reads (``reading_in_db_pool``: a resume's check and pages,
-the cookie's user) skips that check when its thread finished a call less than
-``HEALTHY_SECONDS`` ago, and if the connection it took on trust turns out to
-be broken (the database restarted, a pooler dropped it), it runs once more on
-a new one: a read can be repeated, so the socket sees no error. Calls that
-write keep Django's check: repeating one could write twice.
+A call that can run twice (``reading_in_db_pool``: it reads, or writes only
+what a second run writes the same, as the lookup's flush of a stale session)
+skips that check when its thread finished a call less than ``HEALTHY_SECONDS``
+ago; if the connection it took on trust turns out to be broken (the database
+restarted, a pooler dropped it), it runs once more on a new one, and the
+socket sees no error. Other calls keep Django's check: repeating one could
+write twice.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ def _trust_recent_connections() -> bool:
 
 
 def _again_if_trusted_wrongly(func):
-    """``func`` (which only reads), run once more on new connections if it
-    failed on one that was taken as healthy without a check."""
+    """``func`` (which may run twice), run once more on a new connection if it
+    failed on a broken one that was taken as healthy without a check."""
 
     @functools.wraps(func)
     def call(*args, **kwargs):
@@ -58,10 +59,18 @@ def _again_if_trusted_wrongly(func):
         except (OperationalError, InterfaceError):
             if not getattr(_thread, "trusted", False):
                 raise
+            # Only for a connection that is broken: a timeout or a lock on a
+            # sound one is the read's own failure, not the trust's.
+            broken = [
+                conn
+                for conn in connections.all(initialized_only=True)
+                if conn.errors_occurred and (conn.connection is None or not conn.is_usable())
+            ]
+            if not broken:
+                raise
             _thread.trusted = False
-            for conn in connections.all(initialized_only=True):
-                if conn.errors_occurred:
-                    conn.close()
+            for conn in broken:
+                conn.close()
             return func(*args, **kwargs)
 
     return call
@@ -82,6 +91,7 @@ class PoolCall(SyncToAsync):
         try:
             return super().thread_handler(loop, *args, **kwargs)
         finally:
+            _thread.trusted = False
             close_old_connections()
             _thread.ended = time.monotonic()
 
@@ -93,6 +103,6 @@ def in_db_pool(func, executor=None):
 
 
 def reading_in_db_pool(func, executor=None):
-    """As ``in_db_pool``, for a ``func`` that only reads (so it may run twice):
-    a connection used a moment ago is not checked first (see above)."""
+    """As ``in_db_pool``, for a ``func`` that may run twice (it reads): a
+    connection used a moment ago is not checked first (see above)."""
     return PoolCall(_again_if_trusted_wrongly(func), executor, trust_recent=True)

@@ -18,6 +18,7 @@ an ``error`` (``unknown_type``); the frame limits of the session socket apply
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -53,7 +54,21 @@ class SessionListConsumer(AsyncWebsocketConsumer):
         self.auth_group: str | None = None
         self.bucket = p.TokenBucket()
         await self.accept()
-        self.user = await user_of(self.scope)  # looked up while the upgrade was answered
+        # The cookie's group first: a logout during the lookup reaches this socket.
+        self.auth_group = fanout.scope_auth_group(self.scope)
+        if self.auth_group:
+            await self.channel_layer.group_add(self.auth_group, self.channel_name)
+        # Looked up while the upgrade was answered; bounded, as the session
+        # socket's (a slow database is a retryable close).
+        try:
+            self.user = await asyncio.wait_for(user_of(self.scope), p.HANDSHAKE_TIMEOUT_SECONDS)
+        except TimeoutError:
+            await self.close(code=p.CLOSE_TRY_AGAIN)
+            return
+        except Exception:
+            log.exception("list socket: the user lookup failed")
+            await self.close(code=p.CLOSE_INTERNAL_ERROR)
+            return
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=p.CLOSE_NOT_AUTHENTICATED)
             return
@@ -61,19 +76,16 @@ class SessionListConsumer(AsyncWebsocketConsumer):
         # read is pushed, one before it is in the snapshot.
         self.group = fanout.user_group(self.user.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        self.auth_group = fanout.scope_auth_group(self.scope)
-        if self.auth_group:
-            await self.channel_layer.group_add(self.auth_group, self.channel_name)
         await self._send({"type": "sessions", "sessions": await _snapshot(self.user.pk)})
 
     async def disconnect(self, code: int) -> None:
-        if self.group is not None:
-            try:
+        try:
+            if self.group is not None:
                 await self.channel_layer.group_discard(self.group, self.channel_name)
-                if self.auth_group:
-                    await self.channel_layer.group_discard(self.auth_group, self.channel_name)
-            except Exception:
-                log.exception("list socket: could not leave its group")
+            if self.auth_group:
+                await self.channel_layer.group_discard(self.auth_group, self.channel_name)
+        except Exception:
+            log.exception("list socket: could not leave its groups")
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
         raw = text_data if text_data is not None else bytes_data or b""

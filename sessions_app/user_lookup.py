@@ -63,12 +63,13 @@ def session_store_class():
 @cache
 def _user_select(using: str):
     """(SQL, field attnames, converters) reading one user row by primary key,
-    or None where the default manager filters (plain SQL would bypass it).
+    or None where the default manager filters (plain SQL would bypass it) or
+    the model inherits another's table (its fields span two tables).
     The converters are the ORM's own for each column (a database's datetimes,
     booleans, JSON), as its compiler applies them."""
     model = get_user_model()
     manager = model._default_manager
-    if type(manager).get_queryset is not models.Manager.get_queryset:
+    if type(manager).get_queryset is not models.Manager.get_queryset or model._meta.parents:
         return None
     connection = connections[using]
     fields = model._meta.concrete_fields
@@ -96,7 +97,8 @@ def _fetch_user(backend, user_id):
     sql, names, converters = select
     connection = connections[using]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [user_id])
+        # As the ORM sends it (a UUID's form differs by database).
+        cursor.execute(sql, [model._meta.pk.get_db_prep_value(user_id, connection)])
         row = cursor.fetchone()
     if row is None:
         return None

@@ -131,57 +131,131 @@ async def test_a_lookup_is_shared_only_while_recent(counted, gate, monkeypatch, 
     assert counted == [key, key]
 
 
-@pytest.mark.django_db(transaction=True)
-async def test_the_apps_socket_is_accepted_before_its_lookup_a_projects_after(
-    counted, gate, user, monkeypatch
-):
-    """A project's own socket is called with its user resolved, as with Channels'
-    stack; the session socket's upgrade is accepted while the cookie's lookup
-    is still held, and its resume is answered once the lookup is done."""
+def _headers(cookie: str | None) -> list[tuple[bytes, bytes]]:
+    headers = [(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")]
+    return headers + ([(b"cookie", cookie.encode())] if cookie else [])
+
+
+@pytest.fixture
+def app(monkeypatch):
+    """The app's WebSocket application, with a project's own socket at
+    ``/ws/mine/`` that records the user it was called with."""
     from channels.generic.websocket import AsyncWebsocketConsumer
-    from channels.testing import WebsocketCommunicator
     from django.urls import path
 
     from sessions_app import presence
     from sessions_app.asgi import websocket_application
-    from sessions_app.services import create_session
 
-    # Not this test's concern, and its broadcast would outlive the test's database.
+    # Not these tests' concern, and its broadcast would outlive their database.
     monkeypatch.setattr(presence, "request_presence", lambda session_id: None)
-    cookie = await database_sync_to_async(session_cookie)(user)
-    session = await database_sync_to_async(create_session)(user, "deferred")
-    seen = []
 
     class Mine(AsyncWebsocketConsumer):
+        seen: list = []
+
         async def connect(self):
-            seen.append(self.scope["user"].pk)  # raises if not resolved yet
+            self.seen.append(self.scope["user"].pk)  # raises if not resolved yet
             await self.accept()
 
-    app = websocket_application([path("ws/mine/", Mine.as_asgi())])
-    headers = [
-        (b"host", b"127.0.0.1"),
-        (b"origin", b"http://127.0.0.1"),
-        (b"cookie", cookie.encode()),
-    ]
+    application = websocket_application(route for route in [path("ws/mine/", Mine.as_asgi())])
+    application.seen = Mine.seen
+    return application
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_apps_sockets_are_accepted_before_their_lookup_a_projects_after(
+    counted, gate, user, app
+):
+    """A project's own socket is called with its user resolved, as with Channels'
+    stack; the session and list sockets' upgrades are accepted while the
+    cookie's lookup is still held, and answered once it is done."""
+    from channels.testing import WebsocketCommunicator
+
+    from sessions_app.services import create_session
+
+    cookie = await database_sync_to_async(session_cookie)(user)
+    session = await database_sync_to_async(create_session)(user, "deferred")
 
     gate.release.clear()
-    project = WebsocketCommunicator(app, "/ws/mine/", headers=headers)
+    project = WebsocketCommunicator(app, "/ws/mine/", headers=_headers(cookie))
     connecting = asyncio.ensure_future(project.connect(timeout=10))
     await gate.started.get()
-    assert seen == []  # the middleware holds the project's consumer until the lookup ends
+    assert app.seen == []  # the middleware holds the project's consumer until the lookup ends
     gate.release.set()
-    assert (await connecting)[0] and seen == [user.pk]
+    assert (await connecting)[0] and app.seen == [user.pk]
     await project.disconnect()
 
     gate.release.clear()
-    ours = WebsocketCommunicator(app, "/ws/sessions/", headers=headers)
+    ours = WebsocketCommunicator(app, "/ws/sessions/", headers=_headers(cookie))
     connected, _ = await ours.connect(timeout=10)
     assert connected  # accepted while its lookup is held at the gate
     await gate.started.get()
     frame = {"type": "resume", "protocol": 1, "request_id": "r", "session_id": session.id}
     await ours.send_json_to({**frame, "after": 0})
+    listing = WebsocketCommunicator(app, "/ws/list/", headers=_headers(cookie))
+    assert (await listing.connect(timeout=10))[0]  # the same lookup, still held
     gate.release.set()
     reply = await ours.receive_json_from(timeout=10)
     assert reply["type"] == "resume_ok" and reply["session_id"] == session.id
+    snapshot = await listing.receive_json_from(timeout=10)
+    assert [s["id"] for s in snapshot["sessions"]] == [session.id]
     await ours.disconnect()
+    await listing.disconnect()
     assert counted == [counted[0]] * 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["/ws/sessions/", "/ws/list/"])
+async def test_a_lookup_that_does_not_end_is_a_retryable_close(
+    counted, gate, user, app, monkeypatch, path
+):
+    """A lookup held past the handshake's time (a database that does not answer)
+    closes the socket 1013, which the client retries, not 4401 or 4400."""
+    from channels.testing import WebsocketCommunicator
+
+    from sessions_app import protocol
+
+    monkeypatch.setattr(protocol, "HANDSHAKE_TIMEOUT_SECONDS", 0.2)
+    cookie = await database_sync_to_async(session_cookie)(user)
+    gate.release.clear()
+    comm = WebsocketCommunicator(app, path, headers=_headers(cookie))
+    assert (await comm.connect(timeout=10))[0]
+    closed = await comm.receive_output(timeout=10)
+    assert closed == {"type": "websocket.close", "code": protocol.CLOSE_TRY_AGAIN}
+    gate.release.set()
+    await comm.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["/ws/sessions/", "/ws/list/"])
+async def test_a_failed_lookup_is_a_retryable_close(user, app, monkeypatch, path):
+    """The database failing the lookup closes the socket 1011 (retryable), not
+    4401: the client comes back instead of showing "signed out"."""
+    from channels.testing import WebsocketCommunicator
+    from django.db import OperationalError
+
+    from sessions_app import protocol
+
+    async def failing(scope):
+        raise OperationalError("the database went away")
+
+    monkeypatch.setattr(auth, "_get_user", failing)
+    cookie = await database_sync_to_async(session_cookie)(user)
+    comm = WebsocketCommunicator(app, path, headers=_headers(cookie))
+    assert (await comm.connect(timeout=10))[0]
+    closed = await comm.receive_output(timeout=10)
+    assert closed == {"type": "websocket.close", "code": protocol.CLOSE_INTERNAL_ERROR}
+    await comm.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_socket_without_a_cookie_is_refused_without_a_lookup(counted, app):
+    """No session cookie: closed 4401 at once, and no database call was made."""
+    from channels.testing import WebsocketCommunicator
+
+    from sessions_app import protocol
+
+    comm = WebsocketCommunicator(app, "/ws/sessions/", headers=_headers(None))
+    assert (await comm.connect(timeout=10))[0]
+    closed = await comm.receive_output(timeout=10)
+    assert closed == {"type": "websocket.close", "code": protocol.CLOSE_NOT_AUTHENTICATED}
+    assert counted == []

@@ -40,7 +40,11 @@ def _backend_pid():
         return cursor.fetchone()[0]
 
 
+FAILED_RUNS: list[int] = []
+
+
 def _fail():
+    FAILED_RUNS.append(1)
     with connection.cursor() as cursor:
         cursor.execute("SELECT no_such_column FROM no_such_table")
 
@@ -84,13 +88,16 @@ async def test_a_connection_idle_longer_is_checked_every_time(checks, on_one_thr
 
 
 async def test_after_a_database_error_the_connection_is_checked(checks, on_one_thread):
-    """A call that raised a database error leaves its connection suspect: it is
-    checked before the thread's next query, and that query works."""
+    """A call that raised a database error on a sound connection is not run
+    again (its error is its own); the connection is checked before the
+    thread's next query, and that query works."""
     call, fail = on_one_thread(_query), on_one_thread(_fail)
     await call()
     before = len(checks)
+    FAILED_RUNS.clear()
     with pytest.raises(DatabaseError):
         await fail()
+    assert len(FAILED_RUNS) == 1
     assert len(checks) > before
     assert await call() == 1
 

@@ -20,9 +20,13 @@ def _key(cookie: str) -> str:
     return cookie.split("=", 1)[1]
 
 
-def _both(key: str | None):
-    """(ours, Channels') for one session key, each from a fresh store."""
-    return lookup_user({"session": SessionStore(key)}), get_user.func({"session": OrmStore(key)})
+def _both(ours_key: str | None, their_key: str | None):
+    """(ours, Channels'), each for its own session key (a lookup may flush its
+    session, so each side gets one of two sessions of the same state)."""
+    return (
+        lookup_user({"session": SessionStore(ours_key)}),
+        get_user.func({"session": OrmStore(their_key)}),
+    )
 
 
 @pytest.fixture
@@ -55,13 +59,13 @@ def test_a_signed_in_cookie_gives_its_user_in_two_reads(user):
 def test_every_kind_of_bad_cookie_is_anonymous_as_with_channels(user, case):
     """Unknown, expired, for an inactive or deleted user, or from before a password
     change: anonymous, as Channels' lookup says."""
-    key = _key(session_cookie(user))
+    keys = [_key(session_cookie(user)), _key(session_cookie(user))]
     if case == "no_cookie":
-        key = None
+        keys = [None, None]
     elif case == "unknown_key":
-        key = "x" * 32
+        keys = ["x" * 32, "y" * 32]
     elif case == "expired":
-        Session.objects.filter(session_key=key).update(expire_date="2000-01-01T00:00:00Z")
+        Session.objects.filter(session_key__in=keys).update(expire_date="2000-01-01T00:00:00Z")
     elif case == "inactive":
         get_user_model().objects.filter(pk=user.pk).update(is_active=False)
     elif case == "deleted":
@@ -69,7 +73,7 @@ def test_every_kind_of_bad_cookie_is_anonymous_as_with_channels(user, case):
     elif case == "password_changed":
         user.set_password("other")
         user.save()
-    ours, theirs = _both(key)
+    ours, theirs = _both(*keys)
     assert isinstance(ours, AnonymousUser) and isinstance(theirs, AnonymousUser)
 
 
