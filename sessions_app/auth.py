@@ -49,6 +49,9 @@ _get_user = reading_in_db_pool(lookup_user)
 # How recently a lookup must have started for another socket to share it.
 SHARE_SECONDS = 2.0
 
+# How long a lookup may take before it fails (the socket closes 1013, retryable).
+LOOKUP_TIMEOUT_SECONDS = 10.0
+
 # Session key -> the lookup under way for it (only while it is) and when it started.
 _lookups: dict[str, tuple[asyncio.Future, float]] = {}
 
@@ -57,7 +60,9 @@ async def _shared_lookup(key: str, scope) -> object:
     loop = asyncio.get_running_loop()
     lookup, started = _lookups.get(key, (None, 0.0))
     if lookup is None or lookup.get_loop() is not loop or loop.time() - started > SHARE_SECONDS:
-        lookup = loop.create_task(_get_user(scope))
+        # Bounded once for every socket that shares it: a database that does
+        # not answer fails the lookup (TimeoutError) instead of holding them.
+        lookup = loop.create_task(asyncio.wait_for(_get_user(scope), LOOKUP_TIMEOUT_SECONDS))
         _lookups[key] = (lookup, loop.time())
         lookup.add_done_callback(
             lambda done: _lookups.get(key, (None,))[0] is done and _lookups.pop(key)

@@ -18,7 +18,6 @@ an ``error`` (``unknown_type``); the frame limits of the session socket apply
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -58,10 +57,10 @@ class SessionListConsumer(AsyncWebsocketConsumer):
         self.auth_group = fanout.scope_auth_group(self.scope)
         if self.auth_group:
             await self.channel_layer.group_add(self.auth_group, self.channel_name)
-        # Looked up while the upgrade was answered; bounded, as the session
-        # socket's (a slow database is a retryable close).
+        # Looked up while the upgrade was answered, bounded (a slow database
+        # is a retryable close, as on the session socket).
         try:
-            self.user = await asyncio.wait_for(user_of(self.scope), p.HANDSHAKE_TIMEOUT_SECONDS)
+            self.user = await user_of(self.scope)
         except TimeoutError:
             await self.close(code=p.CLOSE_TRY_AGAIN)
             return

@@ -208,13 +208,13 @@ async def test_the_apps_sockets_are_accepted_before_their_lookup_a_projects_afte
 async def test_a_lookup_that_does_not_end_is_a_retryable_close(
     counted, gate, user, app, monkeypatch, path
 ):
-    """A lookup held past the handshake's time (a database that does not answer)
+    """A lookup held past LOOKUP_TIMEOUT_SECONDS (a database that does not answer)
     closes the socket 1013, which the client retries, not 4401 or 4400."""
     from channels.testing import WebsocketCommunicator
 
     from sessions_app import protocol
 
-    monkeypatch.setattr(protocol, "HANDSHAKE_TIMEOUT_SECONDS", 0.2)
+    monkeypatch.setattr(auth, "LOOKUP_TIMEOUT_SECONDS", 0.2)
     cookie = await database_sync_to_async(session_cookie)(user)
     gate.release.clear()
     comm = WebsocketCommunicator(app, path, headers=_headers(cookie))
