@@ -85,7 +85,7 @@ def _install_send_buffer_probe() -> None:
 # before daphne cancels what is left.
 SHUTDOWN_DRAIN_SECONDS = 5.0
 
-_daphne_server = None  # daphne's Server, once it created an application
+_daphne_server = None  # daphne's Server, once it listens
 
 
 def _install_graceful_shutdown() -> None:
@@ -118,14 +118,6 @@ def _install_graceful_shutdown() -> None:
 
     original_server_close = WebSocketProtocol.serverClose
     WebSocketProtocol.serverClose = server_close
-    original_create = Server.create_application
-
-    def create_application(self, protocol, scope):
-        global _daphne_server
-        _daphne_server = self
-        return original_create(self, protocol, scope)
-
-    Server.create_application = create_application
     draining: list[asyncio.Future] = []
     original_kill = Server.kill_all_applications
 
@@ -141,6 +133,8 @@ def _install_graceful_shutdown() -> None:
     original_listen_success = Server.listen_success
 
     def listen_success(self, port):
+        global _daphne_server
+        _daphne_server = self  # once listening, before any application
         ports.append(port)
         return original_listen_success(self, port)
 

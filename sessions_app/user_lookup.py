@@ -14,6 +14,7 @@ the session hash check. Any other configuration goes through
 from __future__ import annotations
 
 from functools import cache
+from importlib import import_module
 
 from channels.auth import _get_user_session_key as user_session_key
 from channels.auth import get_user
@@ -55,8 +56,6 @@ def session_store_class():
     """The store ``ReadOnlySessionMiddleware`` opens sessions with."""
     if settings.SESSION_ENGINE == _DB_SESSIONS:
         return SessionStore
-    from importlib import import_module
-
     return import_module(settings.SESSION_ENGINE).SessionStore
 
 
