@@ -15,6 +15,9 @@ class SessionsAppConfig(AppConfig):
         from .conf import install_defaults
 
         install_defaults()
+        from .rights import connect_signals
+
+        connect_signals()
         user_logged_out.connect(_close_sockets_at_logout, dispatch_uid="sessions_app.logout")
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.conf import settings
 
+from . import patches
 from .auth import PooledAuthMiddlewareStack, routes_matcher
 from .routing import websocket_urlpatterns
 from .security import SameOriginValidator
-from .server import RuntimeStarter, install_daphne_hooks
+from .server import RuntimeStarter
 from .static import StaticFiles
 
 
@@ -50,7 +51,7 @@ def application_for(django_asgi_app, *, websocket_routes=(), serve_static: bool 
     application = RuntimeStarter(
         ProtocolTypeRouter({"http": http, "websocket": websocket_application(websocket_routes)})
     )
-    install_daphne_hooks()
+    patches.install()
     _import_channel_layer()
     return application
 

@@ -15,7 +15,7 @@ missing events are already readable). In the steady state a live event costs
 no database query.
 
 Flow control: under daphne each socket can see how many bytes wait in its
-transport (``server.SEND_BUFFER_EXTENSION``). Past ``AGENT_SEND_BUFFER_BYTES``
+transport (``patches.SEND_BUFFER_EXTENSION``). Past ``AGENT_SEND_BUFFER_BYTES``
 the consumer stops sending (replay, sync and live alike) until the client has
 read half of it; a client that reads nothing for ``AGENT_SLOW_CONSUMER_SECONDS``
 is closed with 4408 (retryable: it resumes from its cursor later). Live
@@ -31,13 +31,9 @@ the session's head once and refills up to it if it is behind.
 from __future__ import annotations
 
 import asyncio
-import collections
-import json
-import logging
 from typing import Any
 
 from channels.consumer import get_handler_name
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.utils.timezone import now
 
@@ -45,23 +41,13 @@ from . import connection_rows as rows
 from . import fanout, metrics
 from . import protocol as p
 from . import socket_db as db
-from .auth import user_of
 from .compaction import compacted_frame
 from .exceptions import SessionError
 from .identity import worker_id
-from .logs import SocketLog
 from .models import new_connection_id
-from .server import SEND_BUFFER_EXTENSION
-
-log = logging.getLogger(__name__)
-
-try:  # what daphne's websocket raises when a send finds the client gone
-    from autobahn.exception import Disconnected as PeerGone
-except ImportError:  # pragma: no cover - another ASGI server
-
-    class PeerGone(Exception):
-        pass
-
+from .patches import PeerGone
+from .rights import RightsRevoked
+from .sockets.base import AppSocket
 
 # Live events held in memory while a replay is sent; past this a socket that
 # replays slowly costs the log a read, not the server its memory.
@@ -75,28 +61,12 @@ COMPACT_MIN_EVENTS = 64
 BATCH_MAX_FRAMES = 250
 BATCH_MAX_CHARS = 256 * 1024
 
-# Open sockets per user in this process, for AGENT_USER_MAX_SOCKETS (a count,
-# not a registry: fan-out goes through the channel layer's groups).
-_open_sockets: collections.Counter[int] = collections.Counter()
-
-
 _dumps = fanout.dumps
 
 
-class SessionConsumer(AsyncWebsocketConsumer):
-    """Speaks the session protocol on one socket."""
-
-    # What the socket's first frame was ("start", "resume", or what it was
-    # instead): logged with every line, with its close code (logs.SocketLog).
-    first_frame: str | None = None
-    close_code: int | None = None
-
-    @property
-    def log(self) -> SocketLog:
-        adapter = self.__dict__.get("_log")
-        if adapter is None:
-            adapter = self.__dict__["_log"] = SocketLog(log, self)
-        return adapter
+class SessionConsumer(AppSocket):
+    """Speaks the session protocol on one socket (its lifecycle, limits and
+    flow control are ``AppSocket``'s)."""
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' dispatch hops to a thread (aclose_old_connections) before
@@ -126,11 +96,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         fanout.publisher.attach(asyncio.get_running_loop())
-        self.user = None
-        self.session_id: str | None = None
-        self.connection_id: str | None = None
         self.last_sent = 0
-        self.closing = False
         self.replaying = False
         self.replay_task: asyncio.Task | None = None
         # The handshake's "compact" feature: replays skip superseded stretches.
@@ -151,77 +117,30 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.live_high = 0
         self.pending_presence: dict[str, Any] | None = None
         self.last_ack = 0
-        self.bucket = p.TokenBucket()
         # One sender at a time: live delivery, sync and the tail check all
         # move last_sent, and the tail check runs outside the message loop.
         self.send_lock = asyncio.Lock()
         self.tail_timer: asyncio.TimerHandle | None = None
         self.tail_task: asyncio.Task | None = None
         self.last_live = 0.0
-        self.send_buffer = self.scope.get("extensions", {}).get(SEND_BUFFER_EXTENSION)
-        self.counted_user: int | None = None
-        await self.accept()
-        metrics.SOCKETS_OPEN.inc()
-        self.counted_open = True
-        opened_at = now()
-        # The cookie's group (for the 4401 at logout) is joined before the
-        # user is known: a logout published while the lookup runs still
-        # reaches this socket. (The 1012 of a graceful stop needs no group:
-        # ``server.py`` closes the process's sockets itself.)
-        self.server_joined = asyncio.ensure_future(self._join_process_groups())
-        self.server_joined.add_done_callback(self._server_join_failed)
-        # Accepted first, so the user's lookup overlaps the client's first
-        # frame; its frames wait meanwhile. The lookup is bounded
-        # (``auth.LOOKUP_TIMEOUT_SECONDS``): a database too slow to answer is
-        # the server's fault, so the close is a retryable one.
-        try:
-            self.user = await user_of(self.scope)
-        except TimeoutError:
-            self.log.warning("the user lookup timed out: closing 1013")
-            await self._close(p.CLOSE_TRY_AGAIN)
-            return
-        if self.user is None or not self.user.is_authenticated:
-            await self._close(p.CLOSE_NOT_AUTHENTICATED)
-            return
-        if _open_sockets[self.user.pk] >= settings.AGENT_USER_MAX_SOCKETS:
-            # Retryable: another of the user's tabs may close; backoff spaces it.
-            await self._close(p.CLOSE_RATE_LIMITED)
-            return
-        _open_sockets[self.user.pk] += 1
-        self.counted_user = self.user.pk
+        self.handshake_deadline: asyncio.TimerHandle | None = None
+        self.opened_at = now()
+        await super().connect()
+
+    async def authenticated(self) -> None:
         # The handshake waits for no write: the diagnostic row is written
         # after its answer (``_record``; at the close if none came), so that
         # the write does not compete with the handshake for the pool and the GIL.
         self.connection_id = new_connection_id()
-        self.opened = {"user_id": self.user.pk, "server_id": worker_id(), "opened_at": opened_at}
+        self.opened = {
+            "user_id": self.user.pk,
+            "server_id": worker_id(),
+            "opened_at": self.opened_at,
+        }
         self.recorded: asyncio.Future | None = None
         self.handshake_deadline = asyncio.get_running_loop().call_later(
             p.HANDSHAKE_TIMEOUT_SECONDS, self._handshake_timeout
         )
-
-    def _groups(self) -> list[str]:
-        """The groups of the socket itself: its cookie's (the 4401 at logout)."""
-        cookie = fanout.scope_auth_group(self.scope)
-        return [cookie] if cookie else []
-
-    async def _join_process_groups(self) -> None:
-        for group in self._groups():
-            await self.channel_layer.group_add(group, self.channel_name)
-
-    async def auth_logged_out(self, message: dict[str, Any]) -> None:
-        """The cookie this socket was opened with was signed out."""
-        self.log.info("connection %s: signed out: closing 4401", self.connection_id)
-        await self._close(p.CLOSE_NOT_AUTHENTICATED)
-
-    def _server_join_failed(self, task: asyncio.Future) -> None:
-        # Without the cookie's group this socket misses only a logout's 4401
-        # (the logout's session is gone: its next upgrade is refused).
-        if not task.cancelled() and task.exception() is not None:
-            self.log.warning(
-                "connection %s: joining the cookie's group failed: %r",
-                self.connection_id,
-                task.exception(),
-            )
 
     def _handshake_timeout(self) -> None:
         if self.session_id is None and not self.closing:
@@ -232,51 +151,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
             )
             asyncio.ensure_future(self._close(p.CLOSE_PROTOCOL_VIOLATION))
 
-    async def _close(self, code: int) -> None:
-        if self.closing:
-            return
-        self.closing = True
-        # Recorded as the socket's close code: the peer may never answer the
-        # close frame (a client that stopped reading), and daphne then reports 1006.
-        self.close_code = code
-        await self.close(code=code)
+    async def cleanup(self, code: int) -> None:
+        for timer in (self.handshake_deadline, self.tail_timer):
+            if timer is not None:
+                timer.cancel()
+        for task in (self.replay_task, self.tail_task):
+            if task is not None:
+                task.cancel()
 
-    async def disconnect(self, code: int) -> None:
-        self.closing = True
-        if getattr(self, "counted_open", False):
-            self.counted_open = False
-            metrics.SOCKETS_OPEN.dec()
-            self.close_code = self.close_code or code
-            metrics.CLOSES.labels(str(self.close_code)).inc()
-            self.log.info("connection %s: closed %s", self.connection_id, self.close_code)
-        if getattr(self, "counted_user", None) is not None:
-            _open_sockets[self.counted_user] -= 1
-            if not _open_sockets[self.counted_user]:
-                del _open_sockets[self.counted_user]
-            self.counted_user = None
-        deadline = getattr(self, "handshake_deadline", None)
-        if deadline is not None:
-            deadline.cancel()
-        if self.replay_task is not None:
-            self.replay_task.cancel()
-        if self.tail_timer is not None:
-            self.tail_timer.cancel()
-        if getattr(self, "group_timer", None) is not None:
-            self.group_timer.cancel()
-        if self.tail_task is not None:
-            self.tail_task.cancel()
-        # Each step on its own: a layer failure must not skip recording the close.
-        try:
-            if self.session_id is not None:
-                await self.channel_layer.group_discard(
-                    fanout.group_name(self.session_id), self.channel_name
-                )
-            joined = getattr(self, "server_joined", None)
-            if joined is not None and not joined.cancelled() and await _succeeded(joined):
-                for group in self._groups():
-                    await self.channel_layer.group_discard(group, self.channel_name)
-        except Exception:
-            self.log.exception("connection %s: could not leave its groups", self.connection_id)
+    async def after_groups_left(self, code: int) -> None:
         if self.connection_id is not None:
             try:
                 # After the socket's other row writes: the queue keeps their order.
@@ -309,17 +192,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     # --- incoming frames -------------------------------------------------
 
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
-        if self.closing or self.connection_id is None:
-            return
-        size = len(bytes_data) if bytes_data is not None else len(text_data)
-        if text_data is not None and p.MAX_FRAME_BYTES // 4 < size <= p.MAX_FRAME_BYTES:
-            size = len(text_data.encode("utf-8"))
-        if size > p.MAX_FRAME_BYTES:
-            await self._close(p.CLOSE_TOO_LARGE)
-            return
-        if not self.bucket.take(asyncio.get_running_loop().time()):
-            await self._close(p.CLOSE_RATE_LIMITED)
+    async def on_frame(self, text_data: str | None, bytes_data: bytes | None) -> None:
+        if self.connection_id is None:
             return
         if self.session_id is None:
             await self._receive_handshake(text_data, bytes_data)
@@ -332,6 +206,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._send(p.error_frame(exc.code, exc.message, exc.request_id))
         except SessionError as exc:
             await self._send(error_frame_for(exc, p.request_id_of(frame)))
+            if isinstance(exc, RightsRevoked):
+                await self._close(p.CLOSE_RIGHTS_CHANGED)
         except PeerGone:
             raise  # the client left; dispatch ends the socket quietly
         except Exception:
@@ -381,7 +257,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.epoch = session["epoch"]
         # Joined after creation: only this socket knows the new id, so nothing
         # can have been appended to it that we would miss.
-        await self.channel_layer.group_add(fanout.group_name(session["id"]), self.channel_name)
+        await self.join(fanout.group_name(session["id"]))
         self._attached(session["id"], 0)
         await self._send(
             {
@@ -413,14 +289,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
         group = fanout.group_name(resume.session_id)
         joined = p.is_session_id(resume.session_id)
         if joined:
-            await self.channel_layer.group_add(group, self.channel_name)
+            await self.join(group)
         seen = {"tab_id": resume.tab_id or "", "first_frame_type": p.RESUME}
         seen["resume_after"] = resume.after
         try:
             head = await db.check_resume(self.user.pk, resume)
         except p.Rejection as exc:
             if joined:
-                await self.channel_layer.group_discard(group, self.channel_name)
+                await self.leave(group)
             await self._reject(rid, resume.session_id, exc)
             self._record(**seen)
             return
@@ -460,38 +336,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
     def _attached(self, session_id: str, after: int) -> None:
         self.session_id = session_id
         self.last_sent = after
-        self._schedule_group_renewal()
-
-    def _schedule_group_renewal(self) -> None:
-        """Channel layers forget a group membership after ``group_expiry`` (a
-        day by default): a tab open longer would silently stop receiving.
-        Joining again refreshes it, well before it lapses."""
-        expiry = getattr(self.channel_layer, "group_expiry", 86400)
-        self.group_timer = asyncio.get_running_loop().call_later(
-            max(expiry / 3, 0.1), lambda: asyncio.ensure_future(self._renew_groups())
-        )
-
-    async def _renew_groups(self) -> None:
-        if self.closing or self.session_id is None:
-            return
-        try:
-            await self.channel_layer.group_add(
-                fanout.group_name(self.session_id), self.channel_name
-            )
-            for group in self._groups():
-                await self.channel_layer.group_add(group, self.channel_name)
-        except Exception:
-            self.log.exception(
-                "connection %s: renewing group membership failed", self.connection_id
-            )
-        self._schedule_group_renewal()
 
     async def _reject(self, rid: Any, session_id: Any, exc: p.Rejection) -> None:
         metrics.HANDSHAKES.labels(p.RESUME, exc.reason).inc()
         frame = {
             "type": p.RESUME_REJECTED,
             "request_id": rid,
-            "session_id": session_id if isinstance(session_id, str) else None,
+            # Echoed only if it is an id at all: a reply never repeats what
+            # a client sent of any length.
+            "session_id": session_id if p.is_session_id(session_id) else None,
             "reason": exc.reason,
             "message": exc.message,
         }
@@ -512,7 +365,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             raise p.FrameError(p.E_BAD_FRAME, "this socket already follows a session", rid)
         handler = _HANDLERS.get(kind)
         if handler is None:
-            raise p.FrameError(p.E_UNKNOWN_TYPE, f"unknown frame type {kind!r}", rid)
+            raise p.FrameError(p.E_UNKNOWN_TYPE, f"unknown frame type {p.quoted(kind)}", rid)
         await handler(self, frame)
 
     async def _on_ping(self, frame: dict[str, Any]) -> None:
@@ -526,7 +379,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _on_send(self, frame: dict[str, Any]) -> None:
         send = p.parse_send(frame)
-        result = await db.submit(self.session_id, send)
+        result = await db.submit(self.session_id, send, self.granted)
         await self._send(
             {
                 "type": p.SEND_OK,
@@ -540,7 +393,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _on_decide(self, frame: dict[str, Any]) -> None:
         decide = p.parse_decide(frame)
-        await db.decide(self.session_id, decide, self.user.get_username())
+        await db.decide(self.session_id, decide, self.user.get_username(), self.granted)
         await self._send(
             {
                 "type": p.DECIDE_OK,
@@ -552,7 +405,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _on_cancel(self, frame: dict[str, Any]) -> None:
         rid, run_id = p.parse_cancel(frame)
-        await db.cancel(self.session_id, run_id, self.user.get_username())
+        await db.cancel(self.session_id, run_id, self.user.get_username(), self.granted)
         await self._send({"type": p.CANCEL_OK, "request_id": rid, "run_id": run_id})
 
     async def _on_sync(self, frame: dict[str, Any]) -> None:
@@ -729,30 +582,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._flush_batch()
         return cursor
 
-    async def _writable(self) -> bool:
-        """Wait while the client has too much unread; False once it was closed
-        for reading nothing for too long."""
-        probe = self.send_buffer
-        limit = settings.AGENT_SEND_BUFFER_BYTES
-        if probe is None or probe() <= limit:
-            return True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + settings.AGENT_SLOW_CONSUMER_SECONDS
-        while probe() > limit // 2:
-            if self.closing:
-                return False
-            if loop.time() > deadline:
-                self.log.warning(
-                    "connection %s: closing a client that stopped reading (%s bytes unread)",
-                    self.connection_id,
-                    probe(),
-                )
-                await self._close(p.CLOSE_SLOW_CONSUMER)
-                return False
-            # The transport offers no wake-up to an ASGI app: look again shortly.
-            await asyncio.sleep(0.02)
-        return True
-
     async def session_event(self, message: dict[str, Any]) -> None:
         """A committed event published to the session's group."""
         if message.get("session_id") != self.session_id or self.session_id is None:
@@ -878,24 +707,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return  # a late message: this socket resumed on the new epoch already
         self.log.info("connection %s: session epoch rotated: closing 1013", self.connection_id)
         await self._close(p.CLOSE_TRY_AGAIN)
-
-    async def _send(self, frame: dict[str, Any]) -> None:
-        if not self.closing:
-            text = _dumps(frame)
-            if not p.is_unicode(text):
-                # Something echoed a lone surrogate: escape it (still valid JSON)
-                # rather than fail in the server's UTF-8 encoder.
-                text = json.dumps(frame, separators=(",", ":"))
-            await self.send(text_data=text)
-
-
-async def _succeeded(task: asyncio.Future) -> bool:
-    """Wait for ``task``; did it succeed? (Its failure was logged by its callback.)"""
-    try:
-        await task
-    except Exception:
-        return False
-    return True
 
 
 def error_frame_for(exc: SessionError, request_id: Any) -> dict[str, Any]:

@@ -44,6 +44,7 @@ PRESENCE_MESSAGE = "session.presence"
 ROTATED_MESSAGE = "session.rotated"
 LIST_MESSAGE = "sessions.changed"
 LOGGED_OUT_MESSAGE = "auth.logged_out"
+REVOKED_MESSAGE = "auth.revoked"
 
 
 def group_name(session_id: str) -> str:
@@ -54,6 +55,12 @@ def group_name(session_id: str) -> str:
 def user_group(user_id: int) -> str:
     """The channel-layer group of one user's session-list sockets."""
     return f"user.{user_id}"
+
+
+def rights_group(user_id: int) -> str:
+    """The group of every socket of one user, told when the user's rights end
+    (deactivated, deleted, password changed: ``rights``)."""
+    return f"rights.{user_id}"
 
 
 def auth_group(session_key: str) -> str:
@@ -269,3 +276,8 @@ def session_changed_on_commit(owner_id: int, session_id: str) -> None:
 def publish_logged_out(session_key: str) -> None:
     """Close every socket of a session cookie that was just signed out (4401)."""
     publisher.publish(auth_group(session_key), {"type": LOGGED_OUT_MESSAGE})
+
+
+def publish_revoked(user_id: int) -> None:
+    """Close every socket of a user whose rights ended (4403, retryable)."""
+    publisher.publish(rights_group(user_id), {"type": REVOKED_MESSAGE})

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -34,11 +35,33 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 
+log = logging.getLogger(__name__)
+
 SOCKETS_OPEN = Gauge("agent_sockets_open", "WebSocket connections open on this process")
 HANDSHAKES = Counter(
     "agent_handshakes", "Handshakes by type (start, resume) and outcome", ["type", "outcome"]
 )
-CLOSES = Counter("agent_socket_closes", "Socket closes by close code", ["code"])
+CLOSES = Counter(
+    "agent_socket_closes", "Socket closes by close code (unknown codes as 'other')", ["code"]
+)
+PATCH_FAILURES = Counter(
+    "agent_patch_failures",
+    "Patches of third-party internals that did not take hold (patches.py)",
+    ["patch"],
+)
+# The close codes a label may name; a client may close with any code from
+# 3000 to 4999, and each would otherwise become a series of its own.
+KNOWN_CLOSE_CODES = frozenset(
+    {1000, 1001, 1002, 1003, 1005, 1006, 1007, 1008, 1009, 1011, 1012, 1013}
+    | {4400, 4401, 4403, 4408, 4413, 4429}
+)
+
+
+def close_label(code) -> str:
+    """The ``code`` label of a close: the code if it is one we know, else ``other``."""
+    return str(code) if code in KNOWN_CLOSE_CODES else "other"
+
+
 REPLAY_EVENTS = Histogram(
     "agent_replay_events",
     "Events a replay after a handshake covered (head - cursor)",
@@ -116,14 +139,18 @@ async def readyz(request):
     problems = []
     try:
         await sync_to_async(_database_works, thread_sensitive=False)()
-    except Exception as exc:
-        problems.append(f"database: {exc.__class__.__name__}")
+    except Exception:
+        log.exception("readyz: the database does not answer")
+        problems.append("database")
     try:
         await asyncio.wait_for(_layer_works(), timeout=5)
-    except Exception as exc:
-        problems.append(f"channel layer: {exc.__class__.__name__}")
+    except Exception:
+        log.exception("readyz: the channel layer does not answer")
+        problems.append("channel layer")
     if problems:
-        return HttpResponse("; ".join(problems), status=503, content_type="text/plain")
+        return HttpResponse(
+            "not ready: " + ", ".join(problems), status=503, content_type="text/plain"
+        )
     return HttpResponse("ready", content_type="text/plain")
 
 

@@ -23,6 +23,9 @@ CLOSE_NOT_AUTHENTICATED = 4401
 CLOSE_TOO_LARGE = 4413
 CLOSE_RATE_LIMITED = 4429
 CLOSE_SLOW_CONSUMER = 4408  # stopped reading; retryable: resume later
+# The user was deactivated or deleted, or their password changed; retryable:
+# the next upgrade's lookup decides (a cookie that no longer signs in gets 4401).
+CLOSE_RIGHTS_CHANGED = 4403
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001
 CLOSE_INTERNAL_ERROR = 1011
@@ -163,6 +166,19 @@ def is_unicode(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+# What an error reply may quote of a client's input, at most.
+MAX_QUOTED_CHARS = 40
+
+
+def quoted(value: Any) -> str:
+    """``repr(value)``, cut to ``MAX_QUOTED_CHARS``: a reply never echoes more
+    than a short prefix of what a client sent."""
+    text = repr(value[: MAX_QUOTED_CHARS + 1] if isinstance(value, str) else value)
+    if len(text) > MAX_QUOTED_CHARS:
+        text = text[: MAX_QUOTED_CHARS - 1] + "\u2026"
+    return text
 
 
 def request_id_of(frame: dict[str, Any], *, strict: bool = False) -> Any:

@@ -16,6 +16,7 @@ from .compaction import compacted_plan
 from .db_pool import in_db_pool, reading_in_db_pool
 from .events import check_resume_cursor, read_frames
 from .models import AgentSession
+from .rights import require
 
 REPLAY_PAGE = 500
 FIRST_PAGE = 50
@@ -94,24 +95,32 @@ def head_of(session_id: str) -> tuple[int, str, int] | None:
     )
 
 
+# Each command first checks that the socket's user still has the rights it
+# was let in with (``rights.require``: deactivated, deleted or a new password
+# refuse it with ``rights_revoked``).
+
+
 @in_db_pool
-def submit(session_id: str, send: p.Send):
+def submit(session_id: str, send: p.Send, granted: tuple[int, str]):
     from .runtime.runs import submit_message
 
+    require(granted)
     return submit_message(session_id, send.client_message_id, send.text)
 
 
 @in_db_pool
-def decide(session_id: str, decide: p.Decide, username: str) -> None:
+def decide(session_id: str, decide: p.Decide, username: str, granted: tuple[int, str]) -> None:
     from .runtime.runs import decide as decide_gate
 
+    require(granted)
     decide_gate(decide.approval_id, decide.decision, username, session_id=session_id)
 
 
 @in_db_pool
-def cancel(session_id: str, run_id: str, username: str) -> None:
+def cancel(session_id: str, run_id: str, username: str, granted: tuple[int, str]) -> None:
     from .runtime.runs import cancel as cancel_run
 
+    require(granted)
     cancel_run(run_id, username, session_id=session_id)
 
 

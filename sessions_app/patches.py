@@ -1,0 +1,433 @@
+"""Every reach into a third-party package's internals, in one place, checked.
+
+The fast path depends on members that daphne, Twisted, autobahn and
+channels_redis do not promise to keep:
+
+- ``send_buffer``: each WebSocket scope gets a probe of the bytes its
+  transport has not handed to the kernel yet (Twisted's ``FileDescriptor``
+  ``dataBuffer`` / ``offset`` / ``_tempDataLen``, under TLS the wrapped
+  transport's plus ``TLSMemoryBIOProtocol._appSendBuffer``), read by the
+  sockets' flow control (``sockets.base``). Without it a client that stops
+  reading makes the server buffer without bound.
+- ``graceful_stop``: daphne's ``Server.kill_all_applications``,
+  ``listen_success`` and ``WebSocketProtocol.serverClose`` are wrapped, so a
+  stop (SIGTERM too) closes every socket 1012 and waits for the consumers.
+- ``autobahn_hltype``: ``autobahn.websocket.protocol.hltype`` formats debug
+  text on every frame written; with debug logging off it is replaced.
+- ``channels_redis``: ``layers.BatchReceiveRedisChannelLayer`` uses the
+  parent's private members (``_group_key``, ``consistent_hash``, ``connection``,
+  ``non_local_name``, ``BoundedQueue``, ...).
+
+Each package is pinned in ``pyproject.toml`` (``PINNED`` here is the same list);
+an upgrade is a deliberate change, tested. At start-up (``install``, from the
+ASGI module) each patch is applied and then checked: the member it reaches
+for exists, the wrapper is in place. A check that fails is reported by
+``AGENT_PATCH_FAILURES``: ``"refuse"`` (the default) raises
+``ImproperlyConfigured`` naming it, so the server does not start with a guard
+silently off; ``"warn"`` logs an error and counts it in
+``agent_patch_failures_total{patch=…}`` and runs on. The probe is checked once
+more on the first socket, where a transport exists to read (a TLS transport
+of a shape it does not know is reported the same way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib.metadata
+import inspect
+import logging
+import signal
+import sys
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from . import protocol as p
+
+log = logging.getLogger(__name__)
+
+# The versions whose internals were read and tested (pyproject.toml pins them).
+PINNED = {
+    "daphne": "4.2.3",
+    "twisted": "26.10.0",
+    "autobahn": "26.11.1",
+    "channels": "4.3.2",
+    "channels-redis": "4.3.0",
+}
+
+SEND_BUFFER_EXTENSION = "sessions_app.send_buffer"
+# Codes autobahn's sendClose refuses though the protocol uses them.
+_REGISTERED_SERVER_CODES = (p.CLOSE_INTERNAL_ERROR, p.CLOSE_SERVICE_RESTART, p.CLOSE_TRY_AGAIN)
+
+try:  # what daphne's websocket raises when a send finds the client gone
+    from autobahn.exception import Disconnected as PeerGone
+except ImportError:  # pragma: no cover - another ASGI server
+
+    class PeerGone(Exception):  # type: ignore[no-redef]
+        pass
+
+
+class PatchFailed(ImproperlyConfigured):
+    """A patch of a third-party internal did not take hold."""
+
+
+# name -> what went wrong, for every check that failed in this process.
+failures: dict[str, str] = {}
+
+
+def report(name: str, problem: str) -> None:
+    """A patch did not take hold: refuse to run, or say so loudly."""
+    from . import metrics
+
+    failures[name] = problem
+    message = (
+        f"the {name} patch did not take hold: {problem} "
+        f"(versions tested: {', '.join(f'{k} {v}' for k, v in PINNED.items())})"
+    )
+    metrics.PATCH_FAILURES.labels(name).inc()
+    if getattr(settings, "AGENT_PATCH_FAILURES", "refuse") == "refuse":
+        raise PatchFailed(message + "; set AGENT_PATCH_FAILURES=warn to run without it")
+    log.error("%s: running WITHOUT it", message)
+
+
+def check_versions() -> list[str]:
+    """The pinned packages installed at another version (logged, not refused:
+    the member checks below decide)."""
+    drift = []
+    for package, version in PINNED.items():
+        try:
+            installed = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if installed != version:
+            drift.append(f"{package} {installed} (tested: {version})")
+    if drift:
+        log.warning("third-party versions differ from the tested ones: %s", ", ".join(drift))
+    return drift
+
+
+def install() -> None:
+    """Under daphne: apply and check every patch. Elsewhere only the channel
+    layer's members are checked (they matter wherever Redis is the layer)."""
+    check_versions()
+    check_channels_redis()
+    check_in_memory_layer()
+    if "daphne.server" not in sys.modules:
+        return
+    for name, apply, check in (
+        ("send_buffer", _install_send_buffer_probe, _check_send_buffer),
+        ("graceful_stop", _install_graceful_stop, _check_graceful_stop),
+        ("autobahn_hltype", _skip_autobahn_debug_formatting, _check_hltype),
+    ):
+        try:
+            apply()
+            problem = check()
+        except PatchFailed:
+            raise
+        except Exception as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem:
+            report(name, problem)
+
+
+# --- channels_redis ---------------------------------------------------------
+
+_REDIS_LAYER_MEMBERS = (
+    "_group_key",
+    "consistent_hash",
+    "connection",
+    "non_local_name",
+    "serialize",
+    "deserialize",
+    "get_capacity",
+    "require_valid_group_name",
+    "require_valid_channel_name",
+)
+
+
+def check_channels_redis() -> None:
+    try:
+        from channels_redis import core
+    except ImportError:  # pragma: no cover - the layer is a dependency
+        return
+    missing = [m for m in _REDIS_LAYER_MEMBERS if not hasattr(core.RedisChannelLayer, m)]
+    if not hasattr(core, "BoundedQueue"):
+        missing.append("BoundedQueue")
+    if missing:
+        report("channels_redis", "RedisChannelLayer lacks " + ", ".join(missing))
+
+
+def check_in_memory_layer() -> None:
+    """``layers.LocalChannelLayer`` sweeps through Channels' in-memory layer's
+    ``_clean_expired`` and reads its ``channels`` and ``groups``."""
+    from channels.layers import InMemoryChannelLayer
+
+    source = inspect.getsource(InMemoryChannelLayer)
+    missing = [m for m in ("channels", "groups") if f"self.{m} =" not in source]
+    if not hasattr(InMemoryChannelLayer, "_clean_expired"):
+        missing.append("_clean_expired")
+    if missing:
+        report("in_memory_layer", "InMemoryChannelLayer lacks " + ", ".join(missing))
+
+
+# --- the send-buffer probe --------------------------------------------------
+
+
+def transport_buffered(protocol_ref) -> int:
+    """Bytes written to a socket's transport that the kernel has not taken
+    yet; -1 for a transport of a shape this does not know."""
+    protocol = protocol_ref()
+    transport = getattr(protocol, "transport", None)
+    if transport is None:
+        return 0
+    pending = 0
+    # TLS (daphne's own ``ssl:`` endpoint): cleartext waiting for the
+    # handshake, and the ciphertext in the wrapped transport.
+    while not hasattr(transport, "dataBuffer") and hasattr(transport, "_appSendBuffer"):
+        pending += sum(len(chunk) for chunk in transport._appSendBuffer)
+        transport = getattr(transport, "transport", None)
+        if transport is None:
+            return pending
+    if not hasattr(transport, "dataBuffer"):
+        return -1
+    # Twisted's FileDescriptor keeps what it could not write yet in these.
+    pending += len(transport.dataBuffer) - transport.offset
+    return pending + transport._tempDataLen
+
+
+def send_buffer_probe(scope: dict) -> Callable[[], int] | None:
+    """The scope's probe (None outside daphne); a transport it cannot read is
+    reported at once, and the probe then answers 0."""
+    probe = scope.get("extensions", {}).get(SEND_BUFFER_EXTENSION)
+    if probe is None:
+        return None
+    if probe() < 0:
+        if "send_buffer" not in failures:
+            report("send_buffer", "a socket's transport has no buffer this probe can read")
+        return None
+    return probe
+
+
+def _install_send_buffer_probe() -> None:
+    from daphne.server import Server
+
+    if getattr(Server.create_application, "_sessions_app", False):
+        return
+    original = Server.create_application
+
+    def create_application(self, protocol, scope):
+        if scope.get("type") == "websocket":
+            probe = functools.partial(transport_buffered, weakref.ref(protocol))
+            scope.setdefault("extensions", {})[SEND_BUFFER_EXTENSION] = probe
+        return original(self, protocol, scope)
+
+    create_application._sessions_app = True
+    Server.create_application = create_application
+
+
+def _check_send_buffer() -> str | None:
+    from daphne.server import Server
+    from twisted.internet.abstract import FileDescriptor
+    from twisted.protocols.tls import TLSMemoryBIOProtocol
+
+    if not getattr(Server.create_application, "_sessions_app", False):
+        return "daphne's Server.create_application is not wrapped"
+    probe = FileDescriptor()
+    for member in ("dataBuffer", "offset", "_tempDataLen"):
+        if not hasattr(probe, member):
+            return f"Twisted's FileDescriptor has no {member}"
+    if "self._appSendBuffer" not in inspect.getsource(TLSMemoryBIOProtocol):
+        return "Twisted's TLSMemoryBIOProtocol has no _appSendBuffer"
+    return None
+
+
+# --- autobahn's debug formatting ------------------------------------------
+
+
+def _plain_name(obj) -> str:
+    return getattr(obj, "__qualname__", "")
+
+
+def _skip_autobahn_debug_formatting() -> None:
+    """autobahn formats the arguments of a debug log line on every frame it
+    writes (``hltype(self.sendData)``, coloured text), whether or not debug
+    logging is on: 7% of a long replay's time in a profile. Those lines only
+    name the function, so with debug off the name is left unformatted."""
+    from autobahn.websocket import protocol
+
+    if not hasattr(protocol, "hltype"):
+        raise AttributeError("autobahn.websocket.protocol has no hltype")
+    if not logging.getLogger("autobahn").isEnabledFor(logging.DEBUG):
+        protocol.hltype = _plain_name
+
+
+def _check_hltype() -> str | None:
+    from autobahn.websocket import protocol
+
+    if logging.getLogger("autobahn").isEnabledFor(logging.DEBUG):
+        return None  # left alone on purpose
+    if protocol.hltype is not _plain_name:
+        return "autobahn.websocket.protocol.hltype is not replaced"
+    source = inspect.getsource(protocol.WebSocketProtocol.sendData)
+    if "hltype(" not in source:
+        return "WebSocketProtocol.sendData no longer calls hltype (the patch buys nothing)"
+    return None
+
+
+# --- the graceful stop ------------------------------------------------------
+
+# How long a graceful stop waits for its clients to answer the 1012 closes
+# before daphne cancels what is left.
+SHUTDOWN_DRAIN_SECONDS = 5.0
+
+_daphne_server = None  # daphne's Server, once it listens
+
+
+def _install_graceful_stop() -> None:
+    """Under daphne, close every socket with 1012 before the server stops.
+
+    Daphne cancels its applications at shutdown without a close frame (the
+    client would see 1006). Called while the ASGI module is imported, which is
+    before daphne registers its own shutdown trigger, so ours runs first: it
+    sends every open WebSocket of the process its close frame at once (no
+    round through the consumers: with thousands of sockets a fixed grace for
+    their dispatch was too short and most clients saw 1006). Twisted calls
+    every "before shutdown" trigger before it waits for any, so daphne's own
+    (which cancels every application) is wrapped to wait, at most
+    ``SHUTDOWN_DRAIN_SECONDS``, for the clients' answers, the consumers'
+    ``disconnect`` (their rows' close, presence) and the row writes queued.
+    """
+    from daphne.server import Server
+    from daphne.ws_protocol import WebSocketProtocol
+    from twisted.internet import defer, reactor
+
+    if getattr(Server.kill_all_applications, "_sessions_app", False):
+        return
+
+    def server_close(protocol, code=None):
+        # Autobahn's sendClose accepts only 1000 and 3000-4999, but 1011,
+        # 1012 and 1013 are registered codes the protocol uses; sendCloseFrame
+        # is what sendClose calls once its checks pass.
+        if code in _REGISTERED_SERVER_CODES:
+            if protocol.state == protocol.STATE_OPEN:
+                protocol.sendCloseFrame(code=code, isReply=False)
+            return
+        original_server_close(protocol, code)
+
+    original_server_close = WebSocketProtocol.serverClose
+    WebSocketProtocol.serverClose = mark(server_close)
+    draining: list[asyncio.Future] = []
+    original_kill = Server.kill_all_applications
+
+    def kill_all_applications(self):
+        if not draining:
+            return original_kill(self)
+        waited = defer.Deferred.fromFuture(draining[0])
+        waited.addBoth(lambda _: original_kill(self))
+        return waited
+
+    Server.kill_all_applications = mark(kill_all_applications)
+    ports: list = []  # what daphne listens on, to stop taking upgrades at a stop
+    original_listen_success = Server.listen_success
+
+    def listen_success(self, port):
+        global _daphne_server
+        _daphne_server = self  # once listening, before any application
+        ports.append(port)
+        return original_listen_success(self, port)
+
+    Server.listen_success = mark(listen_success)
+    # Daphne's reactor stops on SIGINT but not on SIGTERM (what process
+    # managers send): make SIGTERM a graceful stop too.
+    reactor.callWhenRunning(
+        lambda: signal.signal(signal.SIGTERM, lambda *_: reactor.callFromThread(reactor.stop))
+    )
+
+    def open_sockets() -> list:
+        server = _daphne_server
+        if server is None:
+            return []
+        return [
+            protocol
+            for protocol in list(server.connections)
+            if isinstance(protocol, WebSocketProtocol) and protocol.state == protocol.STATE_OPEN
+        ]
+
+    def close_all():
+        # Synchronous up to the close frames: twisted calls every "before
+        # shutdown" trigger in one go, and daphne's own (registered after
+        # this one) cancels every application; a coroutine scheduled here
+        # would run only after that.
+        try:
+            # A client coming back at once must reach the next server, not
+            # this one: it would be cut (1006) when this one exits.
+            for port in ports:
+                port.stopListening()
+            sockets = open_sockets()
+            for protocol in sockets:
+                protocol.serverClose(code=p.CLOSE_SERVICE_RESTART)
+            log.info("stopping: closed %d sockets with 1012", len(sockets))
+        except Exception:
+            log.exception("graceful close failed")
+            sockets = []
+        draining.append(asyncio.ensure_future(drain(sockets)))
+        return defer.Deferred.fromFuture(asyncio.shield(draining[0]))
+
+    def settled(protocol) -> bool:
+        """Closed, and its application finished (its ``disconnect`` ran)."""
+        if protocol.state != protocol.STATE_CLOSED:
+            return False
+        details = _daphne_server.connections.get(protocol) if _daphne_server else None
+        instance = (details or {}).get("application_instance")
+        return instance is None or instance.done()
+
+    async def drain(sockets: list) -> None:
+        try:
+            from . import connection_rows
+            from .runtime.executor import abort_all
+
+            # The runs stop at once; only the sockets' goodbyes are waited for.
+            abort_all()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + SHUTDOWN_DRAIN_SECONDS
+            while loop.time() < deadline:
+                if all(settled(p) for p in sockets):
+                    break
+                await asyncio.sleep(0.05)  # the clients' close answers, within a bound
+            await asyncio.wait_for(connection_rows.flush(), max(deadline - loop.time(), 0.5))
+        except Exception:
+            log.exception("graceful close failed")
+
+    reactor.addSystemEventTrigger("before", "shutdown", close_all)
+
+
+def _check_graceful_stop() -> str | None:
+    from daphne.server import Server
+    from daphne.ws_protocol import WebSocketProtocol
+    from twisted.internet import reactor
+
+    for owner, name in (
+        (Server, "kill_all_applications"),
+        (Server, "listen_success"),
+        (WebSocketProtocol, "serverClose"),
+    ):
+        if not getattr(getattr(owner, name, None), "_sessions_app", False):
+            return f"{owner.__name__}.{name} is not wrapped"
+    for member in ("sendCloseFrame", "STATE_OPEN", "STATE_CLOSED"):
+        if not hasattr(WebSocketProtocol, member):
+            return f"daphne's WebSocketProtocol has no {member}"
+    if "self.connections" not in inspect.getsource(Server):
+        return "daphne's Server keeps no connections"
+    if not hasattr(reactor, "addSystemEventTrigger"):
+        return "the reactor has no addSystemEventTrigger"
+    return None
+
+
+def mark(function: Any) -> Any:
+    """Mark a wrapper as ours (what the checks look for)."""
+    function._sessions_app = True
+    return function

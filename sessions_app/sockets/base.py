@@ -1,0 +1,302 @@
+"""What every WebSocket of the app needs, in one base (``AppSocket``).
+
+Both sockets, the session socket (``consumers.SessionConsumer``) and the list
+socket (``list_consumer.SessionListConsumer``), get from here, and only from
+here:
+
+- **Who it is.** The upgrade is answered first; the cookie's user is awaited
+  (``auth.user_of``), bounded: a lookup that times out closes 1013, one that
+  fails 1011 (both retryable), no user 4401.
+- **Its groups.** The cookie's group (a logout closes 4401) is joined before
+  the lookup, so a logout during it is seen; the user's rights group
+  (``fanout.rights_group``: deactivation, a password change or deletion
+  closes 4403, retryable, and the next upgrade's lookup decides) right after
+  it. Every group the socket is in is joined again every third of the
+  layer's ``group_expiry``, so a tab open for days never goes deaf, and left
+  at the close.
+- **Limits.** At most ``AGENT_USER_MAX_SOCKETS`` of a user's sockets of one
+  kind per server process (4429, retryable); frames over
+  ``protocol.MAX_FRAME_BYTES`` (4413) or over the rate (4429).
+- **Flow control on every send.** ``send`` is the only way out, and it waits
+  while the client has more than ``AGENT_SEND_BUFFER_BYTES`` unread; a client
+  that reads nothing for ``AGENT_SLOW_CONSUMER_SECONDS`` is closed 4408,
+  whatever the frame was: a replayed event, a live one, a ``pong`` or an
+  ``error`` reply. What the server holds for one socket is so bounded.
+- **Its close.** Counted once, under a label from a fixed set
+  (``metrics.close_label``), whatever code a client chose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+from typing import Any, ClassVar
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from .. import fanout, metrics
+from .. import protocol as p
+from ..auth import user_of
+from ..logs import SocketLog
+from ..patches import send_buffer_probe
+
+log = logging.getLogger("sessions_app.consumers")
+
+
+class AppSocket(AsyncWebsocketConsumer):
+    """The lifecycle, limits and flow control every socket of the app shares.
+
+    A subclass implements ``authenticated`` (the user is known and allowed:
+    join its own groups, send its first frames), ``on_frame`` (a frame within
+    the limits), and may extend ``cleanup`` (after the groups are left)."""
+
+    # Sockets of this kind open per user in this process (a count, not a
+    # registry); each subclass gets its own counter.
+    open_per_user: ClassVar[collections.Counter[int]] = collections.Counter()
+
+    # For every log line (``logs.SocketLog``).
+    connection_id: str | None = None
+    session_id: str | None = None
+    first_frame: str | None = None
+    close_code: int | None = None
+    closing = False
+    user = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.open_per_user = collections.Counter()
+
+    @property
+    def log(self) -> SocketLog:
+        adapter = self.__dict__.get("_log")
+        if adapter is None:
+            adapter = self.__dict__["_log"] = SocketLog(log, self)
+        return adapter
+
+    # --- the lifecycle ---------------------------------------------------
+
+    async def connect(self) -> None:
+        self.closing = False
+        self.groups_in: set[str] = set()
+        self.joining: list[asyncio.Future] = []
+        self.group_timer: asyncio.TimerHandle | None = None
+        self.counted_user: int | None = None
+        self.bucket = p.TokenBucket()
+        self.send_buffer = send_buffer_probe(self.scope)
+        await self.accept()
+        metrics.SOCKETS_OPEN.inc()
+        self.counted_open = True
+        # The cookie's group before the user is known: a logout published
+        # while the lookup runs still reaches this socket.
+        cookie = fanout.scope_auth_group(self.scope)
+        if cookie:
+            self.join_soon(cookie)
+        # Accepted first, so the lookup overlaps the client's first frame,
+        # which waits meanwhile. Bounded (``auth.LOOKUP_TIMEOUT_SECONDS``): a
+        # database too slow to answer is the server's fault, so the close is
+        # a retryable one.
+        try:
+            self.user = await user_of(self.scope)
+        except TimeoutError:
+            self.log.warning("the user lookup timed out: closing 1013")
+            await self._close(p.CLOSE_TRY_AGAIN)
+            return
+        except Exception:
+            self.log.exception("the user lookup failed: closing 1011")
+            await self._close(p.CLOSE_INTERNAL_ERROR)
+            return
+        if self.user is None or not self.user.is_authenticated:
+            await self._close(p.CLOSE_NOT_AUTHENTICATED)
+            return
+        counts = type(self).open_per_user
+        if counts[self.user.pk] >= settings.AGENT_USER_MAX_SOCKETS:
+            # Retryable: another of the user's tabs may close; backoff spaces it.
+            await self._close(p.CLOSE_RATE_LIMITED)
+            return
+        counts[self.user.pk] += 1
+        self.counted_user = self.user.pk
+        # What the user's rights were when this socket was let in: a command
+        # is refused once they changed (``rights.still_granted``).
+        self.granted = (self.user.pk, getattr(self.user, "password", ""))
+        # Off the handshake's path: a revocation missed in the moment before
+        # the join still finds every command refused.
+        self.join_soon(fanout.rights_group(self.user.pk))
+        self._schedule_group_renewal()
+        await self.authenticated()
+
+    async def authenticated(self) -> None:
+        """The user is known and within the limits (overridden)."""
+
+    async def disconnect(self, code: int) -> None:
+        self.closing = True
+        if getattr(self, "counted_open", False):
+            self.counted_open = False
+            metrics.SOCKETS_OPEN.dec()
+            self.close_code = self.close_code or code
+            metrics.CLOSES.labels(metrics.close_label(self.close_code)).inc()
+            self.log.info("connection %s: closed %s", self.connection_id, self.close_code)
+        if self.counted_user is not None:
+            counts = type(self).open_per_user
+            counts[self.counted_user] -= 1
+            if not counts[self.counted_user]:
+                del counts[self.counted_user]
+            self.counted_user = None
+        if self.group_timer is not None:
+            self.group_timer.cancel()
+        await self.cleanup(code)
+        # Each group on its own: one layer failure must not keep the others.
+        for joined in getattr(self, "joining", ()):
+            await _succeeded(joined)
+        for group in list(getattr(self, "groups_in", ())):
+            try:
+                await self.channel_layer.group_discard(group, self.channel_name)
+            except Exception:
+                self.log.exception("connection %s: could not leave %s", self.connection_id, group)
+        self.groups_in = set()
+        await self.after_groups_left(code)
+
+    async def cleanup(self, code: int) -> None:
+        """Stop the socket's own work, before its groups are left (overridden)."""
+
+    async def after_groups_left(self, code: int) -> None:
+        """Record the close, once no group message can arrive (overridden)."""
+
+    async def _close(self, code: int) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        # Recorded as the socket's close code: the peer may never answer the
+        # close frame (a client that stopped reading), and daphne then reports 1006.
+        self.close_code = code
+        await self.close(code=code)
+
+    # --- groups ----------------------------------------------------------
+
+    async def join(self, group: str) -> None:
+        await self.channel_layer.group_add(group, self.channel_name)
+        self.groups_in.add(group)
+
+    async def leave(self, group: str) -> None:
+        self.groups_in.discard(group)
+        await self.channel_layer.group_discard(group, self.channel_name)
+
+    def join_soon(self, group: str) -> None:
+        """Join ``group`` without waiting for it (a failure is logged: the
+        socket then only misses what that group would have told it)."""
+        joined = asyncio.ensure_future(self.join(group))
+        joined.add_done_callback(self._join_failed)
+        self.joining.append(joined)
+
+    def _join_failed(self, task: asyncio.Future) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.log.warning(
+                "connection %s: joining a group failed: %r", self.connection_id, task.exception()
+            )
+
+    def _schedule_group_renewal(self) -> None:
+        """Channel layers forget a group membership after ``group_expiry`` (a
+        day by default): a tab open longer would silently stop receiving.
+        Joining again refreshes it, well before it lapses."""
+        expiry = getattr(self.channel_layer, "group_expiry", 86400)
+        self.group_timer = asyncio.get_running_loop().call_later(
+            max(expiry / 3, 0.1), lambda: asyncio.ensure_future(self._renew_groups())
+        )
+
+    async def _renew_groups(self) -> None:
+        if self.closing:
+            return
+        try:
+            for group in list(self.groups_in):
+                await self.channel_layer.group_add(group, self.channel_name)
+        except Exception:
+            self.log.exception("connection %s: renewing groups failed", self.connection_id)
+        if not self.closing:
+            self._schedule_group_renewal()
+
+    # --- what the groups tell every socket -------------------------------
+
+    async def auth_logged_out(self, message: dict[str, Any]) -> None:
+        """The cookie this socket was opened with was signed out (final)."""
+        self.log.info("connection %s: signed out: closing 4401", self.connection_id)
+        await self._close(p.CLOSE_NOT_AUTHENTICATED)
+
+    async def auth_revoked(self, message: dict[str, Any]) -> None:
+        """The user was deactivated, deleted, or their password changed: the
+        rights this socket was let in with are gone. 4403 is retryable: the
+        next upgrade's lookup lets in a cookie that still signs in (the
+        browser where the password was changed) and refuses the others 4401."""
+        self.log.info("connection %s: rights revoked: closing 4403", self.connection_id)
+        await self._close(p.CLOSE_RIGHTS_CHANGED)
+
+    # --- incoming frames -------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
+        if self.closing:
+            return
+        size = len(bytes_data) if bytes_data is not None else len(text_data)
+        if text_data is not None and p.MAX_FRAME_BYTES // 4 < size <= p.MAX_FRAME_BYTES:
+            size = len(text_data.encode("utf-8"))
+        if size > p.MAX_FRAME_BYTES:
+            await self._close(p.CLOSE_TOO_LARGE)
+            return
+        if not self.bucket.take(asyncio.get_running_loop().time()):
+            await self._close(p.CLOSE_RATE_LIMITED)
+            return
+        await self.on_frame(text_data, bytes_data)
+
+    async def on_frame(self, text_data: str | None, bytes_data: bytes | None) -> None:
+        """A frame within the size and rate limits (overridden)."""
+
+    # --- outgoing frames -------------------------------------------------
+
+    async def send(self, text_data=None, bytes_data=None, close=False) -> None:
+        """Every frame this socket sends passes here, under flow control."""
+        if self.closing or not await self._writable():
+            return
+        await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        if self.closing:
+            return
+        text = fanout.dumps(frame)
+        if not p.is_unicode(text):
+            # Something echoed a lone surrogate: escape it (still valid JSON)
+            # rather than fail in the server's UTF-8 encoder.
+            text = json.dumps(frame, separators=(",", ":"))
+        await self.send(text_data=text)
+
+    async def _writable(self) -> bool:
+        """Wait while the client has too much unread; False once it was closed
+        for reading nothing for too long."""
+        probe = self.send_buffer
+        limit = settings.AGENT_SEND_BUFFER_BYTES
+        if probe is None or probe() <= limit:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.AGENT_SLOW_CONSUMER_SECONDS
+        while probe() > limit // 2:
+            if self.closing:
+                return False
+            if loop.time() > deadline:
+                self.log.warning(
+                    "connection %s: closing a client that stopped reading (%s bytes unread)",
+                    self.connection_id,
+                    probe(),
+                )
+                await self._close(p.CLOSE_SLOW_CONSUMER)
+                return False
+            # The transport offers no wake-up to an ASGI app: look again shortly.
+            await asyncio.sleep(0.02)
+        return True
+
+
+async def _succeeded(task: asyncio.Future) -> bool:
+    """Wait for ``task``; did it succeed? (Its failure was logged by its callback.)"""
+    try:
+        await task
+    except BaseException:
+        return False
+    return True
