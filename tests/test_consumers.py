@@ -11,7 +11,14 @@ import websockets
 from sessions_app.events import append_event
 from sessions_app.models import AgentSession, Connection, Event, Run
 from sessions_app.services import create_session
-from tests.harness import WsClient, session_cookie, wait_until
+from tests.harness import (
+    WsClient,
+    client_frame,
+    raw_socket_that_never_reads,
+    rss_kib,
+    session_cookie,
+    wait_until,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -491,51 +498,6 @@ def _big_log(user, events: int, size: int) -> AgentSession:
     return s
 
 
-def _raw_socket_that_never_reads(port: int, cookie: str):
-    """A WebSocket opened by hand with a tiny receive buffer, which then reads nothing."""
-    import base64
-    import os
-    import socket
-
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", port))
-    key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall(
-        (
-            f"GET /ws/sessions/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-            f"Origin: http://127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n"
-        ).encode()
-    )
-    reply = b""
-    while b"\r\n\r\n" not in reply:
-        reply += sock.recv(1)
-    assert reply.startswith(b"HTTP/1.1 101"), reply
-    return sock
-
-
-def _client_frame(text: str) -> bytes:
-    """One masked text frame, as a client must send it."""
-    import os
-    import struct
-
-    payload = text.encode()
-    mask = os.urandom(4)
-    head = bytes([0x81])
-    if len(payload) < 126:
-        head += bytes([0x80 | len(payload)])
-    else:
-        head += bytes([0x80 | 126]) + struct.pack("!H", len(payload))
-    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-
-
-def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-
-
 async def test_a_client_that_stops_reading_is_closed_4408_with_bounded_memory(
     cookie, user, tmp_path, transactional_db
 ):
@@ -549,18 +511,18 @@ async def test_a_client_that_stops_reading_is_closed_4408_with_bounded_memory(
     ).start()
     try:
         s = await asyncio.to_thread(_big_log, user, 16_000, 1000)
-        before = _rss_kib(daphne.proc.pid)
-        sock = await asyncio.to_thread(_raw_socket_that_never_reads, daphne.port, cookie)
+        before = rss_kib(daphne.proc.pid)
+        sock = await asyncio.to_thread(raw_socket_that_never_reads, daphne.port, cookie)
         resume = {"type": "resume", "protocol": 1, "session_id": s.id, "after": 0}
-        sock.sendall(_client_frame(json.dumps(resume)))
+        sock.sendall(client_frame(json.dumps(resume)))
         for i in range(5):
-            sock.sendall(_client_frame(json.dumps({"type": "sync", "after": 0, "request_id": i})))
+            sock.sendall(client_frame(json.dumps({"type": "sync", "after": 0, "request_id": i})))
 
         def closed():
             return Connection.objects.filter(session_id=s.id, close_code=4408).exists()
 
         await wait_until(closed, timeout=60)
-        grown_mib = (_rss_kib(daphne.proc.pid) - before) / 1024
+        grown_mib = (rss_kib(daphne.proc.pid) - before) / 1024
         assert grown_mib < 40, f"daphne grew by {grown_mib:.0f} MiB"
         sock.close()
 
