@@ -5,6 +5,7 @@ socket uses, so a decision in the admin is logged (``decided_by`` is the admin
 user), reaches every open tab live, and continues the parked run.
 """
 
+from django.apps import apps
 from django.contrib import admin, messages
 from django.db import transaction
 
@@ -198,3 +199,55 @@ class ConnectionAdmin(ReadOnlyMixin, admin.ModelAdmin):
     )
     list_filter = ("first_frame_type", "clean", "close_code")
     search_fields = ("id", "tab_id", "session__id", "user__username")
+
+
+# --- API tokens: superusers only, and never the whole key -----------------------
+# A token acts as its user (it can decide approvals, which run tools), so
+# reading one is taking over that user. DRF's own admin lists every key in
+# plain text to anyone with the view permission; this one shows superusers a
+# prefix, and the whole key once, when a superuser makes it.
+
+if apps.is_installed("rest_framework.authtoken"):
+    from rest_framework.authtoken.admin import TokenAdmin as _DRFTokenAdmin
+    from rest_framework.authtoken.models import TokenProxy
+
+    TOKEN_PREFIX_CHARS = 6
+
+    class TokenAdmin(_DRFTokenAdmin):
+        list_display = ("key_prefix", "user", "created")
+        fields = ("user",)
+
+        @admin.display(description="key")
+        def key_prefix(self, obj) -> str:
+            return obj.key[:TOKEN_PREFIX_CHARS] + "…"
+
+        def _superuser(self, request) -> bool:
+            return bool(request.user.is_active and request.user.is_superuser)
+
+        def has_module_permission(self, request):
+            return self._superuser(request)
+
+        def has_view_permission(self, request, obj=None):
+            return self._superuser(request)
+
+        def has_add_permission(self, request):
+            return self._superuser(request)
+
+        def has_change_permission(self, request, obj=None):
+            return False  # a token is made or deleted, never edited
+
+        def has_delete_permission(self, request, obj=None):
+            return self._superuser(request)
+
+        def save_model(self, request, obj, form, change):
+            super().save_model(request, obj, form, change)
+            if not change:
+                self.message_user(
+                    request,
+                    f"The token for {obj.user}: {obj.key} (shown this once: copy it now).",
+                    messages.WARNING,
+                )
+
+    if admin.site.is_registered(TokenProxy):
+        admin.site.unregister(TokenProxy)
+    admin.site.register(TokenProxy, TokenAdmin)

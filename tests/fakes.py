@@ -96,6 +96,7 @@ class FakeResponse:
     items: list[Any] = field(default_factory=list)
     body: bytes = b""  # the body of a non-200 answer
     hold: threading.Event | None = None  # waited on (10 s at most) before answering
+    location: str | None = None  # a redirect's target
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -196,6 +197,8 @@ class FakeOpenAIServer:
                     self.send_response(scripted.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(scripted.body)))
+                    if scripted.location:
+                        self.send_header("Location", scripted.location)
                     self.end_headers()
                     self.wfile.write(scripted.body)
                     return
@@ -216,6 +219,8 @@ class FakeOpenAIServer:
                     pending += line.encode() + b"\n\n"
                 self.wfile.write(pending)
                 self.wfile.flush()
+
+            do_GET = do_POST  # noqa: N815 (recorded too: where a redirect would lead)
 
         self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

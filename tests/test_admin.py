@@ -80,3 +80,37 @@ def test_rotating_an_epoch_needs_the_change_permission(user, django_user_model):
     editor = _staff(django_user_model, "editor", "view_agentsession", "change_agentsession")
     _action(editor, "agentsession", "rotate_epochs", session.id)
     assert AgentSession.objects.get(id=session.id).epoch != session.epoch
+
+
+def test_view_only_staff_cannot_read_api_tokens(user, django_user_model, admin_user):
+    """Staff with only the token view permission (the review's route to a
+    superuser's token) get 403 on the list and on the token; the key appears
+    nowhere in what they are served."""
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=admin_user)
+    staff = _staff(django_user_model, "viewer", "view_tokenproxy")
+    for path in (
+        "/admin/authtoken/tokenproxy/",
+        f"/admin/authtoken/tokenproxy/{admin_user.pk}/change/",
+    ):
+        response = staff.get(path)
+        assert response.status_code == 403, path
+        assert token.key not in response.content.decode()
+    assert token.key[:6] not in staff.get("/admin/").content.decode()
+
+
+def test_superusers_see_a_token_prefix_only(user, admin_client, admin_user):
+    """A superuser's token list shows each key's first six characters, never
+    the whole key; a token made in the admin is shown whole once, then not."""
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=user)
+    page = admin_client.get("/admin/authtoken/tokenproxy/").content.decode()
+    assert token.key[:6] + "…" in page and token.key not in page
+    token.delete()
+    made = admin_client.post("/admin/authtoken/tokenproxy/add/", {"user": user.pk}, follow=True)
+    key = Token.objects.get(user=user).key
+    assert key in made.content.decode()
+    again = admin_client.get("/admin/authtoken/tokenproxy/").content.decode()
+    assert key not in again

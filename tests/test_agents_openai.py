@@ -250,3 +250,16 @@ def test_a_stream_that_stalls_times_out(server, monkeypatch):
         start(ctx)
     assert ctx.deltas == ["Hel"]
     assert ctx.messages == []
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_is_not_followed_with_the_key(server, status):
+    """An endpoint answering with a redirect (to another host here) ends the
+    run with an error; the request, and its key, never reach the target."""
+    with FakeOpenAIServer() as elsewhere:
+        server.responses = [
+            FakeResponse(status=status, location=elsewhere.base_url + "/chat/completions")
+        ]
+        with pytest.raises(AgentError, match=f"HTTP {status}"):
+            start(FakeContext("hi"))
+        assert elsewhere.requests == [] and elsewhere.headers == []

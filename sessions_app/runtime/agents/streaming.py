@@ -45,6 +45,18 @@ def timeout_error(timeout: float) -> AgentError:
     return AgentError(f"the model endpoint did not answer within {timeout:g} s")
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as the error it is here: following one would
+    send the request's credentials (``Authorization``, ``x-api-key``) to
+    wherever the endpoint points, another host or plain http included."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 def open_stream(
     url: str, body: dict[str, Any], headers: dict[str, str], *, secret: str, timeout: float
 ) -> Any:
@@ -57,7 +69,7 @@ def open_stream(
         url, data=json.dumps(body).encode(), headers=headers, method="POST"
     )
     try:
-        return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 -- scheme checked
+        return _OPENER.open(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
         detail = ""
         try:
