@@ -227,6 +227,17 @@ AGENT_TAIL_PROBE_SECONDS = _app("AGENT_TAIL_PROBE_SECONDS")
 # Sockets one user may have open on one server process; more are closed with
 # 4429 (retryable) at once, before any database work.
 AGENT_USER_MAX_SOCKETS = _app("AGENT_USER_MAX_SOCKETS")
+AGENT_USER_MAX_QUEUED_RUNS = _app("AGENT_USER_MAX_QUEUED_RUNS")
+AGENT_WORKSPACE_MAX_BYTES = _app("AGENT_WORKSPACE_MAX_BYTES")
+AGENT_WORKSPACE_MAX_FILES = _app("AGENT_WORKSPACE_MAX_FILES")
+AGENT_MAX_MESSAGE_CHARS = _app("AGENT_MAX_MESSAGE_CHARS")
+AGENT_RETAIN_CONNECTIONS_DAYS = _app("AGENT_RETAIN_CONNECTIONS_DAYS")
+AGENT_API_RATE = _app("AGENT_API_RATE")
+AGENT_API_SEND_RATE = _app("AGENT_API_SEND_RATE")
+AGENT_PUBLIC_API_DOCS = _app("AGENT_PUBLIC_API_DOCS")
+AGENT_PATCH_FAILURES = _app("AGENT_PATCH_FAILURES")
+if AGENT_PATCH_FAILURES not in ("refuse", "warn"):
+    raise ImproperlyConfigured("AGENT_PATCH_FAILURES must be 'refuse' or 'warn'")
 
 # Flow control per socket: stop sending past this many unread bytes, close
 # (4408, retryable) a client that read nothing for this long.

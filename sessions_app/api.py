@@ -17,12 +17,14 @@ result with ``status: "duplicate"`` and nothing is appended twice. The schema
 
 from __future__ import annotations
 
+from django.conf import settings
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import generics, serializers, status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from . import fanout
@@ -98,14 +100,42 @@ class EventsQuerySerializer(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, default=MAX_PAGE)
 
 
+class ApiRateThrottle(UserRateThrottle):
+    """Every request of a user to the API: ``AGENT_API_RATE``."""
+
+    scope = "agent_api"
+
+    def get_rate(self) -> str:
+        return settings.AGENT_API_RATE
+
+
+class SendRateThrottle(UserRateThrottle):
+    """What starts work or spends (a message, a decision, a cancel):
+    ``AGENT_API_SEND_RATE``, on top of the general rate."""
+
+    scope = "agent_send"
+
+    def get_rate(self) -> str:
+        return settings.AGENT_API_SEND_RATE
+
+
 class AppView:
     """What every view of the API needs, whatever the project's REST_FRAMEWORK
     defaults are (a project embedding the app may allow anonymous access or
     use other error shapes elsewhere): the session cookie or a token, a
-    signed-in user, the protocol's error codes."""
+    signed-in user, the protocol's error codes, and a rate per user (429
+    with ``Retry-After`` past it; counted in Django's cache, so per process
+    unless the project's cache is shared)."""
 
     authentication_classes = [SessionAuthentication, TokenAuthentication]
     permission_classes = [IsAuthenticated]
+    throttle_classes = [ApiRateThrottle]
+
+    def get_throttles(self):
+        throttles = [ApiRateThrottle()]
+        if self.request.method == "POST" and getattr(self, "spends", False):
+            throttles.append(SendRateThrottle())
+        return throttles
 
     def get_exception_handler(self):
         return exception_handler
@@ -186,6 +216,8 @@ class SessionMessages(OwnedSessions, generics.GenericAPIView):
     ``client_message_id`` (201 when it was appended, 200 with ``duplicate``
     when it already was)."""
 
+    spends = True
+
     serializer_class = MessageSerializer
 
     @extend_schema(
@@ -225,6 +257,7 @@ class SessionMessages(OwnedSessions, generics.GenericAPIView):
 
 
 class ApprovalDecide(AppView, generics.GenericAPIView):
+    spends = True
     serializer_class = DecisionSerializer
     lookup_url_kwarg = "approval_id"
 
@@ -247,6 +280,7 @@ class ApprovalDecide(AppView, generics.GenericAPIView):
 
 
 class RunCancel(AppView, generics.GenericAPIView):
+    spends = True
     lookup_url_kwarg = "run_id"
     serializer_class = None
 

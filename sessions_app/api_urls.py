@@ -1,9 +1,28 @@
 """Routes of the REST API, mounted at /api/."""
 
+from django.conf import settings
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.permissions import BasePermission
 
 from . import api
+
+
+class DocsAllowed(BasePermission):
+    """The schema and its docs page: signed-in users, or anyone where
+    ``AGENT_PUBLIC_API_DOCS`` says so."""
+
+    def has_permission(self, request, view) -> bool:
+        if settings.AGENT_PUBLIC_API_DOCS:
+            return True
+        return bool(request.user and request.user.is_authenticated)
+
+
+_docs = {
+    "authentication_classes": [SessionAuthentication, TokenAuthentication],
+    "permission_classes": [DocsAllowed],
+}
 
 urlpatterns = [
     path("sessions/", api.SessionList.as_view(), name="api-sessions"),
@@ -14,6 +33,10 @@ urlpatterns = [
     path("runs/<str:run_id>/cancel/", api.RunCancel.as_view(), name="api-cancel"),
     # OpenAPI 3 and its interactive docs (Swagger UI, its init script served
     # apart so that the page's strict CSP holds).
-    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
+    path("schema/", SpectacularAPIView.as_view(**_docs), name="api-schema"),
+    path(
+        "docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="api-schema", **_docs),
+        name="api-docs",
+    ),
 ]

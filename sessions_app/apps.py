@@ -18,6 +18,13 @@ class SessionsAppConfig(AppConfig):
         from .rights import connect_signals
 
         connect_signals()
+        from django.db.models.signals import post_delete
+
+        from .models import AgentSession
+
+        post_delete.connect(
+            _remove_workspace, sender=AgentSession, dispatch_uid="sessions_app.workspace"
+        )
         user_logged_out.connect(_close_sockets_at_logout, dispatch_uid="sessions_app.logout")
 
 
@@ -29,3 +36,15 @@ def _close_sockets_at_logout(sender, request, user, **kwargs) -> None:
         from .fanout import publish_logged_out
 
         publish_logged_out(key)
+
+
+def _remove_workspace(sender, instance, **kwargs) -> None:
+    """A deleted session's workspace goes with it, on every path that deletes
+    one (the API, the admin, retention, a cascade from its owner), once the
+    deletion commits."""
+    from django.db import transaction
+
+    from .runtime.tools import remove_workspace
+
+    session_id = instance.pk
+    transaction.on_commit(lambda: remove_workspace(session_id), robust=True)

@@ -41,6 +41,25 @@ DEFAULTS: dict[str, object] = {
     "AGENT_TAIL_SETTLE_SECONDS": 1.0,
     "AGENT_TAIL_PROBE_SECONDS": 30.0,
     "AGENT_USER_MAX_SOCKETS": 50,
+    # Runs a user may have waiting to start (queued), across their sessions:
+    # past it a send is refused (``too_many_runs``) rather than queued.
+    "AGENT_USER_MAX_QUEUED_RUNS": 20,
+    # One session's workspace: bytes of its files, and files plus directories.
+    "AGENT_WORKSPACE_MAX_BYTES": 64 * 1024 * 1024,
+    "AGENT_WORKSPACE_MAX_FILES": 1000,
+    # The longest agent message (characters) the log keeps: what a model
+    # streams past it is cut, and the message says so.
+    "AGENT_MAX_MESSAGE_CHARS": 200_000,
+    # Closed sockets' diagnostic rows are deleted after this many days (0: kept).
+    "AGENT_RETAIN_CONNECTIONS_DAYS": 30.0,
+    # REST API throttles (DRF rates: "N/second|minute|hour|day").
+    "AGENT_API_RATE": "600/minute",
+    "AGENT_API_SEND_RATE": "60/minute",
+    # The OpenAPI schema and its docs page answer anonymous requests.
+    "AGENT_PUBLIC_API_DOCS": False,
+    # What a patch of a third-party internal that did not take hold does:
+    # "refuse" (the server does not start) or "warn" (logged, counted, runs on).
+    "AGENT_PATCH_FAILURES": "refuse",
     "AGENT_SEND_BUFFER_BYTES": 1024 * 1024,
     "AGENT_SLOW_CONSUMER_SECONDS": 10.0,
     "AGENT_RETAIN_DELTAS_DAYS": 0.0,

@@ -67,3 +67,11 @@ class NotPending(SessionError):
     code = "not_pending"
     status = 409
     message = "this run has already finished"
+
+
+class TooManyRuns(SessionError):
+    """The user has ``AGENT_USER_MAX_QUEUED_RUNS`` runs waiting to start."""
+
+    code = "too_many_runs"
+    status = 429
+    message = "too many of your runs are waiting to start: wait for one to finish"

@@ -3,7 +3,9 @@ after the fact, and tell the tabs that follow it.
 
 - ``apply_retention``: the settings' policy (``AGENT_RETAIN_DELTAS_DAYS``,
   ``AGENT_RETAIN_SESSIONS_DAYS``). Superseded deltas go (``compaction``); the
-  transcript stays. Whole sessions go only when idle that long.
+  transcript stays. Whole sessions go only when idle that long, their
+  workspaces with them (``apps._remove_workspace``). Closed sockets'
+  diagnostic rows go after ``AGENT_RETAIN_CONNECTIONS_DAYS``.
 - ``rotate_epoch``: a new epoch for a session (after a restore or a rebuilt
   log). Its open sockets are closed with 1013; their tabs resume with the old
   epoch, are told ``epoch_mismatch``, drop their cache and reload from 0.
@@ -22,7 +24,7 @@ from django.utils import timezone
 
 from . import fanout
 from .compaction import purge_superseded
-from .models import AgentSession, Run, new_epoch
+from .models import AgentSession, Connection, Run, new_epoch
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +34,23 @@ class RetentionReport:
     deltas_deleted: int = 0
     sessions_compacted: int = 0
     sessions_deleted: int = 0
+    connections_deleted: int = 0
 
 
-def apply_retention(now=None, *, deltas_days=None, sessions_days=None) -> RetentionReport:
+def apply_retention(
+    now=None, *, deltas_days=None, sessions_days=None, connections_days=None
+) -> RetentionReport:
     """Apply the retention policy (the settings unless given); 0 or None: keep."""
     now = now or timezone.now()
     deltas_days = settings.AGENT_RETAIN_DELTAS_DAYS if deltas_days is None else deltas_days
     sessions_days = settings.AGENT_RETAIN_SESSIONS_DAYS if sessions_days is None else sessions_days
+    if connections_days is None:
+        connections_days = settings.AGENT_RETAIN_CONNECTIONS_DAYS
     report = RetentionReport()
+    if connections_days:
+        # Diagnostic rows of closed sockets: one per socket ever opened.
+        cutoff = now - timedelta(days=connections_days)
+        report.connections_deleted, _ = Connection.objects.filter(closed_at__lt=cutoff).delete()
     if sessions_days:
         cutoff = now - timedelta(days=sessions_days)
         active = Run.objects.filter(status__in=Run.ACTIVE).values("session_id")
@@ -83,7 +94,7 @@ def apply_retention(now=None, *, deltas_days=None, sessions_days=None) -> Retent
             if deleted:
                 report.deltas_deleted += deleted
                 report.sessions_compacted += 1
-    if report.deltas_deleted or report.sessions_deleted:
+    if report.deltas_deleted or report.sessions_deleted or report.connections_deleted:
         log.info("retention: %s", report)
     return report
 

@@ -339,3 +339,73 @@ def test_concurrent_duplicate_posts_append_once(server, user):
         Event.objects.filter(session=s, kind="user.message").values_list("data", flat=True)
     )
     assert len(kinds) == 1 and Run.objects.filter(session=s).count() == 1
+
+
+# --- limits: throttles, queued runs, the docs -----------------------------------
+
+
+def test_messages_past_the_send_rate_are_refused_429(client_for, user, settings, no_enqueue):
+    """Past AGENT_API_SEND_RATE a user's POSTs get 429 with Retry-After and
+    append nothing; reads stay under the general rate only."""
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.AGENT_API_SEND_RATE = "5/minute"
+    settings.AGENT_USER_MAX_QUEUED_RUNS = 100
+    s = create_session(user)
+    c = client_for(user)
+    url = f"/api/sessions/{s.id}/messages/"
+    codes = [
+        c.post(url, {"client_message_id": f"m{i}", "text": "hi"}, "application/json").status_code
+        for i in range(8)
+    ]
+    assert codes == [201] * 5 + [429] * 3
+    refused = c.post(url, {"client_message_id": "m9", "text": "hi"}, "application/json")
+    assert int(refused["Retry-After"]) > 0
+    assert Run.objects.filter(session=s).count() == 5
+    assert c.get(f"/api/sessions/{s.id}/events/").status_code == 200
+    cache.clear()
+
+
+def test_every_api_request_is_under_the_general_rate(client_for, user, settings):
+    """AGENT_API_RATE bounds every request of a user, reads included."""
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.AGENT_API_RATE = "3/minute"
+    c = client_for(user)
+    assert [c.get("/api/sessions/").status_code for _ in range(4)] == [200, 200, 200, 429]
+    cache.clear()
+
+
+def test_queued_runs_per_user_are_limited(client_for, user, settings, no_enqueue):
+    """Past AGENT_USER_MAX_QUEUED_RUNS runs waiting to start (across the
+    user's sessions), a send is refused 429 ``too_many_runs``, logging nothing;
+    a run that starts at once is not counted."""
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.AGENT_USER_MAX_QUEUED_RUNS = 2
+    s = create_session(user)
+    c = client_for(user)
+    url = f"/api/sessions/{s.id}/messages/"
+    statuses = []
+    for i in range(3):
+        r = c.post(url, {"client_message_id": f"q{i}", "text": "hi"}, "application/json")
+        statuses.append((r.status_code, r.json()["status"]))
+    assert statuses == [(201, "started"), (201, "queued"), (201, "queued")]
+    before = Event.objects.filter(session=s).count()
+    refused = c.post(url, {"client_message_id": "q3", "text": "hi"}, "application/json")
+    assert refused.status_code == 429 and refused.json()["code"] == "too_many_runs"
+    assert Event.objects.filter(session=s).count() == before
+    cache.clear()
+
+
+@pytest.mark.parametrize("path", ["/api/schema/", "/api/docs/"])
+def test_the_schema_and_docs_need_a_sign_in_unless_opened(client, client_for, user, settings, path):
+    """Anonymous requests for the schema or its docs are refused; a signed-in
+    user gets them; AGENT_PUBLIC_API_DOCS opens them to everyone."""
+    assert client.get(path).status_code in (401, 403)
+    assert client_for(user).get(path).status_code == 200
+    settings.AGENT_PUBLIC_API_DOCS = True
+    assert client.get(path).status_code == 200

@@ -231,3 +231,51 @@ def test_rotate_epoch_command(user):
     assert AgentSession.objects.get(id=s.id).epoch != s.epoch
     with pytest.raises(CommandError):
         call_command("rotate_epoch", "s_nope")
+
+
+def test_closed_connection_rows_are_pruned(user, transactional_db):
+    """Rows of sockets closed longer ago than AGENT_RETAIN_CONNECTIONS_DAYS go;
+    open sockets' rows and recent ones stay."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions_app.models import Connection, new_connection_id
+    from sessions_app.retention import apply_retention
+
+    now = timezone.now()
+    old = Connection.objects.create(
+        id=new_connection_id(), user_id=user.pk, closed_at=now - timedelta(days=40)
+    )
+    recent = Connection.objects.create(
+        id=new_connection_id(), user_id=user.pk, closed_at=now - timedelta(days=1)
+    )
+    still_open = Connection.objects.create(id=new_connection_id(), user_id=user.pk)
+    report = apply_retention(now, connections_days=30)
+    assert report.connections_deleted == 1
+    left = set(Connection.objects.values_list("id", flat=True))
+    assert left == {recent.id, still_open.id} and old.id not in left
+
+
+def test_a_deleted_session_takes_its_workspace(user, transactional_db, settings, tmp_path):
+    """Every path that deletes a session (here retention, the admin's and the
+    API's use the same delete) removes its workspace once the delete commits."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions_app.models import AgentSession
+    from sessions_app.retention import apply_retention
+    from sessions_app.runtime.tools import workspace_for
+
+    settings.AGENT_WORKSPACES = tmp_path / "ws"
+    s = create_session(user)
+    kept = create_session(user)
+    (workspace_for(s.id) / "notes.txt").write_text("x")
+    (workspace_for(kept.id) / "notes.txt").write_text("y")
+    AgentSession.objects.filter(id=s.id).update(updated_at=timezone.now() - timedelta(days=9))
+    assert apply_retention(sessions_days=5).sessions_deleted == 1
+    assert not (tmp_path / "ws" / s.id).exists()
+    assert (tmp_path / "ws" / kept.id / "notes.txt").read_text() == "y"
+    kept.owner.delete()  # a cascade from the owner
+    assert not (tmp_path / "ws" / kept.id).exists()

@@ -372,3 +372,26 @@ def test_terminal_allows_only_listed_options_and_operands(workspace, no_process,
 def test_terminal_read_only_options_still_work(workspace, command, expected):
     """Formats, --date, -I with a glued value and echo's words are allowed."""
     assert execute("terminal", {"command": command}, workspace) == (True, expected)
+
+
+def test_a_write_past_the_workspace_byte_quota_is_refused(tmp_path, settings):
+    """AGENT_WORKSPACE_MAX_BYTES: a write that would pass it is refused with
+    the figures, and the file is untouched."""
+    settings.AGENT_WORKSPACE_MAX_BYTES = 100
+    assert execute("write_file", {"path": "a.txt", "text": "x" * 60}, tmp_path)[0]
+    ok, message = execute("write_file", {"path": "a.txt", "text": "y" * 60}, tmp_path)
+    assert not ok and "quota" in message and "100" in message
+    assert (tmp_path / "a.txt").read_text() == "x" * 60 + "\n"
+
+
+def test_new_files_past_the_workspace_file_quota_are_refused(tmp_path, settings):
+    """AGENT_WORKSPACE_MAX_FILES counts files and directories; appending to a
+    file that exists is still allowed at the limit."""
+    settings.AGENT_WORKSPACE_MAX_FILES = 3
+    for name in ("a", "b", "c"):
+        assert execute("write_file", {"path": name, "text": "1"}, tmp_path)[0]
+    ok, message = execute("write_file", {"path": "d", "text": "1"}, tmp_path)
+    assert not ok and "quota" in message and not (tmp_path / "d").exists()
+    ok, message = execute("write_file", {"path": "sub/e", "text": "1"}, tmp_path)
+    assert not ok and not (tmp_path / "sub").exists()
+    assert execute("write_file", {"path": "a", "text": "2"}, tmp_path)[0]

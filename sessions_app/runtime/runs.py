@@ -33,7 +33,7 @@ from django.utils import timezone
 from .. import fanout
 from .. import protocol as p
 from ..events import NewEvent, append_event, append_events
-from ..exceptions import AlreadyDecided, NotFound, NotPending
+from ..exceptions import AlreadyDecided, NotFound, NotPending, TooManyRuns
 from ..models import AgentSession, ApprovalRequest, Run, new_run_id
 from ..presence import request_presence
 from .leases import expires_in
@@ -146,6 +146,11 @@ def title_from(text: str) -> str:
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 
+def _queued_runs(owner_id: int) -> int:
+    """The runs of a user waiting to start, across their sessions."""
+    return Run.objects.filter(session__owner_id=owner_id, status=Run.Status.QUEUED).count()
+
+
 def _submit(session_id: str, client_message_id: str, text: str) -> SendResult:
     with transaction.atomic():
         session = _lock_session(session_id)
@@ -160,6 +165,10 @@ def _submit(session_id: str, client_message_id: str, text: str) -> SendResult:
         # Not behind a run of its own session, but over its user's limit: it
         # waits, visibly queued, for one of the user's runs to end.
         busy = behind or not _user_has_room(session.owner_id)
+        if busy and _queued_runs(session.owner_id) >= settings.AGENT_USER_MAX_QUEUED_RUNS:
+            # Queued work is promised work (and spend, with a paid model):
+            # past the limit the input is refused, visibly, not queued.
+            raise TooManyRuns(limit=settings.AGENT_USER_MAX_QUEUED_RUNS)
         run_id = new_run_id()
         follow = NewEvent(
             p.K_RUN_QUEUED if busy else p.K_RUN_STARTED,

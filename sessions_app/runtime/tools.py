@@ -14,6 +14,7 @@ import contextlib
 import os
 import select
 import shlex
+import shutil
 import signal
 import stat
 import subprocess
@@ -100,6 +101,18 @@ _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 class _Refused(Exception):
     """A tool call refused before it touched anything; the message is the reason."""
+
+
+def remove_workspace(session_id: str) -> None:
+    """Delete the session's workspace (with its session: nothing of a deleted
+    session stays on disk). Never follows a symlink out of the workspaces."""
+    if not is_session_id(session_id):
+        return
+    path = Path(settings.AGENT_WORKSPACES) / session_id
+    if path.is_symlink():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def workspace_for(session_id: str) -> Path:
@@ -203,9 +216,44 @@ def _write_parts(path: str, root: Path) -> list[str]:
     return parts
 
 
+def workspace_usage(root: Path) -> tuple[int, int]:
+    """The bytes of the workspace's files and how many entries (files and
+    directories) it holds; symlinks are not followed."""
+    size = entries = 0
+    stack = [str(root)]
+    while stack:
+        with os.scandir(stack.pop()) as listing:
+            for entry in listing:
+                entries += 1
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    size += entry.stat(follow_symlinks=False).st_size
+    return size, entries
+
+
+def _check_quota(parts: list[str], root: Path, adding: int) -> None:
+    """Refuse a write past the workspace's quota (``AGENT_WORKSPACE_MAX_BYTES``
+    and ``AGENT_WORKSPACE_MAX_FILES``), before anything is touched."""
+    size, entries = workspace_usage(root)
+    limit = settings.AGENT_WORKSPACE_MAX_BYTES
+    if size + adding > limit:
+        raise _Refused(
+            f"the workspace quota is reached: {size:,} of {limit:,} bytes used, "
+            f"this write adds {adding:,}"
+        )
+    new = sum(1 for i in range(len(parts)) if not root.joinpath(*parts[: i + 1]).exists())
+    if new and entries + new > settings.AGENT_WORKSPACE_MAX_FILES:
+        raise _Refused(
+            f"the workspace quota is reached: {entries:,} of "
+            f"{settings.AGENT_WORKSPACE_MAX_FILES:,} files and directories"
+        )
+
+
 def _write_file(path: str, text: str, root: Path) -> tuple[bool, str]:
     parts = _write_parts(path, root)
     data = (text + "\n").encode("utf-8", errors="surrogatepass")
+    _check_quota(parts, root, len(data))
     # The checks above can race with a concurrent swap of a component for a
     # symlink; walking with directory fds and O_NOFOLLOW closes that window.
     dir_flags = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
