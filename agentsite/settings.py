@@ -320,8 +320,10 @@ if _env_bool("HTTPS", False):
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-    SECURE_HSTS_PRELOAD = True
+    # Both are hard to undo (browsers and preload lists keep them for
+    # months): opt-in, never implied by HTTPS=1.
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+    SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD", False)
 # Trust X-Forwarded-Proto only behind a proxy that sets it (and strips what
 # clients send): otherwise any client could claim HTTPS.
 if _env_bool("TRUST_X_FORWARDED_PROTO", False):

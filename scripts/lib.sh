@@ -16,3 +16,20 @@ setup_venv() {
     touch "$stamp"
   fi
 }
+
+# DEBUG for ./scripts/run: on for a loopback HOST (unless DEBUG is set), off
+# for any other (unless DEBUG is set), and said so.
+debug_for_host() {
+  case "$1" in
+    127.*|localhost|::1|"[::1]") echo "${DEBUG:-1}" ;;
+    *) echo "HOST=$1 is not loopback: DEBUG=${DEBUG:-0} (set ALLOWED_HOSTS for it)" >&2
+       echo "${DEBUG:-0}" ;;
+  esac
+}
+
+# daphne's -e endpoint for HOST and PORT, with a large listen backlog.
+daphne_endpoint() {
+  local host="${1//[\[\]]/}" port="$2" kind=tcp
+  case "$host" in *:*) kind=tcp6; host="${host//:/\\:}" ;; esac
+  echo "$kind:port=$port:interface=$host:backlog=${LISTEN_BACKLOG:-4096}"
+}

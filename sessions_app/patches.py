@@ -3,7 +3,8 @@
 The fast path depends on members that daphne, Twisted, autobahn and
 channels_redis do not promise to keep:
 
-- ``send_buffer``: each WebSocket scope gets a probe of the bytes its
+- ``send_buffer``: each WebSocket scope gets its ``scheme`` (``wss`` under
+  daphne's own TLS, which leaves it out) and a probe of the bytes its
   transport has not handed to the kernel yet (Twisted's ``FileDescriptor``
   ``dataBuffer`` / ``offset`` / ``_tempDataLen``, under TLS the wrapped
   transport's plus ``TLSMemoryBIOProtocol._appSendBuffer``), read by the
@@ -214,6 +215,7 @@ def send_buffer_probe(scope: dict) -> Callable[[], int] | None:
 
 def _install_send_buffer_probe() -> None:
     from daphne.server import Server
+    from twisted.internet.interfaces import ISSLTransport
 
     if getattr(Server.create_application, "_sessions_app", False):
         return
@@ -223,6 +225,11 @@ def _install_send_buffer_probe() -> None:
         if scope.get("type") == "websocket":
             probe = functools.partial(transport_buffered, weakref.ref(protocol))
             scope.setdefault("extensions", {})[SEND_BUFFER_EXTENSION] = probe
+            # Daphne leaves a WebSocket scope's scheme out (ASGI then means
+            # "ws"), under its own TLS too: the Origin check would refuse
+            # every https page's socket.
+            if "scheme" not in scope and ISSLTransport.providedBy(protocol.transport):
+                scope["scheme"] = "wss"
         return original(self, protocol, scope)
 
     create_application._sessions_app = True

@@ -79,3 +79,67 @@ def test_agent_runner_typo_fails_at_start(tmp_path):
         tmp_path, "settings.AGENT_RUNNER", SECRET_KEY="k" * 50, AGENT_RUNNER="wrker"
     )
     assert out.returncode != 0 and "AGENT_RUNNER must be 'embedded' or 'worker'" in out.stderr
+
+
+def test_hsts_preload_and_subdomains_are_opt_in(tmp_path):
+    """HTTPS=1 turns HSTS on for the host alone; preload and subdomains, hard
+    to undo, only when asked for."""
+    expr = (
+        "settings.SECURE_HSTS_SECONDS, settings.SECURE_HSTS_PRELOAD, "
+        "settings.SECURE_HSTS_INCLUDE_SUBDOMAINS"
+    )
+    out = _settings_value(tmp_path, expr, SECRET_KEY="k" * 50, HTTPS="1")
+    assert out.stdout.strip() == "31536000 False False", out.stderr
+    out = _settings_value(
+        tmp_path,
+        expr,
+        SECRET_KEY="k" * 50,
+        HTTPS="1",
+        SECURE_HSTS_PRELOAD="1",
+        SECURE_HSTS_INCLUDE_SUBDOMAINS="1",
+    )
+    assert out.stdout.strip() == "31536000 True True", out.stderr
+
+
+def _lib(call: str, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "LISTEN_BACKLOG")}
+    base.update(env)
+    return subprocess.run(
+        ["bash", "-c", f"source scripts/lib.sh; {call}"],
+        cwd=ROOT,
+        env=base,
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "host, env, debug",
+    [
+        ("127.0.0.1", {}, "1"),
+        ("localhost", {}, "1"),
+        ("[::1]", {}, "1"),
+        ("0.0.0.0", {}, "0"),
+        ("192.0.2.7", {}, "0"),
+        ("0.0.0.0", {"DEBUG": "1"}, "1"),
+        ("127.0.0.1", {"DEBUG": "0"}, "0"),
+    ],
+)
+def test_run_keeps_debug_for_loopback_only(host, env, debug):
+    """./scripts/run: DEBUG on for a loopback HOST, off for any other (and
+    says so), unless DEBUG is set."""
+    out = _lib(f"debug_for_host '{host}'", **env)
+    assert out.stdout.strip() == debug
+    assert ("not loopback" in out.stderr) == (host not in ("127.0.0.1", "localhost", "[::1]"))
+
+
+def test_run_listens_with_a_large_backlog():
+    """./scripts/run's daphne endpoint: the host, the port and a 4096 backlog
+    (IPv6 escaped as Twisted wants)."""
+    assert _lib("daphne_endpoint 127.0.0.1 8000").stdout.strip() == (
+        "tcp:port=8000:interface=127.0.0.1:backlog=4096"
+    )
+    assert _lib("daphne_endpoint '[::1]' 8000").stdout.strip() == (
+        "tcp6:port=8000:interface=\\:\\:1:backlog=4096"
+    )
+    assert "backlog=8192" in _lib("daphne_endpoint 0.0.0.0 80", LISTEN_BACKLOG="8192").stdout

@@ -1,0 +1,148 @@
+"""Every patch of a third-party internal takes hold, and says so loudly when
+it does not (``sessions_app.patches``)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import json
+import logging
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from sessions_app import patches
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_patched_package_is_pinned_to_the_tested_version():
+    """pyproject.toml pins each package whose internals are patched, at the
+    version ``patches.PINNED`` names, and that is the version installed."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = {}
+    for dep in deps:
+        if "==" in dep:
+            name, version = dep.split("==")
+            pins[name.split("[")[0].lower()] = version
+    for package, version in patches.PINNED.items():
+        assert pins.get(package) == version, package
+        assert importlib.metadata.version(package) == version, package
+
+
+def test_each_patch_takes_hold_under_daphne():
+    """Applied as daphne's process applies them, every check passes."""
+    import daphne.server  # noqa: F401 (what ``install`` looks for)
+
+    patches.install()
+    assert patches._check_send_buffer() is None
+    assert patches._check_graceful_stop() is None
+    assert patches._check_hltype() is None
+    assert patches.failures == {}
+
+
+def test_a_check_fails_when_its_patch_has_no_effect(monkeypatch):
+    """Undo each patch and its check names what is missing."""
+    from autobahn.websocket import protocol
+    from daphne.server import Server
+    from daphne.ws_protocol import WebSocketProtocol
+
+    patches.install()
+    monkeypatch.setattr(Server, "create_application", lambda self, protocol, scope: None)
+    assert "create_application" in patches._check_send_buffer()
+    monkeypatch.setattr(WebSocketProtocol, "serverClose", lambda self, code=None: None)
+    assert "serverClose" in patches._check_graceful_stop()
+    monkeypatch.setattr(protocol, "hltype", lambda obj: "")
+    assert "hltype" in patches._check_hltype()
+
+
+def test_a_missing_member_of_channels_redis_is_reported(monkeypatch, settings):
+    """The Redis layer's private members are checked; one gone refuses start-up."""
+    from channels_redis.core import RedisChannelLayer
+
+    monkeypatch.delattr(RedisChannelLayer, "_group_key")
+    settings.AGENT_PATCH_FAILURES = "refuse"
+    with pytest.raises(patches.PatchFailed, match="_group_key"):
+        patches.check_channels_redis()
+
+
+def test_warn_logs_an_error_and_counts_it(monkeypatch, settings, caplog):
+    """AGENT_PATCH_FAILURES=warn: an error line naming the patch and a metric,
+    and the process runs on."""
+    from sessions_app import metrics
+
+    monkeypatch.setattr(patches, "failures", {})
+    settings.AGENT_PATCH_FAILURES = "warn"
+    before = metrics.PATCH_FAILURES.labels("send_buffer")._value.get()
+    with caplog.at_level(logging.ERROR, logger="sessions_app.patches"):
+        patches.report("send_buffer", "no buffer to read")
+    assert "send_buffer patch did not take hold" in caplog.text and "WITHOUT" in caplog.text
+    assert metrics.PATCH_FAILURES.labels("send_buffer")._value.get() == before + 1
+
+
+def test_a_server_refuses_to_start_when_a_patch_does_not_hold(tmp_path):
+    """A daphne whose patch cannot take hold exits with a message naming it
+    (here the probe's Twisted member, removed before the app loads)."""
+    import os
+    import sys
+
+    from tests.harness import server_env
+
+    script = (
+        "from twisted.internet import abstract\n"
+        "del abstract.FileDescriptor.offset\n"
+        "import sys\n"
+        "sys.argv = ['daphne', '-b', '127.0.0.1', '-p', '0', 'agentsite.asgi:application']\n"
+        "from daphne.cli import CommandLineInterface\n"
+        "CommandLineInterface.entrypoint()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=server_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "the send_buffer patch did not take hold" in done.stderr
+    assert "FileDescriptor has no offset" in done.stderr
+    assert os.path.exists(ROOT / "manage.py")
+
+
+def test_the_probe_reads_a_tls_transport(tmp_path, cookie, user, transactional_db):
+    """Under daphne's own TLS endpoint a client that stops reading is closed
+    4408, as over plain TCP: the probe reads through TLSMemoryBIOProtocol to
+    the socket's buffer (the review found it returned 0 there)."""
+    from sessions_app.models import Connection
+    from tests.harness import Daphne, client_frame, raw_socket_that_never_reads, wait_until
+    from tests.test_consumers import _big_log
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    daphne = Daphne(
+        tmp_path,
+        tls=(key, cert),
+        AGENT_SEND_BUFFER_BYTES="262144",
+        AGENT_SLOW_CONSUMER_SECONDS="1",
+    ).start()
+    try:
+        s = _big_log(user, 8_000, 1000)
+        sock = raw_socket_that_never_reads(daphne.port, cookie, tls=True)
+        resume = {"type": "resume", "protocol": 1, "session_id": s.id, "after": 0}
+        sock.sendall(client_frame(json.dumps(resume)))
+
+        def closed():
+            return Connection.objects.filter(session_id=s.id, close_code=4408).exists()
+
+        asyncio.run(wait_until(closed, timeout=60))
+        sock.close()
+    finally:
+        daphne.stop()
