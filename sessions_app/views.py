@@ -26,17 +26,26 @@ from .models import AgentSession
 @login_required
 def session_list(request):
     """The user's sessions, most recently active first."""
-    sessions = services.listed(AgentSession.objects.filter(owner=request.user))[
-        : services.MAX_LISTED
-    ]
+    # One more than is shown: whether the list is cut short (and says so).
+    sessions = list(
+        services.listed(AgentSession.objects.filter(owner=request.user))[
+            : services.MAX_LISTED + 1
+        ]
+    )
+    truncated = len(sessions) > services.MAX_LISTED
+    sessions = sessions[: services.MAX_LISTED]
     now = timezone.now()
-    sessions = list(sessions)
     for s in sessions:
         s.last_activity = _ago(s.updated_at, now)
     return render(
         request,
         "sessions_app/list.html",
-        {"sessions": sessions, "max_title": p.MAX_TITLE_CHARS},
+        {
+            "sessions": sessions,
+            "max_title": p.MAX_TITLE_CHARS,
+            "truncated": truncated,
+            "max_listed": services.MAX_LISTED,
+        },
     )
 
 

@@ -409,3 +409,19 @@ def test_the_schema_and_docs_need_a_sign_in_unless_opened(client, client_for, us
     assert client_for(user).get(path).status_code == 200
     settings.AGENT_PUBLIC_API_DOCS = True
     assert client.get(path).status_code == 200
+
+
+def test_the_list_page_says_when_it_is_cut_short(client_for, user):
+    """Past MAX_LISTED sessions the page shows the most recent ones and says
+    the rest are not shown; with fewer the note stays hidden."""
+    from sessions_app.services import MAX_LISTED
+
+    c = client_for(user)
+    create_session(user)
+    page = c.get("/").content.decode()
+    assert 'data-testid="list-truncated"' in page
+    assert 'data-testid="list-truncated" data-max="200" hidden' in page
+    AgentSession.objects.bulk_create(AgentSession(owner=user) for _ in range(MAX_LISTED))
+    page = c.get("/").content.decode()
+    assert page.count('data-testid="session-link"') == MAX_LISTED
+    assert 'data-max="200">' in page

@@ -106,3 +106,26 @@ async def test_the_list_socket_takes_no_commands_and_needs_a_login(server, cooki
     await lister.close()
     anonymous = await WsClient.connect(server.ws.replace("/ws/sessions/", "/ws/list/"), None)
     assert await anonymous.wait_closed() == 4401
+
+
+async def test_the_snapshot_says_when_it_is_cut_short(server, cookie, user):
+    """With more than MAX_LISTED sessions the snapshot holds the most recent
+    MAX_LISTED and ``truncated: true``; with fewer, no such field."""
+    from channels.db import database_sync_to_async
+
+    from sessions_app.models import AgentSession
+    from sessions_app.services import MAX_LISTED
+    from tests.harness import WsClient
+
+    url = server.ws.replace("/ws/sessions/", "/ws/list/")
+    lister = await WsClient.connect(url, cookie)
+    first = await lister.wait(lambda f: f.get("type") == "sessions")
+    assert "truncated" not in first
+    await lister.close()
+    await database_sync_to_async(AgentSession.objects.bulk_create)(
+        [AgentSession(owner=user) for _ in range(MAX_LISTED + 1)]
+    )
+    lister = await WsClient.connect(url, cookie)
+    full = await lister.wait(lambda f: f.get("type") == "sessions")
+    assert full["truncated"] is True and len(full["sessions"]) == MAX_LISTED
+    await lister.close()

@@ -112,6 +112,9 @@ export class SessionList {
     if (frame.type === "sessions" && Array.isArray(frame.sessions)) {
       const ul = this._ul();
       ul.replaceChildren(...frame.sessions.map((s) => card(this.doc, s, this.now())));
+      // Said when the server cut the list short, never silently.
+      const note = this.main.querySelector("[data-testid=list-truncated]");
+      if (note) note.hidden = frame.truncated !== true;
       // Live from here on (the browser tests wait for it).
       this.doc.body.dataset.listLive = "true";
     } else if (frame.type === "session" && frame.session && typeof frame.session.id === "string") {
