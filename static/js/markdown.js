@@ -308,9 +308,153 @@ export function isPlain(text) {
   return text.length > 0 && !MARKUP.test(text) && !BLOCK_START.test(text);
 }
 
+// Bounds on what is lexed, so that no model output can blank a session or
+// stall the page (marked's lexer recurses per nesting level and is quadratic
+// on some inputs: 5,000 `>` overflowed the stack, 64k characters of
+// emphasis took 1.9 s). The text is lexed in chunks (`chunks`), each chunk
+// cached by its text, so a streaming message re-lexes only its open chunk.
+/** A chunk longer than this (a fenced code block excepted) is shown as plain text. */
+export const MAX_CHUNK_CHARS = 16_000;
+/** A fenced code block longer than this is shown as plain text. */
+export const MAX_CODE_CHARS = 200_000;
+/** Nested quotes and lists deeper than this: the chunk is shown as plain text. */
+export const MAX_NESTING = 16;
+/** While a message streams, its open chunk past this many characters waits, plain, for the end. */
+export const STREAM_LEX_CHARS = 4_000;
+
+const FENCE = /^ {0,3}(`{3,}|~{3,})/;
+const LIST_MARKER = /^(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)/;
+
+/**
+ * `text` cut into chunks that Markdown renders the same alone as together:
+ * at a blank line followed by a line that starts at the margin and opens no
+ * list item (a list, or an item's indented continuation, stays whole), and
+ * around top-level fenced code blocks. Never inside a fence.
+ * @param {string} text
+ * @returns {string[]} whose concatenation is `text`
+ */
+export function chunks(text) {
+  const out = [];
+  const lines = text.split(/(?<=\n)/);
+  let current = "";
+  let fence = null; // the open fence's marker
+  let blank = false; // the previous line was blank
+  const cut = () => {
+    if (current) out.push(current);
+    current = "";
+  };
+  for (const line of lines) {
+    const opening = fence === null ? FENCE.exec(line) : null;
+    if (fence !== null) {
+      current += line;
+      const closing = FENCE.exec(line);
+      if (closing && closing[1][0] === fence[0] && closing[1].length >= fence.length && !line.slice(closing[0].length).trim()) {
+        fence = null;
+        cut();
+      }
+      blank = false;
+      continue;
+    }
+    if (opening) {
+      cut();
+      fence = opening[1];
+      current = line;
+      blank = false;
+      continue;
+    }
+    const isBlank = !line.trim();
+    if (blank && !isBlank && !/^[ \t]/.test(line) && !LIST_MARKER.test(line)) cut();
+    current += line;
+    blank = isBlank;
+  }
+  cut();
+  return out;
+}
+
+const NESTING_PREFIX = /^(?:[ \t]*(?:>|(?:[-*+]|\d{1,9}[.)])(?=[ \t])))+/;
+
+/**
+ * How deep quotes and list items nest in `chunk`, at most (by their markers
+ * and indentation), counted without lexing.
+ * @param {string} chunk
+ * @returns {number}
+ */
+export function nestingDepth(chunk) {
+  let deepest = 0;
+  for (const line of chunk.split("\n")) {
+    const prefix = NESTING_PREFIX.exec(line);
+    const markers = prefix ? (prefix[0].match(/>|[-*+](?=[ \t])|\d{1,9}[.)](?=[ \t])/g) || []).length : 0;
+    const indent = /^[ \t]*/.exec(line)[0].replace(/\t/g, "    ").length;
+    deepest = Math.max(deepest, markers + Math.floor(indent / 2));
+    if (deepest > MAX_NESTING) return deepest;
+  }
+  return deepest;
+}
+
+const LINK_DEF = /^ {0,3}\[([^\]\n]{1,200})\]:[ \t]*<?([^\s>]+)>?(?:[ \t]+("[^"\n]*"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$/gm;
+
+/**
+ * The reference definitions (`[x]: url "title"`) of the whole text, as
+ * marked keeps them: a chunk may use one defined in another.
+ * @param {string} text
+ * @returns {object}
+ */
+export function linkDefinitions(text) {
+  const links = {};
+  if (!text.includes("]:")) return links;
+  for (const m of text.matchAll(LINK_DEF)) {
+    const label = m[1].trim().replace(/\s+/g, " ").toLowerCase();
+    if (!(label in links)) links[label] = { href: m[2], title: m[3] ? m[3].slice(1, -1) : "" };
+  }
+  return links;
+}
+
+function lexChunk(chunk, links) {
+  const lexer = new Lexer({ gfm: true, breaks: false });
+  Object.assign(lexer.tokens.links, links);
+  return lexer.lex(chunk);
+}
+
+/**
+ * A chunk shown as the text it is: what cannot be rendered safely or
+ * cheaply never hides itself or another message.
+ * @param {Document} doc
+ * @param {string} chunk
+ * @returns {Node}
+ */
+function plainChunk(doc, chunk) {
+  return el(doc, "p", { class: "md-plain", "data-md": "plain" }, [chunk.replace(/\n+$/, "")]);
+}
+
+/**
+ * The nodes of one chunk: its blocks, or the chunk as plain text when it is
+ * too long, nests too deep, or the lexer fails on it.
+ * @param {Document} doc
+ * @param {string} chunk
+ * @param {object} links
+ * @param {boolean} open a streaming message's last chunk
+ * @returns {Node[]}
+ */
+export function renderChunk(doc, chunk, links, open = false) {
+  const fenced = FENCE.test(chunk);
+  const limit = fenced ? MAX_CODE_CHARS : open ? STREAM_LEX_CHARS : MAX_CHUNK_CHARS;
+  if (chunk.length > limit || (!fenced && nestingDepth(chunk) > MAX_NESTING)) return [plainChunk(doc, chunk)];
+  try {
+    const nodes = [];
+    for (const t of lexChunk(chunk, links)) {
+      const node = block(doc, t);
+      if (node) nodes.push(node);
+    }
+    return nodes;
+  } catch {
+    return [plainChunk(doc, chunk)]; // a stack overflow in the lexer, or worse
+  }
+}
+
 /**
  * Renders a growing text as Markdown into one element, rebuilding only the
- * blocks that changed since the last render.
+ * chunks that changed since the last render (`chunks`: a streaming message
+ * re-lexes its open chunk alone).
  */
 export class MarkdownView {
   /**
@@ -321,49 +465,74 @@ export class MarkdownView {
     this.doc = doc;
     this.container = container;
     this.container.replaceChildren();
-    /** @type {Array<{raw: string, node: Node|null}>} */
+    /** @type {Array<{raw: string, nodes: Node[], plain?: boolean, open?: boolean}>} */
     this.blocks = [];
     this.links = "";
     this.text = null;
+    this.final = true;
   }
 
   /**
    * Show `text` (the whole text so far, not a delta).
    * @param {string} text
+   * @param {{final?: boolean}} [options] `final: false` while it streams
    */
-  render(text) {
-    if (text === this.text) return;
+  render(text, { final = true } = {}) {
+    if (text === this.text && final === this.final) return;
     this.text = text;
+    this.final = final;
+    try {
+      this._render(text, final);
+    } catch {
+      // Whatever failed, the text is shown, and nothing else is touched.
+      for (const old of this.blocks.splice(0)) for (const node of old.nodes) node.remove();
+      const node = plainChunk(this.doc, text);
+      this.blocks.push({ raw: text, nodes: [node] });
+      this.links = "";
+      this.container.append(node);
+    }
+  }
+
+  _render(text, final) {
     if (isPlain(text)) {
       // Nothing Markdown could mean here: one paragraph, no lexing (most
       // answers while they stream, and a long session's many short ones).
       if (this.blocks.length === 1 && this.blocks[0].plain) {
-        this.blocks[0].node.textContent = text;
+        this.blocks[0].nodes[0].textContent = text;
         this.blocks[0].raw = text;
         return;
       }
-      for (const old of this.blocks.splice(0)) old.node?.remove();
+      for (const old of this.blocks.splice(0)) for (const node of old.nodes) node.remove();
       const node = el(this.doc, "p", null, [text]);
-      this.blocks.push({ raw: text, node, plain: true });
+      this.blocks.push({ raw: text, nodes: [node], plain: true });
       this.links = "{}";
       this.container.append(node);
       return;
     }
-    const tokens = lex(text);
-    // A reference definition ([x]: url) changes links in earlier blocks.
-    const links = JSON.stringify(tokens.links || {});
+    const definitions = linkDefinitions(text);
+    // A reference definition ([x]: url) changes links in other chunks.
+    const links = JSON.stringify(definitions);
+    const parts = chunks(text);
     let keep = 0;
     if (links === this.links) {
-      while (keep < tokens.length && keep < this.blocks.length && this.blocks[keep].raw === tokens[keep].raw) keep += 1;
+      while (
+        keep < parts.length &&
+        keep < this.blocks.length &&
+        this.blocks[keep].raw === parts[keep] &&
+        !this.blocks[keep].plain &&
+        !(this.blocks[keep].open && (final || keep < parts.length - 1))
+      )
+        keep += 1;
     }
     this.links = links;
-    for (const old of this.blocks.splice(keep)) old.node?.remove();
+    for (const old of this.blocks.splice(keep)) for (const node of old.nodes) node.remove();
     const frag = this.doc.createDocumentFragment();
-    for (const t of tokens.slice(keep)) {
-      const node = block(this.doc, t);
-      this.blocks.push({ raw: t.raw, node });
-      if (node) frag.append(node);
-    }
+    parts.slice(keep).forEach((part, i) => {
+      const open = !final && keep + i === parts.length - 1;
+      const nodes = renderChunk(this.doc, part, definitions, open);
+      this.blocks.push({ raw: part, nodes, open });
+      frag.append(...nodes);
+    });
     this.container.append(frag);
   }
 }

@@ -312,7 +312,24 @@ export class SessionView {
     if (changes.length) this._scroll();
   }
 
+  /**
+   * The row of one item. A row that fails to build shows its text plainly:
+   * one message that cannot be rendered never hides another.
+   */
   _build(item) {
+    try {
+      return this._buildRow(item);
+    } catch {
+      return h(this.doc, "p", {
+        class: "row note",
+        "data-seq": item.seq,
+        "data-render": "failed",
+        text: String(item.text ?? item.type ?? ""),
+      });
+    }
+  }
+
+  _buildRow(item) {
     const d = this.doc;
     switch (item.type) {
       case "note":
@@ -412,7 +429,8 @@ export class SessionView {
     if (!el) return;
     if (!el.markdown) el.markdown = new MarkdownView(this.doc, el);
     el.sourceText = item.text;
-    el.markdown.render(item.text);
+    // While it streams only its open chunk is lexed (markdown.js).
+    el.markdown.render(item.text, { final: item.final !== false });
   }
 
   _buildApproval(item) {

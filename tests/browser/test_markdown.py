@@ -214,3 +214,40 @@ def test_html_and_script_in_the_text_never_reach_the_dom(server, ctx):
     assert user["text"].startswith("/echo <script>window.__xss = 1</script>")
     assert page.evaluate("() => window.__xss === undefined")
     expect(page.get_by_test_id("connection-state")).to_have_attribute("data-state", "live")
+
+
+HOSTILE = [
+    ">" * 5000,  # nested quotes: overflowed marked's stack
+    "- " * 1200 + "deep",  # nested list items on one line
+    "\n".join("  " * i + "- item" for i in range(150)),  # nested by indentation
+    "*" * 2200,  # pathological emphasis
+    ("*a _b " * 5000).strip(),  # 30,000 characters of unclosed emphasis: quadratic lexing
+]
+
+
+def test_hostile_markdown_never_hides_a_message(server, ctx):
+    """Messages a prompt-injected model could write to blank a session (deep
+    nesting, pathological emphasis, a huge block) show as text, and every
+    other message, before and after them, shows as it should: live and after
+    a refresh."""
+    page = ctx.new_page()
+    session_id = new_session(page, server)
+    texts = ["before: **bold**", *HOSTILE, "after: `code`"]
+    for text in texts:
+        send(page, "/echo " + text)
+    settle(page, session_id, runs=len(texts))
+    for _ in range(2):
+        got = assistant_texts(page)
+        assert [len(t) for t in got] == [len(t) for t in texts], [g[:60] for g in got]
+        assert got == texts
+        answers = page.locator(ANSWER)
+        expect(answers.first.locator("strong")).to_have_text("bold")
+        expect(answers.last.locator("code")).to_have_text("code")
+        for i in range(1, len(texts) - 1):
+            shown = answers.nth(i).evaluate("(a) => a.textContent.replace(/\\s+/g, '')")
+            source = texts[i].replace(" ", "").replace("\n", "")
+            # Shown as text (a line of stars is a rule: Markdown's own answer).
+            assert shown == source or texts[i] == "*" * 2200, (i, shown[:80])
+        page.reload()
+        expect_live(page)
+        settle(page, session_id, runs=len(texts))

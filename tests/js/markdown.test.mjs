@@ -88,3 +88,124 @@ test("plain text is one paragraph of itself: the lexer agrees wherever the fast 
     assert.ok(!isPlain(text), text);
   }
 });
+
+import { chunks, linkDefinitions, MAX_NESTING, MarkdownView, nestingDepth, renderChunk } from "../../static/js/markdown.js";
+
+/** Just enough of a DOM for the renderer: elements with attributes, children and text. */
+class FakeNode {
+  constructor(tag) {
+    this.tagName = tag;
+    this.attributes = {};
+    this.children = [];
+    this.parent = null;
+    this.text = "";
+    this.dataset = {};
+  }
+  setAttribute(k, v) {
+    this.attributes[k] = String(v);
+  }
+  removeAttribute(k) {
+    delete this.attributes[k];
+  }
+  addEventListener() {}
+  append(...nodes) {
+    for (const n of nodes) {
+      if (n instanceof FakeNode && n.tagName === "#fragment") {
+        this.append(...n.children);
+        n.children = [];
+        continue;
+      }
+      const child = n instanceof FakeNode ? n : Object.assign(new FakeNode("#text"), { text: String(n) });
+      child.parent = this;
+      this.children.push(child);
+    }
+  }
+  replaceChildren(...nodes) {
+    this.children = [];
+    this.append(...nodes);
+  }
+  remove() {
+    if (this.parent) this.parent.children = this.parent.children.filter((c) => c !== this);
+    this.parent = null;
+  }
+  get textContent() {
+    return this.tagName === "#text" ? this.text : this.children.map((c) => c.textContent).join("");
+  }
+  set textContent(v) {
+    this.children = [];
+    this.append(String(v));
+  }
+  get isConnected() {
+    return false;
+  }
+}
+const fakeDoc = {
+  createElement: (tag) => new FakeNode(tag),
+  createDocumentFragment: () => new FakeNode("#fragment"),
+  defaultView: null,
+};
+
+test("chunks cut at blank lines and around fences, and lose nothing", () => {
+  const text = "# T\n\nOne **para**.\n\n1. item\n\n   continued\n2. next\n\n```py\nx = 1\n\ny = 2\n```\nafter\n\n> quote\n";
+  const parts = chunks(text);
+  assert.equal(parts.join(""), text);
+  assert.ok(parts.includes("```py\nx = 1\n\ny = 2\n```\n"), "a fence is one chunk, blank lines and all");
+  assert.ok(
+    parts.some((p) => p.includes("1. item\n\n   continued\n2. next")),
+    "a list stays whole",
+  );
+  assert.equal(chunks("```\nopen fence\n\nstill code").length, 1, "an open fence runs to the end");
+});
+
+test("typical answers render the same blocks chunked as whole", () => {
+  const texts = [
+    "Here is a plan:\n\n1. **Read** the file\n\n   It is long.\n2. Write\n\n```js\nlet a = 1;\n```\n\nDone. See [the docs][d].\n\n[d]: https://example.com/docs",
+    "# Heading\n\nText with `code` and a table:\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n> quoted\n> more\n\n- x\n- y\n",
+  ];
+  for (const text of texts) {
+    const whole = lex(text)
+      .map((t) => t.type)
+      .filter((t) => t !== "space" && t !== "def");
+    const links = linkDefinitions(text);
+    const chunked = chunks(text).flatMap((c) => renderChunk(fakeDoc, c, links).map((n) => n.tagName));
+    assert.equal(chunked.length, whole.length, text);
+  }
+  const links = linkDefinitions("x\n\n[D]: https://example.com/d 'T'\n");
+  assert.deepEqual(links, { d: { href: "https://example.com/d", title: "T" } });
+});
+
+test("hostile Markdown renders as plain text, never throws, never nests past the bound", () => {
+  const hostile = [
+    ">".repeat(5000),
+    Array.from({ length: 1200 }, (_, i) => `${"  ".repeat(i)}- item`).join("\n"),
+    `${"- ".repeat(1200)}deep`,
+    "*".repeat(2200),
+    "*a _b ".repeat(12_000),
+    "x".repeat(70_000),
+  ];
+  for (const text of hostile) {
+    const nodes = chunks(text).flatMap((c) => renderChunk(fakeDoc, c, {}));
+    assert.ok(nodes.length > 0, "something is shown (a rule, for a line of stars)");
+  }
+  assert.ok(nestingDepth(">".repeat(5000)) > MAX_NESTING);
+  assert.equal(renderChunk(fakeDoc, ">".repeat(5000), {})[0].attributes["data-md"], "plain");
+  assert.equal(nestingDepth("> a\n> > b\n- c\n  - d"), 2);
+});
+
+test("a view shows every message's text, hostile or not, and re-lexes only the open chunk", () => {
+  const box = new FakeNode("div");
+  const view = new MarkdownView(fakeDoc, box);
+  view.render(">".repeat(5000));
+  assert.equal(box.textContent, ">".repeat(5000));
+  const other = new FakeNode("div");
+  const streaming = new MarkdownView(fakeDoc, other);
+  streaming.render("# A\n\nfirst", { final: false });
+  const heading = other.children[0];
+  streaming.render("# A\n\nfirst part\n\nsecond", { final: false });
+  assert.equal(other.children[0], heading, "a closed chunk keeps its nodes");
+  streaming.render(`# A\n\nfirst part\n\n${"w ".repeat(3000)}`, { final: false });
+  assert.equal(other.children.at(-1).attributes["data-md"], "plain", "a long open chunk waits, plain");
+  streaming.render(`# A\n\nfirst part\n\n${"w ".repeat(3000)}`, { final: true });
+  assert.equal(other.children.at(-1).tagName, "p");
+  assert.equal(other.children.at(-1).attributes["data-md"], undefined, "rendered once final");
+});
