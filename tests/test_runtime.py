@@ -443,3 +443,21 @@ async def test_anthropic_agent_streams_and_parks_at_a_gate(own_server, cookie):
         (result,) = fake.requests[1]["messages"][-1]["content"]
         assert result["tool_use_id"] == "toolu_a" and result["is_error"] is False
         await c.close()
+
+
+async def test_an_agent_message_is_cut_at_the_size_cap(own_server, cookie):
+    """AGENT_MAX_MESSAGE_CHARS: a longer answer is logged cut at the cap, its
+    deltas and its final message alike, and says so."""
+    from sessions_app.runtime.executor import cut_marker
+
+    start, _ = own_server
+    d = start(AGENT_MAX_MESSAGE_CHARS="50")
+    c, _sid = await _session(d, cookie)
+    text = "".join(f"w{i} " for i in range(60)).strip()
+    await _send(c, "/echo " + text, "m1")
+    await c.wait_event(lambda f: f["kind"] == "run.finished")
+    shown = text[:50] + cut_marker(50)
+    deltas = "".join(e["data"]["text"] for e in c.events() if e["kind"] == "assistant.delta")
+    messages = [e["data"]["text"] for e in c.events() if e["kind"] == "assistant.message"]
+    assert deltas == shown and messages == [shown]
+    await c.close()

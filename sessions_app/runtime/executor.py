@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any
 
+from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
@@ -94,6 +95,11 @@ def execute_run(run_id: str) -> None:
         close_old_connections()
 
 
+def cut_marker(cap: int) -> str:
+    """What ends a message cut at ``cap`` characters."""
+    return f"\n\n[message cut at {cap:,} characters]"
+
+
 class _Context:
     """The ``RunContext`` an agent sees (see ``runtime.base``)."""
 
@@ -106,6 +112,7 @@ class _Context:
         self._worker = worker
         self.guard = RunGuard(run.id, worker)
         self.aborted = threading.Event()
+        self._streamed = 0  # characters of the current message's deltas
 
     def append(self, kind: str, data: dict[str, Any]) -> None:
         """Append one event of this run, guarded; ``RunAborted`` once it was stopped."""
@@ -114,9 +121,25 @@ class _Context:
         append_event(self.session_id, kind, data, self.run_id, guard=self.guard)
 
     def delta(self, text: str) -> None:
+        # A message is cut at AGENT_MAX_MESSAGE_CHARS (a model looping, or
+        # steered to flood the log and every tab): the deltas past it are
+        # dropped, and the cut is said once, in the text itself.
+        cap = settings.AGENT_MAX_MESSAGE_CHARS
+        room = cap - self._streamed
+        if room <= 0:
+            return
+        if len(text) > room:
+            text = text[:room] + cut_marker(cap)
+            self._streamed = cap
+        else:
+            self._streamed += len(text)
         self.append(p.K_ASSISTANT_DELTA, {"text": text})
 
     def message(self, text: str) -> None:
+        self._streamed = 0  # the next message starts afresh
+        cap = settings.AGENT_MAX_MESSAGE_CHARS
+        if len(text) > cap:
+            text = text[:cap] + cut_marker(cap)
         self.append(p.K_ASSISTANT_MESSAGE, {"text": text})
 
     def request_tool(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> None:
