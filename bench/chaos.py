@@ -23,6 +23,9 @@ Phases (``--only`` picks some):
   daphne, kill -9 of a run worker, a Redis restart and (``--pg-restart``,
   root only) a PostgreSQL restart.
 - ``fuzz``: hostile frames (``chaos_fuzz``) from many sockets.
+- ``hostile``: what the second security review tried (``chaos_hostile``):
+  error-reply amplification by sockets that never read, deactivations and
+  password changes under live sockets, hostile Markdown in Chromium.
 
 Then it checks, and prints, the invariants: every socket saw ``after+1 ...
 head`` with no gap and no repeat; every tab's final transcript equals the
@@ -258,7 +261,7 @@ async def cuts_phase(cluster: Cluster, args, report: Report) -> None:
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--short", action="store_true", help="the CI size")
-    parser.add_argument("--only", default="cuts,fuzz", help="phases: cuts,fuzz")
+    parser.add_argument("--only", default="cuts,fuzz,hostile", help="phases: cuts,fuzz,hostile")
     parser.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "1")))
     parser.add_argument("--sessions", type=int, default=None)
     parser.add_argument("--cuts-per-tab", type=int, default=None)
@@ -277,6 +280,10 @@ async def main() -> int:
     args.browser_cuts = args.browser_cuts or (10 if short else 100)
     args.fuzz_frames = args.fuzz_frames or (5_000 if short else 100_000)
     args.timeout = args.timeout or (240 if short else 420)
+    args.hostile_seconds = 6 if short else 30
+    args.hostile_sockets = 4 if short else 16
+    args.hostile_users = 4 if short else 20
+    args.hostile_markdown = 3 if short else 9
 
     call_command("migrate", verbosity=0)
     profile = (
@@ -302,6 +309,20 @@ async def main() -> int:
             clusters.append(Cluster(log_dir))
             user, (session,) = await asyncio.to_thread(_sessions, 1, "fuzz")
             await fuzz_phase(clusters[-1], user, session, args, report)
+        if "hostile" in phases:
+            import chaos_hostile  # after Django's set-up, which the sort would put it before
+
+            clusters.append(Cluster(log_dir))
+            hostile = clusters[-1]
+            user, _ = await asyncio.to_thread(_sessions, 1, "hostile")
+            await chaos_hostile.amplification(
+                hostile, await asyncio.to_thread(session_cookie, user), args, report
+            )
+            await chaos_hostile.rights(hostile, args, report)
+            if args.browser:
+                await asyncio.to_thread(chaos_hostile.markdown, hostile, args, report)
+            tracebacks = hostile.tracebacks()
+            report.check(tracebacks == 0, f"hostile: tracebacks in the server logs: {tracebacks}")
     finally:
         for cluster in clusters:
             cluster.stop()

@@ -32,7 +32,8 @@ def start(port: int = 0, verbosity: int = 1) -> tuple[subprocess.Popen, int]:
             port = s.getsockname()[1]
     daphne = Path(sys.executable).with_name("daphne")
     proc = subprocess.Popen(
-        [str(daphne), "-v", str(verbosity), "-b", "127.0.0.1", "-p", str(port),
+        [str(daphne), "-v", str(verbosity), "-e",
+         f"tcp:port={port}:interface=127.0.0.1:backlog=4096",  # as tests.harness.Daphne
          "bench.floor_app:application"],
         cwd=ROOT,
     )  # fmt: skip

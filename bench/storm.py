@@ -37,6 +37,7 @@ import collections
 import json
 import random
 import resource
+import sys
 import tempfile
 import time
 import types
@@ -52,7 +53,7 @@ from django.utils import timezone  # noqa: E402
 
 from sessions_app.models import AgentSession, Event  # noqa: E402
 from sessions_app.services import create_session  # noqa: E402
-from tests.harness import Daphne, session_cookie  # noqa: E402
+from tests.harness import LISTEN_BACKLOG, Daphne, listen_overflows, session_cookie  # noqa: E402
 
 FINAL = {4400, 4401}
 BEHIND = 3  # events each socket missed
@@ -306,6 +307,12 @@ async def main() -> None:
     parser.add_argument("--restart", action="store_true", help="SIGTERM and restart the server")
     parser.add_argument("--floor", action="store_true", help="against bench/floor_app.py")
     parser.add_argument(
+        "--backlog",
+        type=int,
+        default=LISTEN_BACKLOG,
+        help="daphne's listen backlog (what -b/-p give: 50)",
+    )
+    parser.add_argument(
         "--connect-timeout",
         type=float,
         default=None,
@@ -324,6 +331,7 @@ async def main() -> None:
     server = Daphne(
         log_dir,
         connect_timeout=args.connect_timeout,
+        backlog=args.backlog,
         AGENT_TEST_HOOKS="0",
         AGENT_USER_MAX_SOCKETS="100000",
     ).start()
@@ -344,10 +352,12 @@ async def main() -> None:
         )
         print(f"server log: {server.log_path}")
         return
+    overflows = listen_overflows()
     try:
         result = await storm(server, pairs, args.sockets, args.seed, args.timeout)
     finally:
         server.stop()
+    overflows = listen_overflows() - overflows
     print(
         f"{args.sockets} sockets over {len(pairs)} sessions resume at once, {BEHIND} events "
         f"behind: all caught up in {result['all']:.2f} s ({result['caught_up']} of "
@@ -358,6 +368,11 @@ async def main() -> None:
         f"closes the client treats as final: {result['final']}"
     )
     print(f"server log: {server.log_path}")
+    # Connections the kernel dropped from a full accept queue: their clients
+    # wait on SYN retransmission (1, 3, 7, 15 s...), never seen by the server.
+    print(f"kernel listen overflows during the storm: {overflows} (backlog {args.backlog})")
+    if overflows:
+        sys.exit(f"FAIL: {overflows} connections dropped by the kernel's accept queue")
 
 
 if __name__ == "__main__":

@@ -151,16 +151,24 @@ class Process:
 LISTEN_BACKLOG = 4096
 
 
-def daphne_endpoint(port: int, tls=None) -> str:
+def daphne_endpoint(port: int, tls=None, backlog: int = LISTEN_BACKLOG) -> str:
     """daphne's ``-e`` endpoint for 127.0.0.1:``port`` with a large backlog
     (``tls``: a (key, certificate) pair for daphne's own TLS)."""
     if tls:
         key, cert = tls
         return (
-            f"ssl:port={port}:interface=127.0.0.1:backlog={LISTEN_BACKLOG}"
-            f":privateKey={key}:certKey={cert}"
+            f"ssl:port={port}:interface=127.0.0.1:backlog={backlog}:privateKey={key}:certKey={cert}"
         )
-    return f"tcp:port={port}:interface=127.0.0.1:backlog={LISTEN_BACKLOG}"
+    return f"tcp:port={port}:interface=127.0.0.1:backlog={backlog}"
+
+
+def listen_overflows() -> int:
+    """The kernel's count of connections dropped because an accept queue was
+    full (``TcpExt: ListenOverflows`` in /proc/net/netstat), machine-wide."""
+    with open("/proc/net/netstat") as f:
+        lines = [line.split() for line in f if line.startswith("TcpExt:")]
+    names, values = lines[0], lines[1]
+    return int(values[names.index("ListenOverflows")])
 
 
 class Daphne(Process):
@@ -172,6 +180,7 @@ class Daphne(Process):
         port: int = 0,
         connect_timeout: float | None = None,
         tls=None,
+        backlog: int = LISTEN_BACKLOG,
         **env: str,
     ):
         # daphne gives up on an upgrade its application has not accepted within
@@ -183,7 +192,7 @@ class Daphne(Process):
                 "-m",
                 "daphne",
                 "-e",
-                daphne_endpoint(port, tls),
+                daphne_endpoint(port, tls, backlog),
                 *extra,
                 "agentsite.asgi:application",
             ],
@@ -193,6 +202,7 @@ class Daphne(Process):
         )
         self.port = port
         self.tls = tls
+        self.backlog = backlog
         self.extra_env = env
 
     def start(self) -> Daphne:
@@ -217,7 +227,13 @@ class Daphne(Process):
     def start_again(self) -> Daphne:
         """Start a new daphne on this one's port, with the same environment
         (after ``stop`` or ``kill``)."""
-        self.__init__(self.log_path.parent, port=self.port, tls=self.tls, **self.extra_env)  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            self.log_path.parent,
+            port=self.port,
+            tls=self.tls,
+            backlog=self.backlog,
+            **self.extra_env,
+        )
         return self.start()
 
     @property
