@@ -92,7 +92,7 @@ async def rights(cluster, args, report: Report) -> None:
             closed_ok += ok
             report.check(ok, f"hostile: password change {i}: status {status}, closes {codes}")
             continue
-        await _db(lambda: get_user_model().objects.filter(pk=user.pk).update(is_active=False))
+        await _db(lambda pk=user.pk: get_user_model().objects.filter(pk=pk).update(is_active=False))
         try:
             reply = await tab.request(
                 {"type": "send", "client_message_id": "late", "text": "/write x.txt y"}

@@ -27,8 +27,9 @@ for exists, the wrapper is in place. A check that fails is reported by
 ``ImproperlyConfigured`` naming it, so the server does not start with a guard
 silently off; ``"warn"`` logs an error and counts it in
 ``agent_patch_failures_total{patch=…}`` and runs on. The probe is checked once
-more on the first socket, where a transport exists to read (a TLS transport
-of a shape it does not know is reported the same way).
+more on each socket, where a transport exists to read: one of a shape it
+does not know is logged as an error and counted (once per process; a server
+already serving cannot refuse), and that socket runs without flow control.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ class PatchFailed(ImproperlyConfigured):
 failures: dict[str, str] = {}
 
 
-def report(name: str, problem: str) -> None:
-    """A patch did not take hold: refuse to run, or say so loudly."""
+def report(name: str, problem: str, *, starting: bool = True) -> None:
+    """A patch did not take hold: refuse to run (only while ``starting``: a
+    server already serving cannot refuse), or say so loudly."""
     from . import metrics
 
     failures[name] = problem
@@ -90,7 +92,7 @@ def report(name: str, problem: str) -> None:
         f"(versions tested: {', '.join(f'{k} {v}' for k, v in PINNED.items())})"
     )
     metrics.PATCH_FAILURES.labels(name).inc()
-    if getattr(settings, "AGENT_PATCH_FAILURES", "refuse") == "refuse":
+    if starting and getattr(settings, "AGENT_PATCH_FAILURES", "refuse") == "refuse":
         raise PatchFailed(message + "; set AGENT_PATCH_FAILURES=warn to run without it")
     log.error("%s: running WITHOUT it", message)
 
@@ -208,7 +210,11 @@ def send_buffer_probe(scope: dict) -> Callable[[], int] | None:
         return None
     if probe() < 0:
         if "send_buffer" not in failures:
-            report("send_buffer", "a socket's transport has no buffer this probe can read")
+            report(
+                "send_buffer",
+                "a socket's transport has no buffer this probe can read",
+                starting=False,
+            )
         return None
     return probe
 

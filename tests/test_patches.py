@@ -146,3 +146,16 @@ def test_the_probe_reads_a_tls_transport(tmp_path, cookie, user, transactional_d
         sock.close()
     finally:
         daphne.stop()
+
+
+def test_an_unknown_transport_is_reported_once_and_never_refused(monkeypatch, settings, caplog):
+    """A socket whose transport the probe cannot read (found while serving,
+    when refusing is no longer possible) is logged as an error and counted
+    once, even with AGENT_PATCH_FAILURES=refuse; the socket runs unprobed."""
+    monkeypatch.setattr(patches, "failures", {})
+    settings.AGENT_PATCH_FAILURES = "refuse"
+    scope = {"extensions": {patches.SEND_BUFFER_EXTENSION: lambda: -1}}
+    with caplog.at_level(logging.ERROR, logger="sessions_app.patches"):
+        assert patches.send_buffer_probe(scope) is None
+        assert patches.send_buffer_probe(scope) is None
+    assert caplog.text.count("send_buffer patch did not take hold") == 1
