@@ -28,9 +28,7 @@ def session_list(request):
     """The user's sessions, most recently active first."""
     # One more than is shown: whether the list is cut short (and says so).
     sessions = list(
-        services.listed(AgentSession.objects.filter(owner=request.user))[
-            : services.MAX_LISTED + 1
-        ]
+        services.listed(AgentSession.objects.filter(owner=request.user))[: services.MAX_LISTED + 1]
     )
     truncated = len(sessions) > services.MAX_LISTED
     sessions = sessions[: services.MAX_LISTED]
