@@ -15,6 +15,8 @@ export const CLOSE_NOT_AUTHENTICATED = 4401;
 export const CLOSE_TOO_LARGE = 4413;
 export const CLOSE_RATE_LIMITED = 4429;
 export const CLOSE_SLOW_CONSUMER = 4408;
+/** The user's rights ended (deactivated, deleted, new password): retryable, the next upgrade decides. */
+export const CLOSE_RIGHTS_CHANGED = 4403;
 export const CLOSE_NORMAL = 1000;
 export const CLOSE_GOING_AWAY = 1001;
 export const CLOSE_INTERNAL_ERROR = 1011;
@@ -30,6 +32,7 @@ export const HANDSHAKE_TIMEOUT_SECONDS = 10;
 export const MAX_TAB_ID_CHARS = 64;
 export const MAX_ID_CHARS = 128;
 export const MAX_TITLE_CHARS = 200;
+export const MAX_QUOTED_CHARS = 40;
 
 // --- Frame types ---------------------------------------------------------------
 // client -> server
