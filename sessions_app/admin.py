@@ -208,6 +208,8 @@ class ConnectionAdmin(ReadOnlyMixin, admin.ModelAdmin):
 # prefix, and the whole key once, when a superuser makes it.
 
 if apps.is_installed("rest_framework.authtoken"):
+    # Imported first: DRF's own registration is done (once) before it is
+    # replaced, whatever the order of INSTALLED_APPS.
     from rest_framework.authtoken.admin import TokenAdmin as _DRFTokenAdmin
     from rest_framework.authtoken.models import TokenProxy
 

@@ -21,10 +21,11 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import generics, serializers, status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.exceptions import Throttled
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
-from rest_framework.throttling import UserRateThrottle
+from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from . import fanout
@@ -42,6 +43,18 @@ def exception_handler(exc, context):
     """DRF's handler, plus the domain errors with their code and status."""
     if isinstance(exc, SessionError):
         return Response(exc.detail(), status=exc.status)
+    if isinstance(exc, Throttled):
+        # The protocol's shape, as ``too_many_runs``' 429 has it.
+        retry = int(exc.wait or 1)
+        return Response(
+            {
+                "code": "throttled",
+                "message": f"too many requests: try again in {retry} s",
+                "retry_after": retry,
+            },
+            status=429,
+            headers={"Retry-After": str(retry)},
+        )
     return drf_exception_handler(exc, context)
 
 
@@ -104,6 +117,15 @@ class ApiRateThrottle(UserRateThrottle):
     """Every request of a user to the API: ``AGENT_API_RATE``."""
 
     scope = "agent_api"
+
+    def get_rate(self) -> str:
+        return settings.AGENT_API_RATE
+
+
+class AnonApiRateThrottle(AnonRateThrottle):
+    """Anonymous requests (the schema and docs, where public), per address."""
+
+    scope = "agent_api_anon"
 
     def get_rate(self) -> str:
         return settings.AGENT_API_RATE

@@ -22,6 +22,7 @@ class DocsAllowed(BasePermission):
 _docs = {
     "authentication_classes": [SessionAuthentication, TokenAuthentication],
     "permission_classes": [DocsAllowed],
+    "throttle_classes": [api.ApiRateThrottle, api.AnonApiRateThrottle],
 }
 
 urlpatterns = [

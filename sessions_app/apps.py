@@ -15,9 +15,11 @@ class SessionsAppConfig(AppConfig):
         from .conf import install_defaults
 
         install_defaults()
+        from .patches import hide_token_keys
         from .rights import connect_signals
 
         connect_signals()
+        hide_token_keys()
         from django.db.models.signals import post_delete
 
         from .models import AgentSession

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from channels.consumer import get_handler_name
 from django.conf import settings
 from django.utils.timezone import now
 
@@ -67,32 +66,6 @@ _dumps = fanout.dumps
 class SessionConsumer(AppSocket):
     """Speaks the session protocol on one socket (its lifecycle, limits and
     flow control are ``AppSocket``'s)."""
-
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        # Channels' dispatch hops to a thread (aclose_old_connections) before
-        # every message: per event per socket, the largest cost of live
-        # delivery. This consumer touches the database only through
-        # its pool (db_pool.in_db_pool), which closes old connections around each
-        # call itself, so the hop buys nothing here.
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"No handler for message type {message['type']}")
-        if message["type"] == "websocket.disconnect":
-            await handler(message)
-            return
-        try:
-            await handler(message)
-        except PeerGone:
-            # The client closed while a reply was on its way: not an error; its
-            # websocket.disconnect follows and cleans up.
-            self.closing = True
-        except Exception:
-            # A database or layer failure in the handshake or live delivery:
-            # close (1011, retryable) ourselves, so disconnect() still runs its
-            # cleanup (socket count, Connection row, groups) instead of daphne
-            # dropping the consumer with none of it.
-            self.log.exception("connection %s: %s failed", self.connection_id, message["type"])
-            await self._close(p.CLOSE_INTERNAL_ERROR)
 
     async def connect(self) -> None:
         fanout.publisher.attach(asyncio.get_running_loop())

@@ -65,6 +65,11 @@ SEND_BUFFER_EXTENSION = "sessions_app.send_buffer"
 # Codes autobahn's sendClose refuses though the protocol uses them.
 _REGISTERED_SERVER_CODES = (p.CLOSE_INTERNAL_ERROR, p.CLOSE_SERVICE_RESTART, p.CLOSE_TRY_AGAIN)
 
+try:  # daphne's own TLS wraps the socket's transport in this
+    from twisted.protocols.tls import TLSMemoryBIOProtocol as _TLS
+except ImportError:  # pragma: no cover - Twisted without TLS
+    _TLS = None
+
 try:  # what daphne's websocket raises when a send finds the client gone
     from autobahn.exception import Disconnected as PeerGone
 except ImportError:  # pragma: no cover - another ASGI server
@@ -95,6 +100,17 @@ def report(name: str, problem: str, *, starting: bool = True) -> None:
     if starting and getattr(settings, "AGENT_PATCH_FAILURES", "refuse") == "refuse":
         raise PatchFailed(message + "; set AGENT_PATCH_FAILURES=warn to run without it")
     log.error("%s: running WITHOUT it", message)
+
+
+def _source(obj, assumed: str) -> str:
+    """``obj``'s source, to look for the members a patch reads; where the
+    sources are not installed (bytecode only), ``assumed`` (the check cannot
+    look, and says so once in the log)."""
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        log.warning("no source for %r: its members are assumed, not checked", obj)
+        return assumed
 
 
 def check_versions() -> list[str]:
@@ -169,7 +185,7 @@ def check_in_memory_layer() -> None:
     ``_clean_expired`` and reads its ``channels`` and ``groups``."""
     from channels.layers import InMemoryChannelLayer
 
-    source = inspect.getsource(InMemoryChannelLayer)
+    source = _source(InMemoryChannelLayer, "self.channels = self.groups =")
     missing = [m for m in ("channels", "groups") if f"self.{m} =" not in source]
     if not hasattr(InMemoryChannelLayer, "_clean_expired"):
         missing.append("_clean_expired")
@@ -188,15 +204,21 @@ def transport_buffered(protocol_ref) -> int:
     if transport is None:
         return 0
     pending = 0
-    # TLS (daphne's own ``ssl:`` endpoint): cleartext waiting for the
-    # handshake, and the ciphertext in the wrapped transport.
-    while not hasattr(transport, "dataBuffer") and hasattr(transport, "_appSendBuffer"):
+    # TLS (daphne's own ``ssl:`` endpoint): the cleartext the wrapper holds
+    # (before its handshake), then the ciphertext in the socket's transport.
+    # (The wrapper passes unknown attributes through, ``dataBuffer`` too, so
+    # it is told by its class, not by what it seems to have.)
+    while _TLS is not None and isinstance(transport, _TLS):
         pending += sum(len(chunk) for chunk in transport._appSendBuffer)
         transport = getattr(transport, "transport", None)
         if transport is None:
             return pending
     if not hasattr(transport, "dataBuffer"):
         return -1
+    if getattr(transport, "disconnected", False):
+        # Twisted keeps the unsent bytes of a lost connection: nobody will
+        # read them, and a send that waited for them would wait in vain.
+        return 0
     # Twisted's FileDescriptor keeps what it could not write yet in these.
     pending += len(transport.dataBuffer) - transport.offset
     return pending + transport._tempDataLen
@@ -253,7 +275,7 @@ def _check_send_buffer() -> str | None:
     for member in ("dataBuffer", "offset", "_tempDataLen"):
         if not hasattr(probe, member):
             return f"Twisted's FileDescriptor has no {member}"
-    if "self._appSendBuffer" not in inspect.getsource(TLSMemoryBIOProtocol):
+    if "self._appSendBuffer" not in _source(TLSMemoryBIOProtocol, "self._appSendBuffer"):
         return "Twisted's TLSMemoryBIOProtocol has no _appSendBuffer"
     return None
 
@@ -285,7 +307,7 @@ def _check_hltype() -> str | None:
         return None  # left alone on purpose
     if protocol.hltype is not _plain_name:
         return "autobahn.websocket.protocol.hltype is not replaced"
-    source = inspect.getsource(protocol.WebSocketProtocol.sendData)
+    source = _source(protocol.WebSocketProtocol.sendData, "hltype(")
     if "hltype(" not in source:
         return "WebSocketProtocol.sendData no longer calls hltype (the patch buys nothing)"
     return None
@@ -433,7 +455,7 @@ def _check_graceful_stop() -> str | None:
     for member in ("sendCloseFrame", "STATE_OPEN", "STATE_CLOSED"):
         if not hasattr(WebSocketProtocol, member):
             return f"daphne's WebSocketProtocol has no {member}"
-    if "self.connections" not in inspect.getsource(Server):
+    if "self.connections" not in _source(Server, "self.connections"):
         return "daphne's Server keeps no connections"
     if not hasattr(reactor, "addSystemEventTrigger"):
         return "the reactor has no addSystemEventTrigger"
@@ -444,3 +466,24 @@ def mark(function: Any) -> Any:
     """Mark a wrapper as ours (what the checks look for)."""
     function._sessions_app = True
     return function
+
+
+# --- API tokens never shown whole ---------------------------------------------
+
+
+def _token_text(token) -> str:
+    return f"{token.key[:6]}…" if token.key else "token"
+
+
+def hide_token_keys() -> None:
+    """DRF's ``Token`` shows its whole key as its text, and the admin prints
+    an object's text where no permission guards it: the related objects of a
+    user's delete page, its history, its messages. A token acts as its user,
+    so its text is its key's first six characters."""
+    from django.apps import apps
+
+    if not apps.is_installed("rest_framework.authtoken"):
+        return
+    from rest_framework.authtoken.models import Token
+
+    Token.__str__ = _token_text

@@ -15,7 +15,12 @@ other session of theirs, as its session hash no longer matches). On each:
   so a change whose message did not reach a socket (a command run beside the
   embedded server, a lost publication) still stops it from acting;
 - a password change deletes the user's API tokens (DRF's ``Token``): a token
-  is a credential as the password is, and a new one is made on request.
+  is a credential as the password is, and a new one is made on request (a
+  re-hash of the same password at sign-in keeps them).
+
+Only saves are seen: ``QuerySet.update`` sends no signal, so a bulk change
+closes no socket and keeps tokens (commands are still refused, by the read
+above; close sockets with ``revoke(user_id)``).
 """
 
 from __future__ import annotations
@@ -64,13 +69,23 @@ def _before_save(sender, instance, raw=False, update_fields=None, **kwargs: Any)
     )
 
 
-def _after_save(sender, instance, created, raw=False, **kwargs: Any) -> None:
+def _after_save(sender, instance, created, raw=False, update_fields=None, **kwargs: Any) -> None:
     before = instance.__dict__.pop("_rights_before", None)
     if created or raw or before is None:
         return
     password_changed = "password" in before and before["password"] != instance.password
     deactivated = before.get("is_active", False) and not getattr(instance, "is_active", True)
-    if password_changed and apps.is_installed("rest_framework.authtoken"):
+    # Django re-hashes a password at sign-in when its hasher changed
+    # (``check_password``: ``_password`` None, only the password saved). The
+    # password is the same: tokens stay. (Other sessions' hashes no longer
+    # match, so their sockets are still closed, as Django signs them out.)
+    rehashed = (
+        password_changed
+        and update_fields is not None
+        and set(update_fields) == {"password"}
+        and getattr(instance, "_password", None) is None
+    )
+    if password_changed and not rehashed and apps.is_installed("rest_framework.authtoken"):
         from rest_framework.authtoken.models import Token
 
         Token.objects.filter(user_id=instance.pk).delete()

@@ -114,3 +114,18 @@ def test_superusers_see_a_token_prefix_only(user, admin_client, admin_user):
     assert key in made.content.decode()
     again = admin_client.get("/admin/authtoken/tokenproxy/").content.decode()
     assert key not in again
+
+
+def test_a_users_delete_page_never_shows_their_token(user, django_user_model, admin_user):
+    """Staff who may delete users see what a deletion takes with it, a token
+    too, but only its first six characters (a token's text), never the key."""
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=admin_user)
+    mine = Token.objects.create(user=user)
+    staff = _staff(django_user_model, "deleter", "view_user", "delete_user")
+    for pk in (admin_user.pk, user.pk):
+        page = staff.get(f"/admin/auth/user/{pk}/delete/").content.decode()
+        assert "Token" in page
+        assert token.key not in page and mine.key not in page
+    assert str(token) == token.key[:6] + "…"

@@ -362,6 +362,7 @@ def test_messages_past_the_send_rate_are_refused_429(client_for, user, settings,
     assert codes == [201] * 5 + [429] * 3
     refused = c.post(url, {"client_message_id": "m9", "text": "hi"}, "application/json")
     assert int(refused["Retry-After"]) > 0
+    assert refused.json()["code"] == "throttled" and refused.json()["retry_after"] > 0
     assert Run.objects.filter(session=s).count() == 5
     assert c.get(f"/api/sessions/{s.id}/events/").status_code == 200
     cache.clear()

@@ -169,3 +169,22 @@ def test_still_granted_follows_the_users_rights(user, transactional_db):
     user.is_active = False
     user.save()
     assert not still_granted(granted)
+
+
+def test_a_rehash_at_sign_in_keeps_tokens(user, settings):
+    """Django re-hashes a password at sign-in when its hasher changed: the
+    same password, so the user's tokens stay."""
+    from django.contrib.auth import authenticate
+    from django.contrib.auth.hashers import make_password
+
+    settings.PASSWORD_HASHERS = [
+        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+        "django.contrib.auth.hashers.MD5PasswordHasher",
+    ]
+    user.password = make_password("alice-pass-1", hasher="md5")
+    user.save()
+    token = Token.objects.create(user=user)
+    assert authenticate(username="alice", password="alice-pass-1") is not None
+    user.refresh_from_db()
+    assert user.password.startswith("pbkdf2_")  # it was re-hashed
+    assert Token.objects.filter(key=token.key).exists()

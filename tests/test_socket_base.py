@@ -206,3 +206,40 @@ def test_close_label_names_known_codes_only():
     assert close_label(4408) == "4408" and close_label(1012) == "1012"
     assert close_label(4998) == "other" and close_label(3000) == "other"
     assert close_label(None) == "other"
+
+
+async def test_a_failing_push_closes_the_list_socket_1011_and_frees_its_place(monkeypatch):
+    """An exception in a list socket's handler (a database blip while a push
+    is read) closes it 1011 (retryable) instead of ending the consumer
+    without its cleanup: the dispatch guard is the base's, for both sockets."""
+    from sessions_app import list_consumer
+    from sessions_app.list_consumer import SessionListConsumer
+
+    async def broken(*args):
+        raise ConnectionError("the database went away")
+
+    monkeypatch.setattr(list_consumer, "_summary", broken)
+    transport = _Transport(unread=0)
+    socket = _socket(SessionListConsumer, transport)
+    socket.user = type("U", (), {"pk": 1})()
+    await socket.dispatch({"type": "sessions.changed", "session_id": "s" * 22})
+    assert transport.messages == [{"type": "websocket.close", "code": 1011}]
+
+
+async def test_a_socket_whose_rights_ended_before_its_join_is_closed_4403(user, transactional_db):
+    """A revocation published between the cookie's lookup and the join of the
+    rights group never reaches the socket: the rights read once joined
+    closes it 4403."""
+    from channels.db import database_sync_to_async
+
+    from sessions_app.list_consumer import SessionListConsumer
+
+    transport = _Transport(unread=0)
+    socket = _socket(SessionListConsumer, transport)
+    socket.granted = (user.pk, user.password)
+    await socket._check_rights()
+    assert transport.messages == []
+    user.is_active = False
+    await database_sync_to_async(user.save)()
+    await socket._check_rights()
+    assert transport.messages == [{"type": "websocket.close", "code": 4403}]

@@ -34,16 +34,22 @@ import json
 import logging
 from typing import Any, ClassVar
 
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from .. import fanout, metrics
 from .. import protocol as p
 from ..auth import user_of
+from ..db_pool import reading_in_db_pool
 from ..logs import SocketLog
-from ..patches import send_buffer_probe
+from ..patches import PeerGone, send_buffer_probe
+from ..rights import still_granted
 
 log = logging.getLogger("sessions_app.consumers")
+
+# On the pool the sockets' other reads use.
+_still_granted = reading_in_db_pool(still_granted)
 
 
 class AppSocket(AsyncWebsocketConsumer):
@@ -78,11 +84,38 @@ class AppSocket(AsyncWebsocketConsumer):
 
     # --- the lifecycle ---------------------------------------------------
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels' dispatch hops to a thread (aclose_old_connections) before
+        # every message: per event per socket, the largest cost of live
+        # delivery. These sockets touch the database only through their pool
+        # (``db_pool``), which closes old connections around each call
+        # itself, so the hop buys nothing here.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        if message["type"] == "websocket.disconnect":
+            await handler(message)
+            return
+        try:
+            await handler(message)
+        except PeerGone:
+            # The client closed while a reply was on its way: not an error; its
+            # websocket.disconnect follows and cleans up.
+            self.closing = True
+        except Exception:
+            # A database or layer failure in the handshake, a push or live
+            # delivery: close (1011, retryable) ourselves, so disconnect()
+            # still runs its cleanup (counts, rows, groups) instead of daphne
+            # dropping the consumer with none of it.
+            self.log.exception("connection %s: %s failed", self.connection_id, message["type"])
+            await self._close(p.CLOSE_INTERNAL_ERROR)
+
     async def connect(self) -> None:
         self.closing = False
         self.groups_in: set[str] = set()
         self.joining: list[asyncio.Future] = []
         self.group_timer: asyncio.TimerHandle | None = None
+        self.renewing: asyncio.Future | None = None
         self.counted_user: int | None = None
         self.bucket = p.TokenBucket()
         self.send_buffer = send_buffer_probe(self.scope)
@@ -123,7 +156,11 @@ class AppSocket(AsyncWebsocketConsumer):
         self.granted = (self.user.pk, getattr(self.user, "password", ""))
         # Off the handshake's path: a revocation missed in the moment before
         # the join still finds every command refused.
-        self.join_soon(fanout.rights_group(self.user.pk))
+        rights = self.join_soon(fanout.rights_group(self.user.pk))
+        # Once in the group, the rights are read once: a revocation published
+        # between the cookie's lookup (shared, and up to seconds old) and the
+        # join would otherwise never reach this socket.
+        rights.add_done_callback(self._check_rights_soon)
         self._schedule_group_renewal()
         await self.authenticated()
 
@@ -146,6 +183,10 @@ class AppSocket(AsyncWebsocketConsumer):
             self.counted_user = None
         if self.group_timer is not None:
             self.group_timer.cancel()
+        for task in (self.renewing, getattr(self, "checking_rights", None)):
+            if task is not None:
+                task.cancel()
+                await _succeeded(task)  # a renewal half done is finished or undone below
         await self.cleanup(code)
         # Each group on its own: one layer failure must not keep the others.
         for joined in getattr(self, "joining", ()):
@@ -183,12 +224,26 @@ class AppSocket(AsyncWebsocketConsumer):
         self.groups_in.discard(group)
         await self.channel_layer.group_discard(group, self.channel_name)
 
-    def join_soon(self, group: str) -> None:
+    def join_soon(self, group: str) -> asyncio.Future:
         """Join ``group`` without waiting for it (a failure is logged: the
         socket then only misses what that group would have told it)."""
         joined = asyncio.ensure_future(self.join(group))
         joined.add_done_callback(self._join_failed)
         self.joining.append(joined)
+        return joined
+
+    def _check_rights_soon(self, joined: asyncio.Future) -> None:
+        if not self.closing:
+            self.checking_rights = asyncio.ensure_future(self._check_rights())
+
+    async def _check_rights(self) -> None:
+        try:
+            granted = await _still_granted(self.granted)
+        except Exception:
+            self.log.exception("connection %s: could not check its rights", self.connection_id)
+            return
+        if not granted and not self.closing:
+            await self.auth_revoked({"type": fanout.REVOKED_MESSAGE})
 
     def _join_failed(self, task: asyncio.Future) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -202,14 +257,19 @@ class AppSocket(AsyncWebsocketConsumer):
         Joining again refreshes it, well before it lapses."""
         expiry = getattr(self.channel_layer, "group_expiry", 86400)
         self.group_timer = asyncio.get_running_loop().call_later(
-            max(expiry / 3, 0.1), lambda: asyncio.ensure_future(self._renew_groups())
+            max(expiry / 3, 0.1), self._renew_soon
         )
 
+    def _renew_soon(self) -> None:
+        self.group_timer = None
+        if not self.closing:
+            self.renewing = asyncio.ensure_future(self._renew_groups())
+
     async def _renew_groups(self) -> None:
-        if self.closing:
-            return
         try:
             for group in list(self.groups_in):
+                if self.closing:
+                    return  # never joined again after the close
                 await self.channel_layer.group_add(group, self.channel_name)
         except Exception:
             self.log.exception("connection %s: renewing groups failed", self.connection_id)

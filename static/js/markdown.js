@@ -322,7 +322,9 @@ export const MAX_NESTING = 16;
 /** While a message streams, its open chunk past this many characters waits, plain, for the end. */
 export const STREAM_LEX_CHARS = 4_000;
 
-const FENCE = /^ {0,3}(`{3,}|~{3,})/;
+// A backtick fence's info string holds no backtick (CommonMark), or it is no
+// fence: "```a`" must not pass for one and escape the limits below.
+const FENCE = /^ {0,3}(`{3,}(?=[^`\n]*\n?$)|~{3,})/;
 const LIST_MARKER = /^(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)/;
 
 /**

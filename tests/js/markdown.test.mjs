@@ -209,3 +209,10 @@ test("a view shows every message's text, hostile or not, and re-lexes only the o
   assert.equal(other.children.at(-1).tagName, "p");
   assert.equal(other.children.at(-1).attributes["data-md"], undefined, "rendered once final");
 });
+
+test("a fake fence does not escape the limits", () => {
+  const text = `\`\`\`a\`\n${">".repeat(5000)}`;
+  assert.equal(chunks(text).length, 1);
+  assert.equal(renderChunk(fakeDoc, text, {})[0].attributes["data-md"], "plain");
+  assert.equal(chunks("```py\nx\n```\nafter").length, 2, "a real fence is its own chunk");
+});
