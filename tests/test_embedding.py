@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import _LISTEN, ROOT, Process, WsClient
+from tests.harness import _LISTEN, ROOT, Process, WsClient, daphne_endpoint
 
 # The files a team writes, as docs/embedding.md shows them (kept in step by
 # test_the_document_shows_these_files).
@@ -224,7 +224,7 @@ def host_project(tmp_path):
     )
     cookie = made.stdout.strip().splitlines()[-1]
     server = Process(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", "0", "hostsite.asgi:application"],
+        [sys.executable, "-m", "daphne", "-e", daphne_endpoint(0), "hostsite.asgi:application"],
         env,
         "host-daphne",
         tmp_path,
