@@ -619,8 +619,11 @@ class SessionConsumer(AppSocket):
         """Refill events that were committed but whose publication never came."""
         try:
             # Read without the lock: live delivery goes on meanwhile, and most
-            # checks find nothing missing.
-            state = await db.head_of(self.session_id)
+            # checks find nothing missing. The first one after the rights
+            # group was joined reads the rights too (``AppSocket``).
+            rights = self.rights_to_check()
+            state, granted = await db.tail_state(self.session_id, rights)
+            await self.rights_read(granted)
             head = None
             if state is not None and not await self._rotated(state[1]):
                 head, self.compacted_through = state[0], state[2]

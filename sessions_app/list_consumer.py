@@ -23,6 +23,8 @@ the closes at logout (4401) and when the user's rights end (4403).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 from . import fanout
@@ -32,11 +34,14 @@ from .services import MAX_LISTED, session_summary, summaries
 from .sockets.base import AppSocket
 
 
-def _read_snapshot(user_id: int) -> list[dict]:
+def _read_snapshot(user_id: int, granted: tuple[int, str]) -> tuple[list[dict], bool]:
+    """The snapshot (one more than is shown: whether the list was cut short),
+    and whether the user still has the rights the socket was let in with."""
     from .models import AgentSession
+    from .rights import still_granted
 
-    # One more than is shown: whether the list was cut short.
-    return summaries(AgentSession.objects.filter(owner_id=user_id), MAX_LISTED + 1)
+    rows = summaries(AgentSession.objects.filter(owner_id=user_id), MAX_LISTED + 1)
+    return rows, still_granted(granted)
 
 
 # On the pool the session socket's reads use, not Channels' one shared thread.
@@ -52,7 +57,13 @@ class SessionListConsumer(AppSocket):
         # Joined before the snapshot is read: a change committed after the
         # read is pushed, one before it is in the snapshot.
         await self.join(fanout.user_group(self.user.pk))
-        sessions = await _snapshot(self.user.pk)
+        # The rights are read with the snapshot, once their group is joined.
+        with contextlib.suppress(Exception):  # a failed join was logged
+            await asyncio.shield(self.rights_joined)
+        sessions, granted = await _snapshot(self.user.pk, self.granted)
+        await self.rights_read(granted)
+        if self.closing:
+            return
         frame = {"type": "sessions", "sessions": sessions[:MAX_LISTED]}
         if len(sessions) > MAX_LISTED:
             # Said, not silently cut: the page shows that more exist.

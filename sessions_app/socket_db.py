@@ -16,7 +16,7 @@ from .compaction import compacted_plan
 from .db_pool import in_db_pool, reading_in_db_pool
 from .events import check_resume_cursor, read_frames
 from .models import AgentSession
-from .rights import require
+from .rights import require, still_granted
 
 REPLAY_PAGE = 500
 FIRST_PAGE = 50
@@ -98,6 +98,21 @@ def head_of(session_id: str) -> tuple[int, str, int] | None:
 # Each command first checks that the socket's user still has the rights it
 # was let in with (``rights.require``: deactivated, deleted or a new password
 # refuse it with ``rights_revoked``).
+
+
+@reading_in_db_pool
+def tail_state(
+    session_id: str, granted: tuple[int, str] | None
+) -> tuple[tuple[int, str, int] | None, bool | None]:
+    """``head_of`` for the tail check, and whether the socket's user still has
+    the rights it was let in with, when asked (``granted``), in the same trip
+    to the pool."""
+    state = (
+        AgentSession.objects.filter(id=session_id)
+        .values_list("head", "epoch", "compacted_through")
+        .first()
+    )
+    return state, None if granted is None else still_granted(granted)
 
 
 @in_db_pool

@@ -228,18 +228,34 @@ async def test_a_failing_push_closes_the_list_socket_1011_and_frees_its_place(mo
 
 async def test_a_socket_whose_rights_ended_before_its_join_is_closed_4403(user, transactional_db):
     """A revocation published between the cookie's lookup and the join of the
-    rights group never reaches the socket: the rights read once joined
-    closes it 4403."""
+    rights group never reaches the socket: its first database read after the
+    join (the session socket's first tail check, the list socket's snapshot)
+    reads the rights too, once, and a socket whose rights are gone is closed
+    4403."""
     from channels.db import database_sync_to_async
 
-    from sessions_app.list_consumer import SessionListConsumer
+    from sessions_app import socket_db
+    from sessions_app.list_consumer import SessionListConsumer, _snapshot
+    from sessions_app.services import create_session
 
+    session = await database_sync_to_async(create_session)(user)
+    granted = (user.pk, user.password)
     transport = _Transport(unread=0)
     socket = _socket(SessionListConsumer, transport)
-    socket.granted = (user.pk, user.password)
-    await socket._check_rights()
-    assert transport.messages == []
+    socket.granted, socket.rights_checked = granted, False
+    socket.rights_joined = asyncio.get_running_loop().create_future()
+    assert socket.rights_to_check() is None  # not joined yet: nothing to read
+    socket.rights_joined.set_result(None)
+    assert socket.rights_to_check() == granted
+    state, ok = await socket_db.tail_state(session.id, granted)
+    assert state[0] == 1 and ok is True
+    await socket.rights_read(ok)
+    assert socket.rights_to_check() is None and transport.messages == []  # read once
+
     user.is_active = False
     await database_sync_to_async(user.save)()
-    await socket._check_rights()
+    assert (await socket_db.tail_state(session.id, granted))[1] is False
+    assert (await socket_db.tail_state(session.id, None))[1] is None
+    assert (await _snapshot(user.pk, granted))[1] is False
+    await socket.rights_read(False)
     assert transport.messages == [{"type": "websocket.close", "code": 4403}]

@@ -41,15 +41,10 @@ from django.conf import settings
 from .. import fanout, metrics
 from .. import protocol as p
 from ..auth import user_of
-from ..db_pool import reading_in_db_pool
 from ..logs import SocketLog
 from ..patches import PeerGone, send_buffer_probe
-from ..rights import still_granted
 
 log = logging.getLogger("sessions_app.consumers")
-
-# On the pool the sockets' other reads use.
-_still_granted = reading_in_db_pool(still_granted)
 
 
 class AppSocket(AsyncWebsocketConsumer):
@@ -156,11 +151,15 @@ class AppSocket(AsyncWebsocketConsumer):
         self.granted = (self.user.pk, getattr(self.user, "password", ""))
         # Off the handshake's path: a revocation missed in the moment before
         # the join still finds every command refused.
-        rights = self.join_soon(fanout.rights_group(self.user.pk))
-        # Once in the group, the rights are read once: a revocation published
-        # between the cookie's lookup (shared, and up to seconds old) and the
-        # join would otherwise never reach this socket.
-        rights.add_done_callback(self._check_rights_soon)
+        # Once in the group, the rights must be read once more: a revocation
+        # published between the cookie's lookup (shared, and up to seconds
+        # old) and the join would otherwise never reach this socket. Each
+        # socket reads them where it reads the database anyway (the session
+        # socket with its first tail check, the list socket with its
+        # snapshot), not in a read of its own: in a reconnect storm that
+        # read cost 1.6 s of 5 (docs/benchmarks.md).
+        self.rights_joined = self.join_soon(fanout.rights_group(self.user.pk))
+        self.rights_checked = False
         self._schedule_group_renewal()
         await self.authenticated()
 
@@ -183,7 +182,7 @@ class AppSocket(AsyncWebsocketConsumer):
             self.counted_user = None
         if self.group_timer is not None:
             self.group_timer.cancel()
-        for task in (self.renewing, getattr(self, "checking_rights", None)):
+        for task in (self.renewing,):
             if task is not None:
                 task.cancel()
                 await _succeeded(task)  # a renewal half done is finished or undone below
@@ -232,16 +231,18 @@ class AppSocket(AsyncWebsocketConsumer):
         self.joining.append(joined)
         return joined
 
-    def _check_rights_soon(self, joined: asyncio.Future) -> None:
-        if not self.closing:
-            self.checking_rights = asyncio.ensure_future(self._check_rights())
+    def rights_to_check(self) -> tuple[int, str] | None:
+        """The rights to read with the socket's next database read, once its
+        rights group is joined and until they were read once (None: none)."""
+        if self.rights_checked or not self.rights_joined.done():
+            return None
+        return self.granted
 
-    async def _check_rights(self) -> None:
-        try:
-            granted = await _still_granted(self.granted)
-        except Exception:
-            self.log.exception("connection %s: could not check its rights", self.connection_id)
+    async def rights_read(self, granted: bool | None) -> None:
+        """What that read said: close 4403 if the rights are gone."""
+        if granted is None:
             return
+        self.rights_checked = True
         if not granted and not self.closing:
             await self.auth_revoked({"type": fanout.REVOKED_MESSAGE})
 
