@@ -34,14 +34,14 @@ from .services import MAX_LISTED, session_summary, summaries
 from .sockets.base import AppSocket
 
 
-def _read_snapshot(user_id: int, granted: tuple[int, str]) -> tuple[list[dict], bool]:
+def _read_snapshot(user_id: int, granted: tuple[int, str] | None) -> tuple[list[dict], bool | None]:
     """The snapshot (one more than is shown: whether the list was cut short),
     and whether the user still has the rights the socket was let in with."""
     from .models import AgentSession
     from .rights import still_granted
 
     rows = summaries(AgentSession.objects.filter(owner_id=user_id), MAX_LISTED + 1)
-    return rows, still_granted(granted)
+    return rows, None if granted is None else still_granted(granted)
 
 
 # On the pool the session socket's reads use, not Channels' one shared thread.
@@ -60,7 +60,7 @@ class SessionListConsumer(AppSocket):
         # The rights are read with the snapshot, once their group is joined.
         with contextlib.suppress(Exception):  # a failed join was logged
             await asyncio.shield(self.rights_joined)
-        sessions, granted = await _snapshot(self.user.pk, self.granted)
+        sessions, granted = await _snapshot(self.user.pk, self.rights_to_check(soon=True))
         await self.rights_read(granted)
         if self.closing:
             return

@@ -242,7 +242,7 @@ async def test_a_socket_whose_rights_ended_before_its_join_is_closed_4403(user, 
     granted = (user.pk, user.password)
     transport = _Transport(unread=0)
     socket = _socket(SessionListConsumer, transport)
-    socket.granted, socket.rights_checked = granted, False
+    socket.granted, socket.rights_checked, socket.rights_due = granted, False, 0.0
     socket.rights_joined = asyncio.get_running_loop().create_future()
     assert socket.rights_to_check() is None  # not joined yet: nothing to read
     socket.rights_joined.set_result(None)
@@ -257,5 +257,6 @@ async def test_a_socket_whose_rights_ended_before_its_join_is_closed_4403(user, 
     assert (await socket_db.tail_state(session.id, granted))[1] is False
     assert (await socket_db.tail_state(session.id, None))[1] is None
     assert (await _snapshot(user.pk, granted))[1] is False
+    assert (await _snapshot(user.pk, None))[1] is None
     await socket.rights_read(False)
     assert transport.messages == [{"type": "websocket.close", "code": 4403}]
