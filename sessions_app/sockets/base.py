@@ -6,7 +6,10 @@ here:
 
 - **Who it is.** The upgrade is answered first; the cookie's user is awaited
   (``auth.user_of``), bounded: a lookup that times out closes 1013, one that
-  fails 1011 (both retryable), no user 4401.
+  fails 1011 (both retryable), no user 4401. Every command is checked against
+  the rights the socket was let in with (``rights``), and those rights are
+  read once more, with the socket's next database read at least
+  ``RIGHTS_READ_AFTER_SECONDS`` after its open.
 - **Its groups.** The cookie's group (a logout closes 4401) is joined before
   the lookup, so a logout during it is seen; the user's rights group
   (``fanout.rights_group``: deactivation, a password change or deletion
@@ -154,15 +157,16 @@ class AppSocket(AsyncWebsocketConsumer):
         # What the user's rights were when this socket was let in: a command
         # is refused once they changed (``rights.still_granted``).
         self.granted = (self.user.pk, getattr(self.user, "password", ""))
-        # Off the handshake's path: a revocation missed in the moment before
-        # the join still finds every command refused.
-        # Once in the group, the rights must be read once more: a revocation
+        # The rights group is joined off the handshake's path: a revocation
+        # missed in the moment before the join still finds every command
+        # refused. Once in the group, the rights are read once more: a revocation
         # published between the cookie's lookup (shared, and up to seconds
         # old) and the join would otherwise never reach this socket. Each
         # socket reads them where it reads the database anyway (the session
         # socket with its first tail check, the list socket with its
         # snapshot), not in a read of its own: in a reconnect storm that
-        # read cost 1.6 s of 5 (docs/benchmarks.md).
+        # read cost 1.6 s of 5 (docs/benchmarks.md). Commands are checked
+        # each time regardless (``rights.require``).
         self.rights_joined = self.join_soon(fanout.rights_group(self.user.pk))
         self.rights_checked = False
         self.rights_due = asyncio.get_running_loop().time() + RIGHTS_READ_AFTER_SECONDS
@@ -180,18 +184,20 @@ class AppSocket(AsyncWebsocketConsumer):
             self.close_code = self.close_code or code
             metrics.CLOSES.labels(metrics.close_label(self.close_code)).inc()
             self.log.info("connection %s: closed %s", self.connection_id, self.close_code)
-        if self.counted_user is not None:
+        counted = getattr(self, "counted_user", None)
+        if counted is not None:
             counts = type(self).open_per_user
-            counts[self.counted_user] -= 1
-            if not counts[self.counted_user]:
-                del counts[self.counted_user]
+            counts[counted] -= 1
+            if not counts[counted]:
+                del counts[counted]
             self.counted_user = None
-        if self.group_timer is not None:
-            self.group_timer.cancel()
-        for task in (self.renewing,):
-            if task is not None:
-                task.cancel()
-                await _succeeded(task)  # a renewal half done is finished or undone below
+        timer = getattr(self, "group_timer", None)
+        if timer is not None:
+            timer.cancel()
+        renewing = getattr(self, "renewing", None)
+        if renewing is not None:
+            renewing.cancel()
+            await _succeeded(renewing)  # a renewal half done is undone below
         await self.cleanup(code)
         # Each group on its own: one layer failure must not keep the others.
         for joined in getattr(self, "joining", ()):
