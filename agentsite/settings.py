@@ -357,4 +357,4 @@ LOGGING = {
 
 # Start the embedded runtime (recovery + sweeper) with the server. Tests that
 # drive the consumer in-process turn this off and start what they need.
-AGENT_RUNTIME_AUTOSTART = True
+AGENT_RUNTIME_AUTOSTART = _app("AGENT_RUNTIME_AUTOSTART")

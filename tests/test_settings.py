@@ -143,3 +143,35 @@ def test_run_listens_with_a_large_backlog():
         "tcp6:port=8000:interface=\\:\\:1:backlog=4096"
     )
     assert "backlog=8192" in _lib("daphne_endpoint 0.0.0.0 80", LISTEN_BACKLOG="8192").stdout
+
+
+def _readme_settings() -> set[str]:
+    """The names in the README's configuration table (first column)."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    table = text.split("## Configuration", 1)[1].split("\n### ", 1)[0]
+    names = set()
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            names |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1]))
+    return names
+
+
+def test_the_readme_lists_every_setting():
+    """Every app setting (``conf.DEFAULTS``) and every setting the site reads
+    from the environment is in the README's configuration table, and the
+    table names nothing that does not exist."""
+    import re
+
+    from sessions_app.conf import DEFAULTS
+
+    listed = _readme_settings()
+    source = (ROOT / "agentsite" / "settings.py").read_text()
+    from_env = set(re.findall(r'(?:_env_bool|_env_list|environ\.get)\("([A-Z][A-Z0-9_]+)"', source))
+    from_env |= set(re.findall(r'_app\("([A-Z][A-Z0-9_]+)"\)', source))
+    script_env = {"HOST", "PORT", "LISTEN_BACKLOG"}  # ./scripts/run's own
+    missing = (set(DEFAULTS) | from_env) - listed
+    assert not missing, f"not in the README's table: {sorted(missing)}"
+    unknown = listed - set(DEFAULTS) - from_env - script_env
+    assert not unknown, f"in the README's table but read nowhere: {sorted(unknown)}"
