@@ -17,6 +17,9 @@ class SessionsAppConfig(AppConfig):
         install_defaults()
         from .patches import hide_token_keys
         from .rights import connect_signals
+        from .runtime import runs, tasks
+
+        runs.set_enqueue(tasks.enqueue_run)
 
         connect_signals()
         hide_token_keys()

@@ -21,11 +21,13 @@ very call); it counts towards the limit like any executing run.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -456,8 +458,19 @@ def _set_session_status(session: AgentSession, status: str) -> None:
         transaction.on_commit(lambda: request_presence(session.id))
 
 
+# How a run reaches an executor: ``tasks.enqueue_run``, set when the app is
+# ready (``apps``). A hook, not an import: the executor drives runs, and the
+# task runs the executor, so runs importing tasks would close a cycle.
+_enqueue_hook: Callable[[str], None] | None = None
+
+
+def set_enqueue(hook: Callable[[str], None]) -> None:
+    global _enqueue_hook
+    _enqueue_hook = hook
+
+
 def enqueue(run_id: str) -> None:
     """Hand the run to the task framework: durably in this transaction, or after it."""
-    from .tasks import enqueue_run
-
-    enqueue_run(run_id)
+    if _enqueue_hook is None:
+        raise ImproperlyConfigured("runs.enqueue before the app is ready (apps.ready sets it)")
+    _enqueue_hook(run_id)

@@ -75,12 +75,10 @@ def recover_at_startup() -> None:
         runs.finish_run(
             run_id, p.STOP_INTERRUPTED, worker=worker, from_statuses=(Run.Status.RUNNING,)
         )
-    from .tasks import enqueue_run
-
     for run_id in Run.objects.filter(status=Run.Status.RUNNING, worker="").values_list(
         "id", flat=True
     ):
-        enqueue_run(run_id)
+        runs.enqueue(run_id)
     # Sockets of the previous process are gone; their rows must not count as viewers.
     Connection.objects.filter(closed_at__isnull=True).update(closed_at=timezone.now(), clean=False)
     close_old_connections()

@@ -5,14 +5,12 @@ from __future__ import annotations
 from django.db import transaction
 from django_tasks import task, task_backends
 
+from .executor import execute_run
+
 
 @task()
 def run_agent(run_id: str) -> None:
     """Start or continue one run (a claimed compare-and-set: safe to deliver twice)."""
-    # Imported here: runs enqueue through this module, and the executor drives
-    # runs, so a module-level import would make runs and the executor a cycle.
-    from .executor import execute_run
-
     execute_run(run_id)
 
 
