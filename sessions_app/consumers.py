@@ -14,18 +14,10 @@ hole means a publication was lost or overtaken: seqs commit in order, so the
 missing events are already readable). In the steady state a live event costs
 no database query.
 
-Flow control: under daphne each socket can see how many bytes wait in its
-transport (``patches.SEND_BUFFER_EXTENSION``). Past ``AGENT_SEND_BUFFER_BYTES``
-the consumer stops sending (replay, sync and live alike) until the client has
-read half of it; a client that reads nothing for ``AGENT_SLOW_CONSUMER_SECONDS``
-is closed with 4408 (retryable: it resumes from its cursor later). Live
-messages meanwhile wait in, or overflow, the channel layer's queue and are
-refilled from the log: the memory one socket holds stays bounded.
-
-A publication lost at the *end* of a burst leaves no later event to reveal the
-hole, so each socket checks the tail: ``AGENT_TAIL_SETTLE_SECONDS`` after the
-last live event (and every ``AGENT_TAIL_PROBE_SECONDS`` while idle) it reads
-the session's head once and refills up to it if it is behind.
+Flow control, limits and the socket's lifecycle are ``sockets.base.AppSocket``'s;
+sending logged ranges (pages, batches, compacted stretches) is
+``sockets.replay.ReplaySender``'s; the tail check, which refills a
+publication lost at the end of a burst, is ``sockets.tail.TailCheck``'s.
 """
 
 from __future__ import annotations
@@ -40,30 +32,21 @@ from . import connection_rows as rows
 from . import fanout, metrics
 from . import protocol as p
 from . import socket_db as db
-from .compaction import compacted_frame
 from .exceptions import SessionError
 from .identity import worker_id
 from .models import new_connection_id
 from .patches import PeerGone
 from .rights import RightsRevoked
 from .sockets.base import AppSocket
+from .sockets.replay import ReplaySender
+from .sockets.tail import TailCheck
 
 # Live events held in memory while a replay is sent; past this a socket that
 # replays slowly costs the log a read, not the server its memory.
 LIVE_BUFFER_LIMIT = 1000
-# A range this short is sent whole even to a socket that compacts: looking for
-# what it could skip would cost a query on a path (refills) that is usually
-# a few events long.
-COMPACT_MIN_EVENTS = 64
-# A replay on a socket that batches ("batch") sends its frames in messages of
-# at most this many frames or characters (and one at least per page read).
-BATCH_MAX_FRAMES = 250
-BATCH_MAX_CHARS = 256 * 1024
-
-_dumps = fanout.dumps
 
 
-class SessionConsumer(AppSocket):
+class SessionConsumer(TailCheck, ReplaySender, AppSocket):
     """Speaks the session protocol on one socket (its lifecycle, limits and
     flow control are ``AppSocket``'s)."""
 
@@ -438,123 +421,6 @@ class SessionConsumer(AppSocket):
             self.log.exception("connection %s: replay failed", self.connection_id)
             await self._close(p.CLOSE_INTERNAL_ERROR)
 
-    async def _send_range(self, after: int, upto: int, first_page=None, plan=None) -> int:
-        """Send the logged events ``after < seq <= upto``; returns the last seq
-        sent (short of ``upto`` only if the socket closed meanwhile).
-
-        ``plan``: the superseded stretches to skip (a socket that compacts reads
-        it here when none is given), and then ``first_page`` holds the first
-        skeleton frames; otherwise ``first_page`` holds the first frames."""
-        short = upto - after <= COMPACT_MIN_EVENTS and after >= self.compacted_through
-        if plan is None and self.compact and not short:
-            plan = await db.replay_plan(self.session_id, after, upto)
-            first_page = None
-        if self.batching:
-            self.batch, self.batch_chars = [], 0
-        try:
-            if not plan:
-                return await self._send_frames(after, upto, first_page)
-            return await self._send_compacted(after, upto, plan, first_page)
-        finally:
-            # Before anything else goes out (a presence, a live event): order.
-            await self._flush_batch()
-            self.batch = None
-
-    async def _emit(self, text: str) -> None:
-        """Send one replayed frame, or add it to the batch under way."""
-        if self.batch is None:
-            await self.send(text_data=text)
-            return
-        self.batch.append(text)
-        self.batch_chars += len(text)
-        if len(self.batch) >= BATCH_MAX_FRAMES or self.batch_chars >= BATCH_MAX_CHARS:
-            await self._flush_batch()
-
-    async def _flush_batch(self) -> None:
-        """Send the batch under way as one ``batch`` message: the frames' own
-        texts joined, nothing parsed or serialised again."""
-        if not self.batch:
-            return
-        text = '{"type":"batch","frames":[' + ",".join(self.batch) + "]}"
-        self.batch, self.batch_chars = [], 0
-        if not self.closing:
-            await self.send(text_data=text)
-
-    async def _send_compacted(self, after: int, upto: int, plan, first_page=None) -> int:
-        """A compacted replay: the skeleton's frames read in pages (through its
-        index), and between two of them either one ``compacted`` frame (a
-        superseded stretch) or the deltas that are kept, read as a range. A
-        replay of a long finished session so costs a few queries, not one per
-        stretch."""
-        skipped = {first: (last, run_id) for first, last, run_id in plan}
-        cursor = after
-        page = first_page
-        while cursor < upto and not self.closing:
-            if page is None:
-                page = await db.skeleton_page(self.session_id, cursor, upto)
-            if not page:  # deltas to the end (a run still streaming), or nothing
-                return await self._send_frames(cursor, upto)
-            for text, seq in page:
-                if seq > cursor + 1:
-                    stretch = skipped.get(cursor + 1)
-                    if stretch is not None and stretch[0] == seq - 1:
-                        if not await self._writable():
-                            return cursor
-                        frame = compacted_frame(self.session_id, cursor + 1, seq - 1, stretch[1])
-                        await self._emit(_dumps(frame))
-                        cursor = seq - 1
-                    else:
-                        await self._flush_batch()  # not held behind the read
-                        cursor = await self._send_frames(cursor, seq - 1)
-                        if cursor < seq - 1:
-                            return cursor
-                if self.closing or not await self._writable():
-                    return cursor
-                await self._emit(text)
-                cursor = seq
-            page = None
-            # Sent before the next read, not held behind it.
-            await self._flush_batch()
-        return cursor
-
-    async def _send_frames(self, after: int, upto: int, first_page=None) -> int:
-        """Send every logged event ``after < seq <= upto``, paged; a hole in the
-        log closes the socket (1013) rather than being skipped."""
-        cursor = after
-        while cursor < upto and not self.closing:
-            if first_page is not None:
-                page, first_page = first_page, None
-            else:
-                page = await db.events_page(self.session_id, cursor, upto)
-            if not page:
-                # Short of what was committed (the session was deleted, or the
-                # log purged): never send past a hole; the client resumes and is
-                # told what happened.
-                if not self.closing:
-                    self.log.warning(
-                        "connection %s: log ends at %s short of %s",
-                        self.connection_id,
-                        cursor,
-                        upto,
-                    )
-                    await self._close(p.CLOSE_TRY_AGAIN)
-                return cursor
-            for text, seq in page:
-                if seq != cursor + 1:
-                    # Purged under this replay (purge_events): never skip silently.
-                    # The client resumes and is told cursor_expired.
-                    self.log.warning(
-                        "connection %s: log purged under a replay at %s", self.connection_id, cursor
-                    )
-                    await self._close(p.CLOSE_TRY_AGAIN)
-                    return cursor
-                if self.closing or not await self._writable():
-                    return cursor
-                await self._emit(text)
-                cursor = seq
-            await self._flush_batch()
-        return cursor
-
     async def session_event(self, message: dict[str, Any]) -> None:
         """A committed event published to the session's group."""
         if message.get("session_id") != self.session_id or self.session_id is None:
@@ -591,62 +457,6 @@ class SessionConsumer(AppSocket):
         self.last_live = asyncio.get_running_loop().time()
         self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
 
-    # --- the tail check ----------------------------------------------------
-
-    def _arm_tail_check(self, delay: float) -> None:
-        """Check the head ``delay`` seconds from now, unless a check is due sooner."""
-        loop = asyncio.get_running_loop()
-        due = loop.time() + delay
-        if self.tail_timer is not None:
-            if self.tail_timer.when() <= due:
-                return
-            self.tail_timer.cancel()
-        self.tail_timer = loop.call_at(due, self._tail_due)
-
-    def _tail_due(self) -> None:
-        self.tail_timer = None
-        if self.closing or self.session_id is None:
-            return
-        settle = settings.AGENT_TAIL_SETTLE_SECONDS
-        quiet = asyncio.get_running_loop().time() - self.last_live
-        if self.replaying or quiet < settle:
-            self._arm_tail_check(max(settle - quiet, 0.05))
-            return
-        if self.tail_task is None or self.tail_task.done():
-            self.tail_task = asyncio.ensure_future(self._check_tail())
-
-    async def _check_tail(self) -> None:
-        """Refill events that were committed but whose publication never came."""
-        try:
-            # Read without the lock: live delivery goes on meanwhile, and most
-            # checks find nothing missing. The first one after the rights
-            # group was joined reads the rights too (``AppSocket``).
-            rights = self.rights_to_check()
-            state, granted = await db.tail_state(self.session_id, rights)
-            await self.rights_read(granted)
-            head = None
-            if state is not None and not await self._rotated(state[1]):
-                head, self.compacted_through = state[0], state[2]
-            if head is not None and head > self.last_sent and not self.closing:
-                async with self.send_lock:
-                    if head > self.last_sent:
-                        self.log.info(
-                            "connection %s: refilling %s..%s after a lost publication",
-                            self.connection_id,
-                            self.last_sent + 1,
-                            head,
-                        )
-                        await self._send_range(self.last_sent, head)
-                        self.last_sent = max(self.last_sent, head)
-        except asyncio.CancelledError:
-            raise
-        except PeerGone:
-            self.closing = True
-        except Exception:
-            self.log.exception("connection %s: tail check failed", self.connection_id)
-        if not self.closing:
-            self._arm_tail_check(settings.AGENT_TAIL_PROBE_SECONDS)
-
     async def session_presence(self, message: dict[str, Any]) -> None:
         if message.get("session_id") != self.session_id or self.session_id is None:
             return
@@ -661,28 +471,6 @@ class SessionConsumer(AppSocket):
             self.pending_presence = frame
             return
         await self._send(frame)
-
-    async def _rotated(self, epoch: str) -> bool:
-        """Whether the session's epoch changed since the handshake: then close
-        (1013), as for the rotation's own message. Checked whenever the head is
-        read anyway (sync, tail check), so a rotation whose message could not
-        reach this process (a command run beside an embedded server) is still
-        noticed."""
-        if self.epoch is None or epoch == self.epoch:
-            return False
-        await self.session_rotated({"session_id": self.session_id, "epoch": epoch})
-        return True
-
-    async def session_rotated(self, message: dict[str, Any]) -> None:
-        """The session's epoch was rotated: this socket's cursor means nothing
-        now. Close (1013, retryable): the client resumes and is told
-        ``epoch_mismatch``."""
-        if message.get("session_id") != self.session_id or self.session_id is None:
-            return
-        if message.get("epoch") == self.epoch:
-            return  # a late message: this socket resumed on the new epoch already
-        self.log.info("connection %s: session epoch rotated: closing 1013", self.connection_id)
-        await self._close(p.CLOSE_TRY_AGAIN)
 
 
 def error_frame_for(exc: SessionError, request_id: Any) -> dict[str, Any]:
