@@ -35,6 +35,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 
+from . import protocol
+
 log = logging.getLogger(__name__)
 
 SOCKETS_OPEN = Gauge("agent_sockets_open", "WebSocket connections open on this process")
@@ -52,8 +54,9 @@ PATCH_FAILURES = Counter(
 # The close codes a label may name; a client may close with any code from
 # 3000 to 4999, and each would otherwise become a series of its own.
 KNOWN_CLOSE_CODES = frozenset(
-    {1000, 1001, 1002, 1003, 1005, 1006, 1007, 1008, 1009, 1011, 1012, 1013}
-    | {4400, 4401, 4403, 4408, 4413, 4429}
+    {value for name, value in vars(protocol).items() if name.startswith("CLOSE_")}
+    # What a client or the transport reports: RFC 6455's own codes.
+    | {1002, 1003, 1005, 1006, 1007, 1008, 1009}
 )
 
 

@@ -85,14 +85,18 @@ def replay_plan(session_id: str, after: int, upto: int) -> list[tuple[int, int, 
     return compacted_plan(session_id, after, upto)
 
 
-@reading_in_db_pool
-def head_of(session_id: str) -> tuple[int, str, int] | None:
-    """The session's head, epoch and compacted_through (None once it is deleted)."""
+def _head(session_id: str) -> tuple[int, str, int] | None:
     return (
         AgentSession.objects.filter(id=session_id)
         .values_list("head", "epoch", "compacted_through")
         .first()
     )
+
+
+@reading_in_db_pool
+def head_of(session_id: str) -> tuple[int, str, int] | None:
+    """The session's head, epoch and compacted_through (None once it is deleted)."""
+    return _head(session_id)
 
 
 # Each command first checks that the socket's user still has the rights it
@@ -107,12 +111,7 @@ def tail_state(
     """``head_of`` for the tail check, and whether the socket's user still has
     the rights it was let in with, when asked (``granted``), in the same trip
     to the pool."""
-    state = (
-        AgentSession.objects.filter(id=session_id)
-        .values_list("head", "epoch", "compacted_through")
-        .first()
-    )
-    return state, None if granted is None else still_granted(granted)
+    return _head(session_id), None if granted is None else still_granted(granted)
 
 
 @in_db_pool
