@@ -2,7 +2,7 @@
 
 The upgrade is refused (403) unless its Origin is this site's own origin
 (scheme, host and port) or in CSRF_TRUSTED_ORIGINS (a missing Origin
-included; see ``sessions_app.security``); the user is the one of the session
+included; see ``sessions_app.server.security``); the user is the one of the session
 cookie. ``sessions_app.asgi.application_for`` assembles it (the same call a
 project embedding the app makes).
 """

@@ -87,7 +87,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "sessions_app.security.ContentSecurityPolicyMiddleware",
+    "sessions_app.server.security.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "agentsite.urls"
@@ -147,7 +147,7 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             # channels_redis's layer, receiving a server's messages in batches.
-            "BACKEND": "sessions_app.layers.BatchReceiveRedisChannelLayer",
+            "BACKEND": "sessions_app.fanout.layers.BatchReceiveRedisChannelLayer",
             "CONFIG": {
                 "hosts": [REDIS_URL],
                 "prefix": os.environ.get("CHANNELS_PREFIX", "asgi"),
@@ -163,8 +163,8 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             # Channels' in-memory layer without its per-operation sweep of
-            # every channel (sessions_app/layers.py).
-            "BACKEND": "sessions_app.layers.LocalChannelLayer",
+            # every channel (sessions_app/fanout/layers.py).
+            "BACKEND": "sessions_app.fanout.layers.LocalChannelLayer",
             "CONFIG": {
                 "capacity": 5000,
                 "expiry": 60,
@@ -200,7 +200,7 @@ AGENT_PICKUP_SECONDS = _app("AGENT_PICKUP_SECONDS")
 # connection while it works: see the README on sizing.
 AGENT_WORKER_CONCURRENCY = _app("AGENT_WORKER_CONCURRENCY")
 # The runs of one process commit their events together: whoever is committing
-# takes every append waiting (sessions_app/group_commit.py). One durable flush
+# takes every append waiting (sessions_app/log/group_commit.py). One durable flush
 # per batch instead of per token; off, each append commits alone.
 AGENT_GROUP_COMMIT = os.environ.get("AGENT_GROUP_COMMIT", "1") != "0"
 # Runs one user may have executing at once, across all their sessions; more
@@ -294,7 +294,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "EXCEPTION_HANDLER": "sessions_app.api.exception_handler",
+    "EXCEPTION_HANDLER": "sessions_app.web.api.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
@@ -330,7 +330,7 @@ if _env_bool("TRUST_X_FORWARDED_PROTO", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # LOG_FORMAT=json: one JSON object per line, with each socket's connection id,
-# session id, first frame and close code (sessions_app/logs.py).
+# session id, first frame and close code (sessions_app/server/logs.py).
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "text")
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', not {LOG_FORMAT!r}")
@@ -338,7 +338,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "json": {"()": "sessions_app.logs.JsonFormatter"},
+        "json": {"()": "sessions_app.server.logs.JsonFormatter"},
         "text": {"format": "%(asctime)s %(levelname)-8s %(name)s %(message)s"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},

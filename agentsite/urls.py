@@ -5,7 +5,7 @@ from django.contrib.auth.views import LoginView
 from django.http import HttpResponse
 from django.urls import include, path
 
-from sessions_app.metrics import metrics_view, readyz
+from sessions_app.server.metrics import metrics_view, readyz
 
 
 def healthz(request):
@@ -24,6 +24,6 @@ urlpatterns = [
         "accounts/login/", LoginView.as_view(template_name="sessions_app/login.html"), name="login"
     ),
     path("accounts/", include("django.contrib.auth.urls")),
-    path("api/", include("sessions_app.api_urls")),
+    path("api/", include("sessions_app.web.api_urls")),
     path("", include("sessions_app.urls")),
 ]

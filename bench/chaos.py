@@ -128,7 +128,7 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from sessions_app.services import create_session  # noqa: E402
+from sessions_app.log.sessions import create_session  # noqa: E402
 from tests.harness import Daphne, Worker, session_cookie  # noqa: E402
 
 SCRIPT = [

@@ -17,7 +17,7 @@ from chaos_fuzz import FrameGenerator
 from django.db import close_old_connections
 from django.utils import timezone
 
-from sessions_app.events import read_events
+from sessions_app.log.events import read_events
 from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime.tools import workspace_for
 from tests.harness import WsClient, session_cookie

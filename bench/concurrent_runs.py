@@ -39,8 +39,8 @@ from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
+from sessions_app.log.sessions import create_session  # noqa: E402
 from sessions_app.models import AgentSession  # noqa: E402
-from sessions_app.services import create_session  # noqa: E402
 from tests.harness import Daphne, Worker, WsClient, session_cookie  # noqa: E402
 
 

@@ -34,10 +34,10 @@ from django.core.management import call_command  # noqa: E402
 from django.db import transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from sessions_app import protocol as p  # noqa: E402
-from sessions_app.events import NewEvent, append_events  # noqa: E402
+from sessions_app.log.events import NewEvent, append_events  # noqa: E402
+from sessions_app.log.sessions import create_session  # noqa: E402
 from sessions_app.models import AgentSession, Run  # noqa: E402
-from sessions_app.services import create_session  # noqa: E402
+from sessions_app.wire import protocol as p  # noqa: E402
 from tests.harness import session_cookie  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"

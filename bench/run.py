@@ -28,9 +28,9 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from sessions_app.events import append_event  # noqa: E402
+from sessions_app.log.events import append_event  # noqa: E402
+from sessions_app.log.sessions import create_session  # noqa: E402
 from sessions_app.models import AgentSession, Event  # noqa: E402
-from sessions_app.services import create_session  # noqa: E402
 from tests.harness import Daphne, Worker, WsClient, session_cookie  # noqa: E402
 
 LOG_LENGTHS = (1_000, 10_000, 100_000)

@@ -51,8 +51,8 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from sessions_app.log.sessions import create_session  # noqa: E402
 from sessions_app.models import AgentSession, Event  # noqa: E402
-from sessions_app.services import create_session  # noqa: E402
 from tests.harness import LISTEN_BACKLOG, Daphne, listen_overflows, session_cookie  # noqa: E402
 
 FINAL = {4400, 4401}

@@ -1,6 +1,7 @@
 """App configuration."""
 
 from django.apps import AppConfig
+from django.db import transaction
 
 
 class SessionsAppConfig(AppConfig):
@@ -9,24 +10,22 @@ class SessionsAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # A project embedding the app sets only the settings it changes.
+        # Function-level: an AppConfig module is imported before the models
+        # are ready, and these modules import the models.
         from django.contrib.auth.signals import user_logged_out
-
-        from .conf import install_defaults
-
-        install_defaults()
-        from .patches import hide_token_keys
-        from .rights import connect_signals
-        from .runtime import runs, tasks
-
-        runs.set_enqueue(tasks.enqueue_run)
-
-        connect_signals()
-        hide_token_keys()
         from django.db.models.signals import post_delete
 
-        from .models import AgentSession
+        from sessions_app.access.rights import connect_signals
+        from sessions_app.conf import install_defaults
+        from sessions_app.models import AgentSession
+        from sessions_app.runtime import runs, tasks
+        from sessions_app.server.patches import hide_token_keys
 
+        # A project embedding the app sets only the settings it changes.
+        install_defaults()
+        runs.set_enqueue(tasks.enqueue_run)
+        connect_signals()
+        hide_token_keys()
         post_delete.connect(
             _remove_workspace, sender=AgentSession, dispatch_uid="sessions_app.workspace"
         )
@@ -38,18 +37,16 @@ def _close_sockets_at_logout(sender, request, user, **kwargs) -> None:
     out"): sent before the session is flushed, while its key is known."""
     key = getattr(getattr(request, "session", None), "session_key", None)
     if key:
-        from .fanout import publish_logged_out
+        from sessions_app import fanout  # imported by ready(), after the models
 
-        publish_logged_out(key)
+        fanout.publish_logged_out(key)
 
 
 def _remove_workspace(sender, instance, **kwargs) -> None:
     """A deleted session's workspace goes with it, on every path that deletes
     one (the API, the admin, retention, a cascade from its owner), once the
     deletion commits."""
-    from django.db import transaction
-
-    from .runtime.tools import remove_workspace
+    from sessions_app.runtime.tools import remove_workspace  # after the models
 
     session_id = instance.pk
     transaction.on_commit(lambda: remove_workspace(session_id), robust=True)

@@ -18,12 +18,14 @@ from __future__ import annotations
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.conf import settings
 
-from . import patches
-from .auth import PooledAuthMiddlewareStack, routes_matcher
-from .routing import websocket_urlpatterns
-from .security import SameOriginValidator
-from .server import RuntimeStarter
-from .static import StaticFiles
+from sessions_app.access.auth import PooledAuthMiddlewareStack, routes_matcher
+from sessions_app.runtime import executor
+from sessions_app.runtime.starter import RuntimeStarter
+from sessions_app.server import patches
+from sessions_app.server.security import SameOriginValidator
+from sessions_app.server.static import StaticFiles
+from sessions_app.sockets import rows
+from sessions_app.sockets.routing import websocket_urlpatterns
 
 
 def websocket_application(routes=()):
@@ -51,7 +53,7 @@ def application_for(django_asgi_app, *, websocket_routes=(), serve_static: bool 
     application = RuntimeStarter(
         ProtocolTypeRouter({"http": http, "websocket": websocket_application(websocket_routes)})
     )
-    patches.install()
+    patches.install(on_stop=executor.abort_all, drain=rows.flush)
     _import_channel_layer()
     return application
 

@@ -6,9 +6,9 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
+from sessions_app.log.sessions import create_session
 from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime import runs
-from sessions_app.services import create_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from sessions_app.events import append_event
+from sessions_app.log.events import append_event
+from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
-from sessions_app.services import create_session
 
 pytestmark = pytest.mark.django_db
 
@@ -183,7 +183,7 @@ def test_session_page_preloads_every_client_module(client_for, user):
     assert 'import("./highlight.js")' in (js / "markdown.js").read_text()
     # The boot script (reloads a page whose files failed) is inline, before
     # them, and allowed by its hash only.
-    from sessions_app.security import BOOT_JS, BOOT_JS_HASH
+    from sessions_app.server.security import BOOT_JS, BOOT_JS_HASH
 
     assert page.index(f"<script>{BOOT_JS}</script>") < page.index('rel="modulepreload"')
     csp = client_for(user).get(f"/s/{s.id}/")["Content-Security-Policy"]
@@ -415,7 +415,7 @@ def test_the_schema_and_docs_need_a_sign_in_unless_opened(client, client_for, us
 def test_the_list_page_says_when_it_is_cut_short(client_for, user):
     """Past MAX_LISTED sessions the page shows the most recent ones and says
     the rest are not shown; with fewer the note stays hidden."""
-    from sessions_app.services import MAX_LISTED
+    from sessions_app.log.sessions import MAX_LISTED
 
     c = client_for(user)
     create_session(user)

@@ -1,4 +1,4 @@
-"""The socket's user (``sessions_app.auth``): looked up on the database pool,
+"""The socket's user (``sessions_app.access.auth``): looked up on the database pool,
 one lookup shared by the sockets of one cookie that arrive while it runs."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import AnonymousUser
 
-from sessions_app import auth
+from sessions_app.access import auth
 from tests.harness import session_cookie
 
 
@@ -143,8 +143,8 @@ def app(monkeypatch):
     from channels.generic.websocket import AsyncWebsocketConsumer
     from django.urls import path
 
-    from sessions_app import presence
     from sessions_app.asgi import websocket_application
+    from sessions_app.fanout import presence
 
     # Not these tests' concern, and its broadcast would outlive their database.
     monkeypatch.setattr(presence, "request_presence", lambda session_id: None)
@@ -170,7 +170,7 @@ async def test_the_apps_sockets_are_accepted_before_their_lookup_a_projects_afte
     cookie's lookup is still held, and answered once it is done."""
     from channels.testing import WebsocketCommunicator
 
-    from sessions_app.services import create_session
+    from sessions_app.log.sessions import create_session
 
     cookie = await database_sync_to_async(session_cookie)(user)
     session = await database_sync_to_async(create_session)(user, "deferred")
@@ -212,7 +212,7 @@ async def test_a_lookup_that_does_not_end_is_a_retryable_close(
     closes the socket 1013, which the client retries, not 4401 or 4400."""
     from channels.testing import WebsocketCommunicator
 
-    from sessions_app import protocol
+    from sessions_app.wire import protocol
 
     monkeypatch.setattr(auth, "LOOKUP_TIMEOUT_SECONDS", 0.2)
     cookie = await database_sync_to_async(session_cookie)(user)
@@ -233,7 +233,7 @@ async def test_a_failed_lookup_is_a_retryable_close(user, app, monkeypatch, path
     from channels.testing import WebsocketCommunicator
     from django.db import OperationalError
 
-    from sessions_app import protocol
+    from sessions_app.wire import protocol
 
     async def failing(scope):
         raise OperationalError("the database went away")
@@ -252,7 +252,7 @@ async def test_a_socket_without_a_cookie_is_refused_without_a_lookup(counted, ap
     """No session cookie: closed 4401 at once, and no database call was made."""
     from channels.testing import WebsocketCommunicator
 
-    from sessions_app import protocol
+    from sessions_app.wire import protocol
 
     comm = WebsocketCommunicator(app, "/ws/sessions/", headers=_headers(None))
     assert (await comm.connect(timeout=10))[0]

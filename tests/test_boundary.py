@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from sessions_app.events import append_event
+from sessions_app.log.events import append_event
+from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession
-from sessions_app.services import create_session
 from tests.harness import Daphne, WsClient
 
 pytestmark = pytest.mark.django_db(transaction=True)

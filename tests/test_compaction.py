@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from sessions_app import protocol as p
-from sessions_app.compaction import compacted_plan, read_skeleton, superseded_ranges
-from sessions_app.events import append_event
+from sessions_app.log.compaction import compacted_plan, read_skeleton, superseded_ranges
+from sessions_app.log.events import append_event
+from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession
-from sessions_app.services import create_session
+from sessions_app.wire import protocol as p
 from tests.harness import WsClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -120,7 +120,7 @@ def test_plan_of_a_mixed_log(user):
 def test_skeleton_reads_the_partial_index(user):
     """The skeleton query is answered through event_skeleton, not by reading deltas."""
     s, _ = build_mixed_log(user)
-    from sessions_app.compaction import _SKELETON
+    from sessions_app.log.compaction import _SKELETON
 
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":

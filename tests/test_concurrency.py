@@ -15,7 +15,7 @@ import signal
 import pytest
 from django.conf import settings
 
-from sessions_app.events import read_events
+from sessions_app.log.events import read_events
 from sessions_app.models import Run
 from sessions_app.runtime.tools import workspace_for
 from tests.harness import Daphne, Worker, WsClient, session_cookie, wait_until

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 
-from sessions_app import connection_rows as rows
 from sessions_app.models import Connection
+from sessions_app.sockets import rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,9 +8,9 @@ import json
 import pytest
 import websockets
 
-from sessions_app.events import append_event
+from sessions_app.log.events import append_event
+from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, Connection, Event, Run
-from sessions_app.services import create_session
 from tests.harness import (
     WsClient,
     client_frame,

@@ -12,10 +12,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from sessions_app import fanout
-from sessions_app.consumers import SessionConsumer
-from sessions_app.events import append_event, event_frame
+from sessions_app.log.events import append_event
+from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, Event
-from sessions_app.services import create_session
+from sessions_app.sockets.session import SessionConsumer
+from sessions_app.wire.frames import dumps, event_frame
 from tests.harness import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,7 +46,7 @@ def _message(event: Event) -> dict:
         "type": fanout.EVENT_MESSAGE,
         "session_id": event.session_id,
         "seq": event.seq,
-        "text": fanout.dumps(event_frame(event)),
+        "text": dumps(event_frame(event)),
     }
 
 
@@ -116,7 +117,7 @@ async def test_merged_publications_are_delivered_in_order(user):
         {
             "type": fanout.EVENTS_MESSAGE,
             "session_id": s.id,
-            "events": [[e.seq, fanout.dumps(event_frame(e))] for e in events],
+            "events": [[e.seq, dumps(event_frame(e))] for e in events],
         },
     )
     assert await _events_until(comm, events[-1].seq) == [e.seq for e in events]
@@ -150,8 +151,8 @@ async def test_a_purge_under_a_replay_closes_1013_instead_of_skipping(user, monk
     first page, then a close 1013 (resume later: cursor_expired), never a skip."""
     import asyncio
 
-    from sessions_app import socket_db
-    from sessions_app.events import purge_events
+    from sessions_app.log.events import purge_events
+    from sessions_app.sockets import queries as socket_db
 
     s = await database_sync(create_session, user)
     await database_sync(_commit_unpublished, s.id, 1200)
@@ -181,7 +182,7 @@ async def test_a_purge_under_a_replay_closes_1013_instead_of_skipping(user, monk
 async def test_live_events_past_the_buffer_during_a_replay_come_from_the_log(user, monkeypatch):
     """More live events arrive during a replay than the socket holds in memory: only
     LIVE_BUFFER_LIMIT are kept, and every event still reaches it once, in order."""
-    from sessions_app import consumers
+    from sessions_app.sockets import session as consumers
 
     monkeypatch.setattr(consumers, "LIVE_BUFFER_LIMIT", 3)
     s = await database_sync(create_session, user)
@@ -218,7 +219,7 @@ async def test_a_log_ending_short_of_a_live_seq_closes_1013_instead_of_a_hole(us
 async def test_a_reply_to_a_client_that_already_left_is_no_error(user, monkeypatch, caplog):
     """The client closes while its pong is on the way (daphne raises Disconnected on
     the send): nothing is logged as an error, and no 1011 close is attempted."""
-    from sessions_app.consumers import PeerGone
+    from sessions_app.sockets.session import PeerGone
 
     handled = asyncio.Event()
     real_dispatch = SessionConsumer.dispatch
@@ -257,8 +258,8 @@ async def test_resume_ok_does_not_wait_for_the_connection_row(user, monkeypatch)
     with what the socket asked for."""
     import asyncio
 
-    from sessions_app import connection_rows
     from sessions_app.models import Connection
+    from sessions_app.sockets import rows as connection_rows
 
     s = await database_sync(create_session, user)
     release = asyncio.Event()

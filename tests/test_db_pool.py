@@ -1,4 +1,4 @@
-"""``sessions_app.db_pool``: the sockets' reads skip the health check of a
+"""``sessions_app.server.db_pool``: the sockets' reads skip the health check of a
 connection used a moment ago (and run again if it was broken after all); an
 idle or failed connection, and every write, keep the check."""
 
@@ -8,7 +8,7 @@ import pytest
 from django.db import connection, connections
 from django.db.utils import DatabaseError
 
-from sessions_app import db_pool
+from sessions_app.server import db_pool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -54,7 +54,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "sessions_app.security.ContentSecurityPolicyMiddleware",
+    "sessions_app.server.security.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "hostsite.urls"
@@ -85,7 +85,7 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-CHANNEL_LAYERS = {"default": {"BACKEND": "sessions_app.layers.LocalChannelLayer"}}
+CHANNEL_LAYERS = {"default": {"BACKEND": "sessions_app.fanout.layers.LocalChannelLayer"}}
 TASKS = {"default": {"BACKEND": "sessions_app.runtime.embedded.EmbeddedBackend"}}
 # The app's API views set their own authentication, permissions and errors;
 # the project keeps its defaults (here, open) for its own API.
@@ -114,7 +114,7 @@ urlpatterns = [
     path("shop/", shop),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
-    path("api/", include("sessions_app.api_urls")),
+    path("api/", include("sessions_app.web.api_urls")),
     path("", include("sessions_app.urls")),
 ]
 """

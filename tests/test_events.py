@@ -7,10 +7,10 @@ import threading
 import pytest
 from django.db import close_old_connections, transaction
 
-from sessions_app import events as events_module
-from sessions_app.events import NewEvent, append_event, append_events, read_events
+from sessions_app.log import events as events_module
+from sessions_app.log.events import NewEvent, append_event, append_events, read_events
+from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, Event
-from sessions_app.services import create_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -128,9 +128,9 @@ def test_purge_sets_earliest_and_keeps_the_rest(user):
 def test_guarded_append_refuses_once_the_run_is_not_held(user, monkeypatch):
     """An append under a RunGuard succeeds while the worker holds the run and raises
     RunAborted, appending nothing, once it was cancelled or taken over."""
-    from sessions_app.events import RunGuard
-    from sessions_app.exceptions import RunAborted
+    from sessions_app.log.events import RunGuard
     from sessions_app.runtime import leases, runs
+    from sessions_app.wire.errors import RunAborted
 
     monkeypatch.setattr(runs, "enqueue", lambda run_id: None)
     s = create_session(user)
@@ -155,7 +155,8 @@ def test_replay_frames_are_the_frames_of_the_logged_events(user):
     import json
     from datetime import UTC, datetime
 
-    from sessions_app.events import event_frame, read_frames
+    from sessions_app.log.events import read_frames
+    from sessions_app.wire.frames import event_frame
 
     s = create_session(user)
     append_event(s.id, "assistant.delta", {"text": 'héllo "q" \\ \u2028 😀'}, "r_abc")

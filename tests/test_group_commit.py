@@ -1,4 +1,4 @@
-"""Group commit (``sessions_app.group_commit``) and the batch append under it:
+"""Group commit (``sessions_app.log.group_commit``) and the batch append under it:
 shared commits that keep every promise of a lone append."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import threading
 import pytest
 from django.db import DataError, close_old_connections, connection
 
-from sessions_app import events as events_module
-from sessions_app.events import NewEvent, RunGuard, append_batch, read_events
-from sessions_app.exceptions import RunAborted, SessionGone
-from sessions_app.group_commit import GroupCommitter
+from sessions_app.log import events as events_module
+from sessions_app.log.events import NewEvent, RunGuard, append_batch, read_events
+from sessions_app.log.group_commit import GroupCommitter
+from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, Run
-from sessions_app.services import create_session
+from sessions_app.wire.errors import RunAborted, SessionGone
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,7 +127,7 @@ def test_a_statement_failing_for_one_request_retries_each_alone(user, published)
     a, b = create_session(user, "a"), create_session(user, "b")
     published.clear()
     # Queue three requests, then let one thread lead them as one batch.
-    from sessions_app.group_commit import _Request
+    from sessions_app.log.group_commit import _Request
 
     requests = [
         _Request(a.id, _delta("fine"), None),
@@ -153,7 +153,7 @@ def test_an_append_inside_a_transaction_is_not_group_committed(user, settings):
     (and commits with it), never a batch of other threads."""
     from django.db import transaction
 
-    from sessions_app import group_commit
+    from sessions_app.log import group_commit
 
     settings.AGENT_GROUP_COMMIT = True
     s = create_session(user)
@@ -183,7 +183,7 @@ def test_only_a_lost_connection_keeps_a_batch_from_being_retried(sqlstate, lost)
     failed (outcome unknown) is not retried."""
     from django.db import OperationalError
 
-    from sessions_app.group_commit import _connection_lost
+    from sessions_app.log.group_commit import _connection_lost
 
     class Refusal(Exception):
         pass

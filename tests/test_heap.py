@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from sessions_app.heap import freeze_startup_objects
+from sessions_app.server.heap import freeze_startup_objects
 
 
 def test_freezing_moves_live_objects_out_of_collections():

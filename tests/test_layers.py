@@ -1,4 +1,4 @@
-"""The batched Redis channel layer (``sessions_app.layers``) against a real Redis."""
+"""The batched Redis channel layer (``sessions_app.fanout.layers``) against a real Redis."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from sessions_app import layers
-from sessions_app.layers import BatchReceiveRedisChannelLayer
+from sessions_app.fanout import layers
+from sessions_app.fanout.layers import BatchReceiveRedisChannelLayer
 
 REDIS = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/5")
 

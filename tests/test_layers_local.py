@@ -1,4 +1,5 @@
-"""The in-memory channel layer of the embedded profile (``sessions_app.layers.LocalChannelLayer``):
+"""The in-memory channel layer of the embedded profile
+(``sessions_app.fanout.layers.LocalChannelLayer``):
 Channels' semantics, without a sweep of every channel on every operation."""
 
 from __future__ import annotations
@@ -7,8 +8,8 @@ import pytest
 from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer
 
-from sessions_app import layers
-from sessions_app.layers import LocalChannelLayer
+from sessions_app.fanout import layers
+from sessions_app.fanout.layers import LocalChannelLayer
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from sessions_app.log.sessions import create_session
 from sessions_app.models import Run
 from sessions_app.runtime import leases, runs
-from sessions_app.services import create_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from channels.db import database_sync_to_async
 
-from sessions_app.services import create_session
+from sessions_app.log.sessions import create_session
 from tests.harness import WsClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -113,8 +113,8 @@ async def test_the_snapshot_says_when_it_is_cut_short(server, cookie, user):
     MAX_LISTED and ``truncated: true``; with fewer, no such field."""
     from channels.db import database_sync_to_async
 
+    from sessions_app.log.sessions import MAX_LISTED
     from sessions_app.models import AgentSession
-    from sessions_app.services import MAX_LISTED
     from tests.harness import WsClient
 
     url = server.ws.replace("/ws/sessions/", "/ws/list/")

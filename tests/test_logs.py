@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sessions_app.logs import JsonFormatter, SocketLog
+from sessions_app.server.logs import JsonFormatter, SocketLog
 from tests.harness import Daphne, WsClient
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -95,7 +95,7 @@ def test_readyz_checks_the_database_and_the_layer(server):
 def test_readyz_says_what_failed(monkeypatch):
     """A failing database makes /readyz 503, naming the component only: no
     exception class or message reaches an anonymous caller."""
-    from sessions_app import metrics
+    from sessions_app.server import metrics
 
     def broken():
         raise ConnectionError("down")

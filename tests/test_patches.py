@@ -1,5 +1,5 @@
 """Every patch of a third-party internal takes hold, and says so loudly when
-it does not (``sessions_app.patches``)."""
+it does not (``sessions_app.server.patches``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sessions_app import patches
+from sessions_app.server import patches
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,12 +71,12 @@ def test_a_missing_member_of_channels_redis_is_reported(monkeypatch, settings):
 def test_warn_logs_an_error_and_counts_it(monkeypatch, settings, caplog):
     """AGENT_PATCH_FAILURES=warn: an error line naming the patch and a metric,
     and the process runs on."""
-    from sessions_app import metrics
+    from sessions_app.server import metrics
 
     monkeypatch.setattr(patches, "failures", {})
     settings.AGENT_PATCH_FAILURES = "warn"
     before = metrics.PATCH_FAILURES.labels("send_buffer")._value.get()
-    with caplog.at_level(logging.ERROR, logger="sessions_app.patches"):
+    with caplog.at_level(logging.ERROR, logger="sessions_app.server.patches"):
         patches.report("send_buffer", "no buffer to read")
     assert "send_buffer patch did not take hold" in caplog.text and "WITHOUT" in caplog.text
     assert metrics.PATCH_FAILURES.labels("send_buffer")._value.get() == before + 1
@@ -155,7 +155,7 @@ def test_an_unknown_transport_is_reported_once_and_never_refused(monkeypatch, se
     monkeypatch.setattr(patches, "failures", {})
     settings.AGENT_PATCH_FAILURES = "refuse"
     scope = {"extensions": {patches.SEND_BUFFER_EXTENSION: lambda: -1}}
-    with caplog.at_level(logging.ERROR, logger="sessions_app.patches"):
+    with caplog.at_level(logging.ERROR, logger="sessions_app.server.patches"):
         assert patches.send_buffer_probe(scope) is None
         assert patches.send_buffer_probe(scope) is None
     assert caplog.text.count("send_buffer patch did not take hold") == 1
@@ -203,6 +203,6 @@ def test_the_probe_reads_zero_once_the_connection_is_lost():
 def test_checks_without_sources_assume_and_say_so(caplog):
     """Installed as bytecode only, a source check cannot look: it assumes
     the member and logs that it did, instead of failing to start."""
-    with caplog.at_level(logging.WARNING, logger="sessions_app.patches"):
+    with caplog.at_level(logging.WARNING, logger="sessions_app.server.patches"):
         assert patches._source(len, "assumed") == "assumed"
     assert "assumed, not checked" in caplog.text

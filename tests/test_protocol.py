@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sessions_app import protocol as p
+from sessions_app.wire import protocol as p
 
 CONSTANTS_JS = Path(__file__).resolve().parent.parent / "static" / "js" / "constants.js"
 

@@ -9,7 +9,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessions_app import protocol as p
+from sessions_app.wire import protocol as p
 
 # JSON values with the edges that matter: lone surrogates, huge and negative
 # numbers, floats, booleans standing in for integers, nesting.

@@ -14,10 +14,10 @@ from channels.db import database_sync_to_async
 from django.core.management import call_command
 from django.utils import timezone
 
-from sessions_app import protocol as p
+from sessions_app.log.retention import apply_retention, rotate_epoch
+from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, Event, Run
-from sessions_app.retention import apply_retention, rotate_epoch
-from sessions_app.services import create_session
+from sessions_app.wire import protocol as p
 from tests.harness import WsClient
 from tests.test_compaction import _covered, _models, _replay, build_mixed_log
 
@@ -240,8 +240,8 @@ def test_closed_connection_rows_are_pruned(user, transactional_db):
 
     from django.utils import timezone
 
+    from sessions_app.log.retention import apply_retention
     from sessions_app.models import Connection, new_connection_id
-    from sessions_app.retention import apply_retention
 
     now = timezone.now()
     old = Connection.objects.create(
@@ -264,8 +264,8 @@ def test_a_deleted_session_takes_its_workspace(user, transactional_db, settings,
 
     from django.utils import timezone
 
+    from sessions_app.log.retention import apply_retention
     from sessions_app.models import AgentSession
-    from sessions_app.retention import apply_retention
     from sessions_app.runtime.tools import workspace_for
 
     settings.AGENT_WORKSPACES = tmp_path / "ws"

@@ -1,4 +1,4 @@
-"""A user's rights end everywhere at once (``sessions_app.rights``): after a
+"""A user's rights end everywhere at once (``sessions_app.access.rights``): after a
 deactivation or a password change no open socket keeps them, no command of
 theirs is carried out, and no token of theirs works."""
 
@@ -158,7 +158,7 @@ def test_saving_other_fields_keeps_tokens_and_reads_nothing(
 def test_still_granted_follows_the_users_rights(user, transactional_db):
     """A socket's rights (pk, password hash) hold until the user is
     deactivated, their password changes, or they are deleted."""
-    from sessions_app.rights import still_granted
+    from sessions_app.access.rights import still_granted
 
     granted = (user.pk, user.password)
     assert still_granted(granted)

@@ -99,8 +99,8 @@ async def test_every_reply_waits_for_a_slow_reader_and_closes_it_4408(kind, fram
     more than AGENT_SEND_BUFFER_BYTES unread does not send it; past
     AGENT_SLOW_CONSUMER_SECONDS it is closed 4408 instead. A client that reads
     gets it at once."""
-    from sessions_app.consumers import SessionConsumer
-    from sessions_app.list_consumer import SessionListConsumer
+    from sessions_app.sockets.listing import SessionListConsumer
+    from sessions_app.sockets.session import SessionConsumer
 
     cls = SessionConsumer if kind == "session" else SessionListConsumer
     settings.AGENT_SEND_BUFFER_BYTES = 1000
@@ -201,7 +201,7 @@ async def test_client_chosen_close_codes_do_not_make_metric_series(
 
 def test_close_label_names_known_codes_only():
     """Known codes are their own label; anything else is ``other``."""
-    from sessions_app.metrics import close_label
+    from sessions_app.server.metrics import close_label
 
     assert close_label(4408) == "4408" and close_label(1012) == "1012"
     assert close_label(4998) == "other" and close_label(3000) == "other"
@@ -212,8 +212,8 @@ async def test_a_failing_push_closes_the_list_socket_1011_and_frees_its_place(mo
     """An exception in a list socket's handler (a database blip while a push
     is read) closes it 1011 (retryable) instead of ending the consumer
     without its cleanup: the dispatch guard is the base's, for both sockets."""
-    from sessions_app import list_consumer
-    from sessions_app.list_consumer import SessionListConsumer
+    from sessions_app.sockets import listing as list_consumer
+    from sessions_app.sockets.listing import SessionListConsumer
 
     async def broken(*args):
         raise ConnectionError("the database went away")
@@ -234,9 +234,9 @@ async def test_a_socket_whose_rights_ended_before_its_join_is_closed_4403(user, 
     4403."""
     from channels.db import database_sync_to_async
 
-    from sessions_app import socket_db
-    from sessions_app.list_consumer import SessionListConsumer, _snapshot
-    from sessions_app.services import create_session
+    from sessions_app.log.sessions import create_session
+    from sessions_app.sockets import queries as socket_db
+    from sessions_app.sockets.listing import SessionListConsumer, _snapshot
 
     session = await database_sync_to_async(create_session)(user)
     granted = (user.pk, user.password)

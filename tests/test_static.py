@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sessions_app.static import StaticFiles
+from sessions_app.server.static import StaticFiles
 
 
 async def _get(path: str, method: str = "GET", headers=()) -> tuple[int, dict, bytes]:

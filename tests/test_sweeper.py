@@ -8,12 +8,12 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app.events import read_events
+from sessions_app.fanout.presence import close_stale_connections, touch_connections
+from sessions_app.log.events import read_events
+from sessions_app.log.sessions import create_session
 from sessions_app.models import Connection, Run
-from sessions_app.presence import close_stale_connections, touch_connections
 from sessions_app.runtime import runs
 from sessions_app.runtime.sweeper import interrupt_expired
-from sessions_app.services import create_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

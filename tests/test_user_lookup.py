@@ -1,4 +1,4 @@
-"""``sessions_app.user_lookup``: the same user as Channels' ``get_user``, from
+"""``sessions_app.access.user_lookup``: the same user as Channels' ``get_user``, from
 plain reads, in every case a session cookie can be in."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from django.contrib.sessions.models import Session
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from sessions_app.user_lookup import SessionStore, lookup_user
+from sessions_app.access.user_lookup import SessionStore, lookup_user
 from tests.harness import session_cookie
 
 

@@ -1,6 +1,6 @@
 """PostgreSQL: ``sessions_append_many``, several appends in one statement.
 
-The group commit (``sessions_app/group_commit.py``) appends what a process's
+The group commit (``sessions_app/log/group_commit.py``) appends what a process's
 runs have waiting in one transaction. As one ``sessions_append`` per request
 that is a round trip per request with the batch's session rows locked between
 them; as this function it is one round trip for the batch. Each request is

@@ -26,14 +26,14 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from .. import protocol as p
-from ..events import RunGuard
-from ..exceptions import RunAborted, SessionGone
-from ..group_commit import append_event
-from ..identity import worker_id
-from ..models import ApprovalRequest, Event, Run
-from . import leases, runs
-from .base import AgentError, Parked, ToolOutcome
+from sessions_app.log.events import RunGuard
+from sessions_app.log.group_commit import append_event
+from sessions_app.models import ApprovalRequest, Event, Run
+from sessions_app.runtime import leases, runs
+from sessions_app.runtime.base import AgentError, Parked, ToolOutcome
+from sessions_app.server.identity import worker_id
+from sessions_app.wire import protocol as p
+from sessions_app.wire.errors import RunAborted, SessionGone
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class _Context:
 
 
 def _drive(run_id: str, worker: str) -> None:
-    from .agents import get_agent
+    from sessions_app.runtime.agents import get_agent
 
     run = Run.objects.filter(id=run_id).first()
     if run is None:  # deleted with its session since the claim
@@ -231,7 +231,7 @@ def _finish_error(run_id: str, worker: str, message: str) -> None:
 
 def _continue_gate(ctx: _Context, tool_call_id: str) -> ToolOutcome:
     """Run (or refuse) the gated tool call exactly once and log its result."""
-    from .tools import execute, workspace_for
+    from sessions_app.runtime.tools import execute, workspace_for
 
     approval = ApprovalRequest.objects.get(tool_call_id=tool_call_id)
     approved = approval.status == ApprovalRequest.Status.APPROVED

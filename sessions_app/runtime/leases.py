@@ -23,7 +23,7 @@ from django.db import close_old_connections
 from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 
-from ..models import Run
+from sessions_app.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ _keeper_lock = threading.Lock()
 def keeper() -> LeaseKeeper:
     """This process's lease keeper, started on first use."""
     global _keeper
-    from ..identity import worker_id
+    from sessions_app.server.identity import worker_id
 
     with _keeper_lock:
         if _keeper is None or not _keeper.is_alive():

@@ -32,13 +32,13 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from .. import fanout
-from .. import protocol as p
-from ..events import NewEvent, append_event, append_events
-from ..exceptions import AlreadyDecided, NotFound, NotPending, TooManyRuns
-from ..models import AgentSession, ApprovalRequest, Run, new_run_id
-from ..presence import request_presence
-from .leases import expires_in
+from sessions_app import fanout
+from sessions_app.fanout.presence import request_presence
+from sessions_app.log.events import NewEvent, append_event, append_events
+from sessions_app.models import AgentSession, ApprovalRequest, Run, new_run_id
+from sessions_app.runtime.leases import expires_in
+from sessions_app.wire import protocol as p
+from sessions_app.wire.errors import AlreadyDecided, NotFound, NotPending, TooManyRuns
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ from django.db import close_old_connections, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from .. import protocol as p
-from ..models import Connection, Run
-from ..presence import close_stale_connections
-from ..retention import apply_retention
-from . import runs
+from sessions_app.fanout.presence import close_stale_connections
+from sessions_app.log.retention import apply_retention
+from sessions_app.models import Connection, Run
+from sessions_app.runtime import runs
+from sessions_app.wire import protocol as p
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 from django_tasks import task, task_backends
 
-from .executor import execute_run
+from sessions_app.runtime.executor import execute_run
 
 
 @task()

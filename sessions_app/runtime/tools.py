@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
-from ..protocol import is_session_id
+from sessions_app.wire.protocol import is_session_id
 
 TOOLS = ("write_file", "terminal")
 

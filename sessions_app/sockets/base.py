@@ -41,13 +41,16 @@ from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from .. import fanout, metrics
-from .. import protocol as p
-from ..auth import user_of
-from ..logs import SocketLog
-from ..patches import PeerGone, send_buffer_probe
+from sessions_app import fanout
+from sessions_app.access.auth import user_of
+from sessions_app.server import metrics
+from sessions_app.server.logs import SocketLog
+from sessions_app.server.patches import PeerGone, send_buffer_probe
+from sessions_app.sockets.delivery import Phase, check_transition
+from sessions_app.wire import frames
+from sessions_app.wire import protocol as p
 
-log = logging.getLogger("sessions_app.consumers")
+log = logging.getLogger("sessions_app.sockets.session")
 
 # How long after its open a socket reads its user's rights once more (with a
 # tail check, the first that comes after this): after a reconnect storm, not
@@ -71,8 +74,32 @@ class AppSocket(AsyncWebsocketConsumer):
     session_id: str | None = None
     first_frame: str | None = None
     close_code: int | None = None
-    closing = False
     user = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The socket's one state field (``delivery.TRANSITIONS``); everything
+        # disconnect() undoes exists from the start, whatever the close interrupted.
+        self.phase = Phase.CONNECTING
+        self.groups_in: set[str] = set()
+        self.joining: list[asyncio.Future] = []
+        self.group_timer: asyncio.TimerHandle | None = None
+        self.renewing: asyncio.Future | None = None
+        self.counted_open = False
+        self.counted_user: int | None = None
+
+    @property
+    def closing(self) -> bool:
+        """Nothing more goes out: a close was sent, or the peer left."""
+        return self.phase is Phase.CLOSING
+
+    def to(self, phase: Phase) -> None:
+        """Move to ``phase``: a declared transition, or ``PhaseError``."""
+        if check_transition(self.phase, phase):
+            self.log.debug(
+                "connection %s: %s -> %s", self.connection_id, self.phase.value, phase.value
+            )
+            self.phase = phase
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -104,7 +131,7 @@ class AppSocket(AsyncWebsocketConsumer):
         except PeerGone:
             # The client closed while a reply was on its way: not an error; its
             # websocket.disconnect follows and cleans up.
-            self.closing = True
+            self.to(Phase.CLOSING)
         except Exception:
             # A database or layer failure in the handshake, a push or live
             # delivery: close (1011, retryable) ourselves, so disconnect()
@@ -114,12 +141,6 @@ class AppSocket(AsyncWebsocketConsumer):
             await self._close(p.CLOSE_INTERNAL_ERROR)
 
     async def connect(self) -> None:
-        self.closing = False
-        self.groups_in: set[str] = set()
-        self.joining: list[asyncio.Future] = []
-        self.group_timer: asyncio.TimerHandle | None = None
-        self.renewing: asyncio.Future | None = None
-        self.counted_user: int | None = None
         self.bucket = p.TokenBucket()
         self.send_buffer = send_buffer_probe(self.scope)
         await self.accept()
@@ -171,38 +192,39 @@ class AppSocket(AsyncWebsocketConsumer):
         self.rights_checked = False
         self.rights_due = asyncio.get_running_loop().time() + RIGHTS_READ_AFTER_SECONDS
         self._schedule_group_renewal()
+        if self.closing:
+            return
+        self.to(Phase.OPEN)
         await self.authenticated()
 
     async def authenticated(self) -> None:
         """The user is known and within the limits (overridden)."""
 
     async def disconnect(self, code: int) -> None:
-        self.closing = True
-        if getattr(self, "counted_open", False):
+        self.to(Phase.CLOSING)
+        if self.counted_open:
             self.counted_open = False
             metrics.SOCKETS_OPEN.dec()
             self.close_code = self.close_code or code
             metrics.CLOSES.labels(metrics.close_label(self.close_code)).inc()
             self.log.info("connection %s: closed %s", self.connection_id, self.close_code)
-        counted = getattr(self, "counted_user", None)
+        counted = self.counted_user
         if counted is not None:
             counts = type(self).open_per_user
             counts[counted] -= 1
             if not counts[counted]:
                 del counts[counted]
             self.counted_user = None
-        timer = getattr(self, "group_timer", None)
-        if timer is not None:
-            timer.cancel()
-        renewing = getattr(self, "renewing", None)
-        if renewing is not None:
-            renewing.cancel()
-            await _succeeded(renewing)  # a renewal half done is undone below
+        if self.group_timer is not None:
+            self.group_timer.cancel()
+        if self.renewing is not None:
+            self.renewing.cancel()
+            await _succeeded(self.renewing)  # a renewal half done is undone below
         await self.cleanup(code)
         # Each group on its own: one layer failure must not keep the others.
-        for joined in getattr(self, "joining", ()):
+        for joined in self.joining:
             await _succeeded(joined)
-        for group in list(getattr(self, "groups_in", ())):
+        for group in list(self.groups_in):
             try:
                 await self.channel_layer.group_discard(group, self.channel_name)
             except Exception:
@@ -219,7 +241,7 @@ class AppSocket(AsyncWebsocketConsumer):
     async def _close(self, code: int) -> None:
         if self.closing:
             return
-        self.closing = True
+        self.to(Phase.CLOSING)
         # Recorded as the socket's close code: the peer may never answer the
         # close frame (a client that stopped reading), and daphne then reports 1006.
         self.close_code = code
@@ -346,7 +368,7 @@ class AppSocket(AsyncWebsocketConsumer):
     async def _send(self, frame: dict[str, Any]) -> None:
         if self.closing:
             return
-        text = fanout.dumps(frame)
+        text = frames.dumps(frame)
         if not p.is_unicode(text):
             # Something echoed a lone surrogate: escape it (still valid JSON)
             # rather than fail in the server's UTF-8 encoder.

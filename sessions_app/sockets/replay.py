@@ -6,17 +6,25 @@ seq <= upto``: read in pages on the sockets' pool (``socket_db``), each frame
 under flow control, several to a ``batch`` message for a socket that batches,
 and with superseded stretches replaced by one ``compacted`` frame for a socket
 that compacts. A hole in the log closes the socket (1013) rather than being
-skipped. The class it is mixed into provides the socket: ``session_id``,
-``closing``, ``compact``, ``batching``, ``batch``, ``compacted_through``,
+skipped. What to send and in what order is the delivery core's
+(``delivery.Batcher``, ``contiguous``, ``interleave``); this class reads the
+pages and sends. The class it is mixed into provides the socket:
+``session_id``, ``closing``, ``compact``, ``batching``, ``compacted_through``,
 ``send``, ``_writable``, ``_close`` and ``log``.
 """
 
 from __future__ import annotations
 
-from .. import protocol as p
-from .. import socket_db as db
-from ..compaction import compacted_frame
-from ..fanout import dumps as _dumps
+from sessions_app.sockets import queries as db
+from sessions_app.sockets.delivery import (
+    Batcher,
+    Compacted,
+    LogHole,
+    Refill,
+    contiguous,
+    interleave,
+)
+from sessions_app.wire import protocol as p
 
 # A range this short is sent whole even to a socket that compacts: looking for
 # what it could skip would cost a query on a path (refills) that is usually
@@ -31,6 +39,8 @@ BATCH_MAX_CHARS = 256 * 1024
 class ReplaySender:
     """Sends logged ranges of one session to one socket (see the module)."""
 
+    batcher: Batcher | None = None
+
     async def _send_range(self, after: int, upto: int, first_page=None, plan=None) -> int:
         """Send the logged events ``after < seq <= upto``; returns the last seq
         sent (short of ``upto`` only if the socket closed meanwhile).
@@ -43,7 +53,7 @@ class ReplaySender:
             plan = await db.replay_plan(self.session_id, after, upto)
             first_page = None
         if self.batching:
-            self.batch, self.batch_chars = [], 0
+            self.batcher = Batcher(BATCH_MAX_FRAMES, BATCH_MAX_CHARS)
         try:
             if not plan:
                 return await self._send_frames(after, upto, first_page)
@@ -51,26 +61,21 @@ class ReplaySender:
         finally:
             # Before anything else goes out (a presence, a live event): order.
             await self._flush_batch()
-            self.batch = None
+            self.batcher = None
 
     async def _emit(self, text: str) -> None:
         """Send one replayed frame, or add it to the batch under way."""
-        if self.batch is None:
+        if self.batcher is None:
             await self.send(text_data=text)
             return
-        self.batch.append(text)
-        self.batch_chars += len(text)
-        if len(self.batch) >= BATCH_MAX_FRAMES or self.batch_chars >= BATCH_MAX_CHARS:
-            await self._flush_batch()
+        full = self.batcher.add(text)
+        if full is not None and not self.closing:
+            await self.send(text_data=full)
 
     async def _flush_batch(self) -> None:
-        """Send the batch under way as one ``batch`` message: the frames' own
-        texts joined, nothing parsed or serialised again."""
-        if not self.batch:
-            return
-        text = '{"type":"batch","frames":[' + ",".join(self.batch) + "]}"
-        self.batch, self.batch_chars = [], 0
-        if not self.closing:
+        """Send the batch under way as one ``batch`` message."""
+        text = self.batcher.flush() if self.batcher is not None else None
+        if text is not None and not self.closing:
             await self.send(text_data=text)
 
     async def _send_compacted(self, after: int, upto: int, plan, first_page=None) -> int:
@@ -79,7 +84,7 @@ class ReplaySender:
         superseded stretch) or the deltas that are kept, read as a range. A
         replay of a long finished session so costs a few queries, not one per
         stretch."""
-        skipped = {first: (last, run_id) for first, last, run_id in plan}
+        superseded = {first: (last, run_id) for first, last, run_id in plan}
         cursor = after
         page = first_page
         while cursor < upto and not self.closing:
@@ -87,24 +92,21 @@ class ReplaySender:
                 page = await db.skeleton_page(self.session_id, cursor, upto)
             if not page:  # deltas to the end (a run still streaming), or nothing
                 return await self._send_frames(cursor, upto)
-            for text, seq in page:
-                if seq > cursor + 1:
-                    stretch = skipped.get(cursor + 1)
-                    if stretch is not None and stretch[0] == seq - 1:
-                        if not await self._writable():
-                            return cursor
-                        frame = compacted_frame(self.session_id, cursor + 1, seq - 1, stretch[1])
-                        await self._emit(_dumps(frame))
-                        cursor = seq - 1
-                    else:
-                        await self._flush_batch()  # not held behind the read
-                        cursor = await self._send_frames(cursor, seq - 1)
-                        if cursor < seq - 1:
-                            return cursor
+            for step in interleave(cursor, page, superseded):
+                if isinstance(step, Refill):
+                    await self._flush_batch()  # not held behind the read
+                    cursor = await self._send_frames(step.after, step.upto)
+                    if cursor < step.upto:
+                        return cursor
+                    continue
                 if self.closing or not await self._writable():
                     return cursor
-                await self._emit(text)
-                cursor = seq
+                if isinstance(step, Compacted):
+                    await self._emit(step.text(self.session_id))
+                    cursor = step.last
+                else:
+                    await self._emit(step.text)
+                    cursor = step.seq
             page = None
             # Sent before the next read, not held behind it.
             await self._flush_batch()
@@ -132,18 +134,19 @@ class ReplaySender:
                     )
                     await self._close(p.CLOSE_TRY_AGAIN)
                 return cursor
-            for text, seq in page:
-                if seq != cursor + 1:
-                    # Purged under this replay (purge_events): never skip silently.
-                    # The client resumes and is told cursor_expired.
-                    self.log.warning(
-                        "connection %s: log purged under a replay at %s", self.connection_id, cursor
-                    )
-                    await self._close(p.CLOSE_TRY_AGAIN)
-                    return cursor
-                if self.closing or not await self._writable():
-                    return cursor
-                await self._emit(text)
-                cursor = seq
+            try:
+                for step in contiguous(cursor, page):
+                    if self.closing or not await self._writable():
+                        return cursor
+                    await self._emit(step.text)
+                    cursor = step.seq
+            except LogHole:
+                # Purged under this replay (purge_events): never skip silently.
+                # The client resumes and is told cursor_expired.
+                self.log.warning(
+                    "connection %s: log purged under a replay at %s", self.connection_id, cursor
+                )
+                await self._close(p.CLOSE_TRY_AGAIN)
+                return cursor
             await self._flush_batch()
         return cursor

@@ -7,7 +7,7 @@ the last live event (and every ``AGENT_TAIL_PROBE_SECONDS`` while idle) it
 reads the session's head once and refills up to it if it is behind. The
 first check at least ``RIGHTS_READ_AFTER_SECONDS`` after the open reads the
 user's rights in the same trip (``sockets.base``). The class it is mixed into
-provides the socket's state, ``_send_range`` and ``rights_*``. An epoch
+provides the socket's ``phase`` and ``sequencer``, ``_send_range`` and ``rights_*``. An epoch
 rotation seen with a head read closes the socket (``_rotated``).
 """
 
@@ -18,9 +18,10 @@ from typing import Any
 
 from django.conf import settings
 
-from .. import protocol as p
-from .. import socket_db as db
-from ..patches import PeerGone
+from sessions_app.server.patches import PeerGone
+from sessions_app.sockets import queries as db
+from sessions_app.sockets.delivery import Phase
+from sessions_app.wire import protocol as p
 
 
 class TailCheck:
@@ -42,7 +43,7 @@ class TailCheck:
             return
         settle = settings.AGENT_TAIL_SETTLE_SECONDS
         quiet = asyncio.get_running_loop().time() - self.last_live
-        if self.replaying or quiet < settle:
+        if self.phase is Phase.REPLAYING or quiet < settle:
             self._arm_tail_check(max(settle - quiet, 0.05))
             return
         if self.tail_task is None or self.tail_task.done():
@@ -60,21 +61,21 @@ class TailCheck:
             head = None
             if state is not None and not await self._rotated(state[1]):
                 head, self.compacted_through = state[0], state[2]
-            if head is not None and head > self.last_sent and not self.closing:
+            order = self.sequencer
+            if head is not None and head > order.last_sent and not self.closing:
                 async with self.send_lock:
-                    if head > self.last_sent:
+                    if head > order.last_sent:
                         self.log.info(
                             "connection %s: refilling %s..%s after a lost publication",
                             self.connection_id,
-                            self.last_sent + 1,
+                            order.last_sent + 1,
                             head,
                         )
-                        await self._send_range(self.last_sent, head)
-                        self.last_sent = max(self.last_sent, head)
+                        order.sent(await self._send_range(order.last_sent, head))
         except asyncio.CancelledError:
             raise
         except PeerGone:
-            self.closing = True
+            self.to(Phase.CLOSING)
         except Exception:
             self.log.exception("connection %s: tail check failed", self.connection_id)
         if not self.closing:

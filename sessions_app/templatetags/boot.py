@@ -3,7 +3,7 @@
 from django import template
 from django.utils.safestring import mark_safe
 
-from sessions_app.security import BOOT_JS
+from sessions_app.server.security import BOOT_JS
 
 register = template.Library()
 

@@ -1,6 +1,6 @@
 /**
  * Protocol constants, version 1, mirrored one-to-one from
- * sessions_app/protocol.py (same names, same values). Keep the two in step:
+ * sessions_app/wire/protocol.py (same names, same values). Keep the two in step:
  * tests compare them. Client-only tuning (timers, backoff) lives in the module
  * that uses it, not here.
  *

@@ -25,7 +25,7 @@ from typing import Any
 
 from playwright.sync_api import BrowserContext, Page, expect
 
-from sessions_app.events import read_events
+from sessions_app.log.events import read_events
 from sessions_app.models import AgentSession, Run
 
 TIMEOUT = 20_000  # ms, for DOM states that follow server work

@@ -6,7 +6,7 @@ Without options, the settings' ``AGENT_RETAIN_DELTAS_DAYS`` and
 
 from django.core.management.base import BaseCommand
 
-from sessions_app.retention import apply_retention
+from sessions_app.log.retention import apply_retention
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ Clients whose cursor points before what is kept get ``cursor_expired`` with
 
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions_app.events import PurgeError, purge_events
+from sessions_app.log.events import PurgeError, purge_events
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ drops its cache and reloads the session from the start, with a notice.
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_app import fanout
-from sessions_app.retention import rotate_epoch
+from sessions_app.log.retention import rotate_epoch
 
 
 class Command(BaseCommand):

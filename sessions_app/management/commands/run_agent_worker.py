@@ -28,11 +28,11 @@ from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from sessions_app import fanout
-from sessions_app.heap import freeze_startup_objects
-from sessions_app.identity import worker_id
 from sessions_app.runtime import executor
 from sessions_app.runtime.pool import run_pool
 from sessions_app.runtime.sweeper import Sweeper
+from sessions_app.server.heap import freeze_startup_objects
+from sessions_app.server.identity import worker_id
 
 log = logging.getLogger("sessions_app.worker")
 

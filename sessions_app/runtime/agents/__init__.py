@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from ..base import Agent
+from sessions_app.runtime.base import Agent
 
 _BUILTIN = {
     "scripted": "sessions_app.runtime.agents.scripted.ScriptedAgent",

@@ -21,10 +21,10 @@ from typing import Any
 
 from django.conf import settings
 
-from ..base import AgentError, RunContext, ToolOutcome
-from . import streaming
-from .openai import SYSTEM_PROMPT
-from .openai import TOOL_SCHEMAS as OPENAI_TOOL_SCHEMAS
+from sessions_app.runtime.agents import streaming
+from sessions_app.runtime.agents.openai import SYSTEM_PROMPT
+from sessions_app.runtime.agents.openai import TOOL_SCHEMAS as OPENAI_TOOL_SCHEMAS
+from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
 
 API_VERSION = "2023-06-01"
 # Model calls per run (the first plus one after each round of tools).

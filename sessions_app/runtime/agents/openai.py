@@ -22,8 +22,8 @@ from typing import Any
 
 from django.conf import settings
 
-from ..base import AgentError, RunContext, ToolOutcome
-from . import streaming
+from sessions_app.runtime.agents import streaming
+from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
 
 # Model calls per run (the first plus one after each round of tools).
 MAX_MODEL_CALLS = 8

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from ..base import AgentError, RunContext, ToolOutcome
+from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
 
 MAX_STREAM_N = 100_000
 MAX_STREAM_MS = 10_000

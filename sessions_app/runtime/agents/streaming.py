@@ -19,8 +19,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from ..base import AgentError, RunContext
-from ..tools import TOOLS, validate_args
+from sessions_app.runtime.base import AgentError, RunContext
+from sessions_app.runtime.tools import TOOLS, validate_args
 
 # Text fragments arriving within this long of the first buffered one go out
 # as one delta, so a fast model is not one event per token.

@@ -35,7 +35,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 
-from . import protocol
+from sessions_app.wire import protocol
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class DatabaseCollector:
     """Runs by status and gates waiting, read at each scrape."""
 
     def collect(self):
-        from .models import ApprovalRequest, Run
+        from sessions_app.models import ApprovalRequest, Run
 
         runs = GaugeMetricFamily("agent_runs", "Runs by status", labels=["status"])
         try:

@@ -22,9 +22,9 @@ from django.db import transaction
 from django.db.models import F, Min, Q
 from django.utils import timezone
 
-from . import fanout
-from .compaction import purge_superseded
-from .models import AgentSession, Connection, Run, new_epoch
+from sessions_app import fanout
+from sessions_app.log.compaction import purge_superseded
+from sessions_app.models import AgentSession, Connection, Run, new_epoch
 
 log = logging.getLogger(__name__)
 

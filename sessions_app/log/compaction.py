@@ -32,8 +32,8 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 
-from . import protocol as p
-from .models import AgentSession, Run
+from sessions_app.models import AgentSession, Run
+from sessions_app.wire import protocol as p
 
 # Kinds that may sit between a run's deltas and its message without ending
 # the segment: they belong to other runs (inputs queued meanwhile).
@@ -87,17 +87,6 @@ def compacted_plan(session_id: str, after: int, upto: int) -> list[Range]:
     if upto <= after:
         return []
     return superseded_ranges(read_skeleton(session_id, after, upto), after, upto)
-
-
-def compacted_frame(session_id: str, first: int, last: int, run_id: str) -> dict:
-    """The ``compacted`` frame standing for the superseded events ``first..last``."""
-    return {
-        "type": p.COMPACTED,
-        "session_id": session_id,
-        "from": first,
-        "to": last,
-        "run_id": run_id,
-    }
 
 
 def purge_superseded(session_id: str, finished_before: datetime, after: int = 0) -> int:

@@ -23,8 +23,8 @@ from datetime import timedelta
 from django.db import close_old_connections
 from django.utils import timezone
 
-from . import fanout
-from .models import AgentSession, Connection, Run
+from sessions_app import fanout
+from sessions_app.models import AgentSession, Connection, Run
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, transaction
 
-from .events import Event, NewEvent, RunGuard, append_batch, append_events
+from sessions_app.log.events import Event, NewEvent, RunGuard, append_batch, append_events
 
 # A batch holds its sessions' row locks until it commits: bounded, so a cancel
 # or a user's message never waits behind more than this many appends.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .consumers import SessionConsumer
-from .list_consumer import SessionListConsumer
+from sessions_app.sockets.listing import SessionListConsumer
+from sessions_app.sockets.session import SessionConsumer
 
 websocket_urlpatterns = [
     path("ws/sessions/", SessionConsumer.as_asgi()),

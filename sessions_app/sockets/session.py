@@ -12,7 +12,8 @@ keeps draining, so a long replay never overflows it). Live delivery then drops
 what is at or below the last sent seq and refills any hole from the log (a
 hole means a publication was lost or overtaken: seqs commit in order, so the
 missing events are already readable). In the steady state a live event costs
-no database query.
+no database query. Those decisions are the pure ``delivery.Sequencer``'s;
+this module carries them out.
 
 Flow control, limits and the socket's lifecycle are ``sockets.base.AppSocket``'s;
 sending logged ranges (pages, batches, compacted stretches) is
@@ -28,18 +29,20 @@ from typing import Any
 from django.conf import settings
 from django.utils.timezone import now
 
-from . import connection_rows as rows
-from . import fanout, metrics
-from . import protocol as p
-from . import socket_db as db
-from .exceptions import SessionError
-from .identity import worker_id
-from .models import new_connection_id
-from .patches import PeerGone
-from .rights import RightsRevoked
-from .sockets.base import AppSocket
-from .sockets.replay import ReplaySender
-from .sockets.tail import TailCheck
+from sessions_app import fanout
+from sessions_app.access.rights import RightsRevoked
+from sessions_app.models import new_connection_id
+from sessions_app.server import metrics
+from sessions_app.server.identity import worker_id
+from sessions_app.server.patches import PeerGone
+from sessions_app.sockets import queries as db
+from sessions_app.sockets import rows
+from sessions_app.sockets.base import AppSocket
+from sessions_app.sockets.delivery import Phase, Refill, Send, Sequencer
+from sessions_app.sockets.replay import ReplaySender
+from sessions_app.sockets.tail import TailCheck
+from sessions_app.wire import protocol as p
+from sessions_app.wire.errors import SessionError
 
 # Live events held in memory while a replay is sent; past this a socket that
 # replays slowly costs the log a read, not the server its memory.
@@ -52,29 +55,23 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
 
     async def connect(self) -> None:
         fanout.publisher.attach(asyncio.get_running_loop())
-        self.last_sent = 0
-        self.replaying = False
+        # The order of delivery: last sent seq, live events held during a replay.
+        self.sequencer = Sequencer(LIVE_BUFFER_LIMIT)
         self.replay_task: asyncio.Task | None = None
         # The handshake's "compact" feature: replays skip superseded stretches.
         self.compact = False
         # The handshake's "batch" feature: replayed frames go out several to a
         # message; ``batch`` holds those not sent yet (None: not batching).
         self.batching = False
-        self.batch: list[str] | None = None
-        self.batch_chars = 0
         # The epoch the handshake answered with (see _rotated).
         self.epoch: str | None = None
         # Retention deleted superseded deltas up to here (as last read): a
         # compacting replay from before it must skip, however short.
         self.compacted_through = 0
-        # Live events that arrive during a replay: the first LIVE_BUFFER_LIMIT
-        # kept, the highest seq always remembered (the rest is read from the log).
-        self.live_buffer: list[dict[str, Any]] = []
-        self.live_high = 0
         self.pending_presence: dict[str, Any] | None = None
         self.last_ack = 0
         # One sender at a time: live delivery, sync and the tail check all
-        # move last_sent, and the tail check runs outside the message loop.
+        # move the sequencer, and the tail check runs outside the message loop.
         self.send_lock = asyncio.Lock()
         self.tail_timer: asyncio.TimerHandle | None = None
         self.tail_task: asyncio.Task | None = None
@@ -291,7 +288,7 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
 
     def _attached(self, session_id: str, after: int) -> None:
         self.session_id = session_id
-        self.last_sent = after
+        self.sequencer.attach(after)
 
     async def _reject(self, rid: Any, session_id: Any, exc: p.Rejection) -> None:
         metrics.HANDSHAKES.labels(p.RESUME, exc.reason).inc()
@@ -377,31 +374,32 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
         async with self.send_lock:
             await self._send({"type": p.SYNC_OK, "request_id": rid, "after": after, "head": head})
             # The client asked for these, so they may repeat what it already has.
-            await self._send_range(after, head)
-            self.last_sent = max(self.last_sent, head)
+            self.sequencer.sent(await self._send_range(after, head))
 
     # --- outgoing events -------------------------------------------------
 
     def _begin_replay(self, after: int, head: int, first_page=None, plan=None) -> None:
-        self.replaying = True
+        if self.closing:
+            return  # closed while answering the handshake (a reader that stopped)
+        self.to(Phase.REPLAYING)
         self.replay_task = asyncio.ensure_future(self._replay(after, head, first_page, plan))
 
     async def _replay(self, after: int, head: int, first_page=None, plan=None) -> None:
         began = asyncio.get_running_loop().time()
         try:
-            await self._send_range(after, head, first_page, plan)
-            self.last_sent = max(self.last_sent, head)
+            self.sequencer.sent(await self._send_range(after, head, first_page, plan))
             # Live events that arrived meanwhile, in order, deduplicated; what
-            # did not fit in the buffer comes from the log.
-            while not self.closing and (self.live_buffer or self.live_high > self.last_sent):
-                buffered, self.live_buffer = self.live_buffer, []
-                for message in sorted(buffered, key=lambda m: m["seq"]):
-                    await self._deliver(message)
-                if self.live_high > self.last_sent and not self.closing:
-                    async with self.send_lock:
-                        sent = await self._send_range(self.last_sent, self.live_high)
-                        self.last_sent = max(self.last_sent, sent)
-            self.replaying = False
+            # did not fit in the buffer comes from the log. More may arrive
+            # while these go out: drained until none is held.
+            while not self.closing:
+                async with self.send_lock:
+                    steps = self.sequencer.drain()
+                    if not steps:
+                        break
+                    await self._carry_out(steps)
+            if self.closing:
+                return
+            self.to(Phase.LIVE)
             metrics.REPLAY_EVENTS.observe(head - after)
             metrics.REPLAY_SECONDS.observe(asyncio.get_running_loop().time() - began)
             self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
@@ -416,7 +414,7 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
         except asyncio.CancelledError:
             raise
         except PeerGone:
-            self.closing = True
+            self.to(Phase.CLOSING)
         except Exception:
             self.log.exception("connection %s: replay failed", self.connection_id)
             await self._close(p.CLOSE_INTERNAL_ERROR)
@@ -425,12 +423,10 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
         """A committed event published to the session's group."""
         if message.get("session_id") != self.session_id or self.session_id is None:
             return  # left over from a group this socket no longer follows
-        if self.replaying:
-            self.live_high = max(self.live_high, message["seq"])
-            if len(self.live_buffer) < LIVE_BUFFER_LIMIT:
-                self.live_buffer.append(message)
+        if self.phase is Phase.REPLAYING:
+            self.sequencer.hold(message["seq"], message["text"])
             return
-        await self._deliver(message)
+        await self._deliver(message["seq"], message["text"])
 
     async def session_events(self, message: dict[str, Any]) -> None:
         """Several committed events of the session, in seq order (a busy publisher
@@ -438,24 +434,32 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
         if message.get("session_id") != self.session_id or self.session_id is None:
             return
         for seq, text in message["events"]:
-            await self.session_event({"session_id": self.session_id, "seq": seq, "text": text})
+            if self.phase is Phase.REPLAYING:
+                self.sequencer.hold(seq, text)
+            else:
+                await self._deliver(seq, text)
 
-    async def _deliver(self, message: dict[str, Any]) -> None:
+    async def _deliver(self, seq: int, text: str) -> None:
         async with self.send_lock:
-            seq = message["seq"]
-            if seq <= self.last_sent or self.closing:
+            if self.closing:
                 return
-            if seq > self.last_sent + 1:
-                # A hole: a publication was lost (a full channel) or overtaken.
-                self.last_sent = await self._send_range(self.last_sent, seq - 1)
-                if self.closing:
-                    return
-            if not await self._writable():
-                return
-            await self.send(text_data=message["text"])
-            self.last_sent = seq
+            await self._carry_out(self.sequencer.live(seq, text))
         self.last_live = asyncio.get_running_loop().time()
         self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
+
+    async def _carry_out(self, steps: list[Send | Refill]) -> None:
+        """Send what the sequencer decided, in order; a refill that comes back
+        short (the socket closed) ends it. Under ``send_lock``."""
+        for step in steps:
+            if self.closing:
+                return
+            if isinstance(step, Refill):
+                self.sequencer.sent(await self._send_range(step.after, step.upto))
+                continue
+            if not await self._writable():
+                return
+            await self.send(text_data=step.text)
+            self.sequencer.sent(step.seq)
 
     async def session_presence(self, message: dict[str, Any]) -> None:
         if message.get("session_id") != self.session_id or self.session_id is None:
@@ -467,7 +471,7 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
             "running": message["running"],
             "head": message.get("head"),
         }
-        if self.replaying:
+        if self.phase is Phase.REPLAYING:
             self.pending_presence = frame
             return
         await self._send(frame)

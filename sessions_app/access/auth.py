@@ -41,8 +41,8 @@ from channels.sessions import CookieMiddleware
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 
-from .db_pool import reading_in_db_pool
-from .user_lookup import lookup_user, session_store_class
+from sessions_app.access.user_lookup import lookup_user, session_store_class
+from sessions_app.server.db_pool import reading_in_db_pool
 
 _get_user = reading_in_db_pool(lookup_user)
 
@@ -74,7 +74,7 @@ async def _shared_lookup(key: str, scope) -> object:
 
 
 # The scope key of a lookup the consumer awaits itself (``user_of``).
-_LOOKUP = "sessions_app.user_lookup"
+_LOOKUP = "sessions_app.access.user_lookup"
 
 
 async def user_of(scope):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from . import fanout
-from . import protocol as p
-from .events import append_event
-from .models import AgentSession
-from .protocol import is_session_id
+from sessions_app import fanout
+from sessions_app.log.events import append_event
+from sessions_app.models import AgentSession
+from sessions_app.wire import protocol as p
+from sessions_app.wire.protocol import is_session_id
 
 
 def create_session(owner, title: str = "") -> AgentSession:
@@ -43,7 +43,7 @@ def listed(sessions):
     recent first: ``pending_approvals`` and ``active_runs``."""
     from django.db.models import Count, Q
 
-    from .models import ApprovalRequest, Run
+    from sessions_app.models import ApprovalRequest, Run
 
     return sessions.annotate(
         pending_approvals=Count(

@@ -28,13 +28,14 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from . import fanout
-from . import protocol as p
-from .events import event_frame, read_events
-from .exceptions import SessionError
-from .models import AgentSession, ApprovalRequest, Run
-from .runtime import runs
-from .services import create_session
+from sessions_app import fanout
+from sessions_app.log.events import read_events
+from sessions_app.log.sessions import create_session
+from sessions_app.models import AgentSession, ApprovalRequest, Run
+from sessions_app.runtime import runs
+from sessions_app.wire import protocol as p
+from sessions_app.wire.errors import SessionError
+from sessions_app.wire.frames import event_frame
 
 MAX_PAGE = 1000
 

@@ -32,8 +32,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save, pre_save
 
-from . import fanout
-from .exceptions import SessionError
+from sessions_app import fanout
+from sessions_app.wire.errors import SessionError
 
 _WATCHED = {"is_active", "password"}
 

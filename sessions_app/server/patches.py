@@ -48,7 +48,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from . import protocol as p
+from sessions_app.server import metrics
+from sessions_app.wire import protocol as p
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,6 @@ failures: dict[str, str] = {}
 def report(name: str, problem: str, *, starting: bool = True) -> None:
     """A patch did not take hold: refuse to run (only while ``starting``: a
     server already serving cannot refuse), or say so loudly."""
-    from . import metrics
-
     failures[name] = problem
     message = (
         f"the {name} patch did not take hold: {problem} "
@@ -129,9 +128,15 @@ def check_versions() -> list[str]:
     return drift
 
 
-def install() -> None:
+def install(*, on_stop: Callable[[], None] = lambda: None, drain=None) -> None:
     """Under daphne: apply and check every patch. Elsewhere only the channel
-    layer's members are checked (they matter wherever Redis is the layer)."""
+    layer's members are checked (they matter wherever Redis is the layer).
+
+    ``on_stop`` runs first at a graceful stop (the ASGI module passes the
+    runtime's ``abort_all``) and ``drain``, a coroutine function, last, after
+    the sockets' goodbyes (the socket rows' ``flush``): this module knows the
+    servers it patches, not the app's stages above it."""
+    _stop_hooks[:] = [on_stop, drain]
     check_versions()
     check_channels_redis()
     check_in_memory_layer()
@@ -320,6 +325,7 @@ def _check_hltype() -> str | None:
 SHUTDOWN_DRAIN_SECONDS = 5.0
 
 _daphne_server = None  # daphne's Server, once it listens
+_stop_hooks: list = [lambda: None, None]  # set by install(): (on_stop, drain)
 
 
 def _install_graceful_stop() -> None:
@@ -422,18 +428,17 @@ def _install_graceful_stop() -> None:
 
     async def drain(sockets: list) -> None:
         try:
-            from . import connection_rows
-            from .runtime.executor import abort_all
-
+            on_stop, flush = _stop_hooks
             # The runs stop at once; only the sockets' goodbyes are waited for.
-            abort_all()
+            on_stop()
             loop = asyncio.get_running_loop()
             deadline = loop.time() + SHUTDOWN_DRAIN_SECONDS
             while loop.time() < deadline:
                 if all(settled(p) for p in sockets):
                     break
                 await asyncio.sleep(0.05)  # the clients' close answers, within a bound
-            await asyncio.wait_for(connection_rows.flush(), max(deadline - loop.time(), 0.5))
+            if flush is not None:
+                await asyncio.wait_for(flush(), max(deadline - loop.time(), 0.5))
         except Exception:
             log.exception("graceful close failed")
 

@@ -16,9 +16,9 @@ from django.utils.timesince import timesince
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from . import protocol as p
-from . import services
-from .models import AgentSession
+from sessions_app.log import sessions as services
+from sessions_app.models import AgentSession
+from sessions_app.wire import protocol as p
 
 
 @require_GET

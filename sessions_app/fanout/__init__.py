@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import threading
 import time
@@ -32,7 +31,8 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from . import metrics
+from sessions_app.server import metrics
+from sessions_app.wire import frames
 
 log = logging.getLogger(__name__)
 
@@ -219,11 +219,6 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 publisher = _Publisher()
 
 
-def dumps(frame: dict[str, Any]) -> str:
-    """A frame's wire text."""
-    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
-
-
 def publish_event(session_id: str, frame: dict[str, Any]) -> None:
     """Fan one committed event frame out to the session's sockets, serialised once."""
     publisher.publish(
@@ -232,7 +227,7 @@ def publish_event(session_id: str, frame: dict[str, Any]) -> None:
             "type": EVENT_MESSAGE,
             "session_id": session_id,
             "seq": frame["seq"],
-            "text": dumps(frame),
+            "text": frames.dumps(frame),
         },
     )
 

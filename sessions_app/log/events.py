@@ -17,16 +17,17 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import fanout, metrics
-from . import protocol as p
-from .exceptions import RunAborted, SessionGone
-from .models import AgentSession, Event
+from sessions_app import fanout
+from sessions_app.models import AgentSession, Event
+from sessions_app.server import metrics
+from sessions_app.wire import frames
+from sessions_app.wire import protocol as p
+from sessions_app.wire.errors import RunAborted, SessionGone
 
 _BUMP_HEAD = (
     "UPDATE sessions_app_agentsession SET head = head + %s, updated_at = %s "
@@ -57,23 +58,6 @@ class RunGuard:
 
     run_id: str
     worker: str
-
-
-def event_frame(event: Event) -> dict[str, Any]:
-    """The protocol's ``event`` frame for a stored event."""
-    return {
-        "type": "event",
-        "session_id": event.session_id,
-        "seq": event.seq,
-        "kind": event.kind,
-        "run_id": event.run_id,
-        "ts": _iso(event.created_at),
-        "data": event.data,
-    }
-
-
-def _iso(dt) -> str:
-    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def append_event(
@@ -190,12 +174,12 @@ def _appended(session_id: str, new: Sequence[NewEvent], head: int, now) -> list[
         )
         for i, item in enumerate(new)
     ]
-    frames = [event_frame(e) for e in events]
+    built = [frames.event_frame(e) for e in events]
     # In the caller's transaction: published when it commits. Outside one the
     # append has committed already, and this publishes at once.
     # Robust: a publication that fails (the server's loop closing at shutdown)
     # is logged, and never makes an append that committed look failed.
-    transaction.on_commit(lambda: _publish(session_id, frames), robust=True)
+    transaction.on_commit(lambda: _publish(session_id, built), robust=True)
     return events
 
 
@@ -254,8 +238,8 @@ def _append_python(session_id, new, payloads, now, guard) -> int:
     return row[0]
 
 
-def _publish(session_id: str, frames: Iterable[dict[str, Any]]) -> None:
-    for frame in frames:
+def _publish(session_id: str, built: Iterable[dict[str, Any]]) -> None:
+    for frame in built:
         fanout.publish_event(session_id, frame)
 
 
@@ -345,7 +329,7 @@ def read_frames(
     session_id: str, after: int, upto: int, limit: int, skeleton: bool = False
 ) -> list[tuple[str, int]]:
     """The ``event`` frames' texts (and seqs) of ``after < seq <= upto``, at most
-    ``limit``, in order: what ``event_frame`` gives for each, as wire text.
+    ``limit``, in order: what ``frames.event_frame`` gives for each, as wire text.
     ``skeleton``: only the events that are not deltas."""
     sql = _FRAMES_SQL.get((connection.vendor, skeleton))
     if sql is None:  # another database: through the ORM
@@ -353,28 +337,12 @@ def read_frames(
         if skeleton:
             qs = qs.exclude(kind=p.K_ASSISTANT_DELTA)
         events = list(qs.order_by("seq")[:limit])
-        return [(fanout.dumps(event_frame(e)), e.seq) for e in events]
+        return [(frames.dumps(frames.event_frame(e)), e.seq) for e in events]
     with connection.cursor() as cursor:
         cursor.execute(sql, [session_id, after, upto, limit])
         rows = cursor.fetchall()
-    head = '{"type":"event","session_id":' + json.dumps(session_id) + ',"seq":'
-    sqlite = connection.vendor == "sqlite"
-    quoted: dict[str | None, str] = {None: "null"}
-    out = []
-    for seq, kind, run_id, ts, data in rows:
-        if sqlite:  # the driver parses the column: a naive datetime, in UTC
-            ts = _iso(ts.replace(tzinfo=UTC))
-        for name in (kind, run_id):
-            if name not in quoted:
-                quoted[name] = json.dumps(name)
-        out.append(
-            (
-                f'{head}{seq},"kind":{quoted[kind]},"run_id":{quoted[run_id]},'
-                f'"ts":"{ts}","data":{data}}}',
-                seq,
-            )
-        )
-    return out
+    # sqlite's driver parses the timestamp column: a naive datetime, in UTC.
+    return frames.event_texts(session_id, rows, naive_utc=connection.vendor == "sqlite")
 
 
 def read_events(session_id: str, after: int, upto: int | None = None, limit: int | None = None):

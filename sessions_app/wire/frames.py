@@ -1,0 +1,85 @@
+"""Every frame the server builds, and their wire text: one place, no I/O.
+
+A frame is a dict until it leaves (``dumps``); the replay path never builds
+the dict at all: ``event_texts`` writes an ``event`` frame's text from a row's
+columns (the ``data`` column is already JSON text), and ``batch_text`` joins
+texts without parsing them again. A test holds ``event_texts`` to exactly
+what ``dumps(event_frame(...))`` gives.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sessions_app.wire import protocol as p
+
+
+def dumps(frame: dict[str, Any]) -> str:
+    """A frame's wire text: compact, UTF-8 as is."""
+    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+
+
+def iso(dt: datetime) -> str:
+    """A timestamp as the protocol writes it: UTC, milliseconds, ``Z``."""
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def event_frame(event: Any) -> dict[str, Any]:
+    """The protocol's ``event`` frame for a stored event (any object with the
+    ``Event`` model's fields)."""
+    return {
+        "type": p.EVENT,
+        "session_id": event.session_id,
+        "seq": event.seq,
+        "kind": event.kind,
+        "run_id": event.run_id,
+        "ts": iso(event.created_at),
+        "data": event.data,
+    }
+
+
+def event_texts(
+    session_id: str,
+    rows: Iterable[Sequence[Any]],
+    *,
+    naive_utc: bool = False,
+) -> list[tuple[str, int]]:
+    """``event`` frames' texts (with their seqs) from rows of ``(seq, kind,
+    run_id, ts, data)``, ``data`` already JSON text and ``ts`` already the
+    protocol's text, or (``naive_utc``) a naive datetime in UTC."""
+    head = '{"type":"event","session_id":' + json.dumps(session_id) + ',"seq":'
+    quoted: dict[str | None, str] = {None: "null"}
+    out = []
+    for seq, kind, run_id, ts, data in rows:
+        if naive_utc:
+            ts = iso(ts.replace(tzinfo=UTC))
+        for name in (kind, run_id):
+            if name not in quoted:
+                quoted[name] = json.dumps(name)
+        out.append(
+            (
+                f'{head}{seq},"kind":{quoted[kind]},"run_id":{quoted[run_id]},'
+                f'"ts":"{ts}","data":{data}}}',
+                seq,
+            )
+        )
+    return out
+
+
+def compacted_frame(session_id: str, first: int, last: int, run_id: str) -> dict[str, Any]:
+    """The ``compacted`` frame standing for the superseded events ``first..last``."""
+    return {
+        "type": p.COMPACTED,
+        "session_id": session_id,
+        "from": first,
+        "to": last,
+        "run_id": run_id,
+    }
+
+
+def batch_text(texts: Iterable[str]) -> str:
+    """A ``batch`` frame around frames already serialised: joined, not parsed."""
+    return '{"type":"' + p.BATCH + '","frames":[' + ",".join(texts) + "]}"
