@@ -6,7 +6,7 @@ from django.db import transaction
 
 from sessions_app import fanout
 from sessions_app.log.events import append_event
-from sessions_app.models import AgentSession
+from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.wire import protocol as p
 from sessions_app.wire.protocol import is_session_id
 
@@ -42,8 +42,6 @@ def listed(sessions):
     """``sessions`` (a queryset) with what a session list shows of each, most
     recent first: ``pending_approvals`` and ``active_runs``."""
     from django.db.models import Count, Q
-
-    from sessions_app.models import ApprovalRequest, Run
 
     return sessions.annotate(
         pending_approvals=Count(

@@ -21,6 +21,7 @@ from django_tasks.base import Task, TaskResult, TaskResultStatus
 from django_tasks.utils import get_random_id
 
 from sessions_app.runtime.pool import run_pool
+from sessions_app.runtime.sweeper import Sweeper, recover_at_startup
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,6 @@ def start_embedded_runtime() -> None:
         if _done:
             return
         _done = True
-    from sessions_app.runtime.sweeper import Sweeper, recover_at_startup
 
     recover_at_startup()
     Sweeper().start()

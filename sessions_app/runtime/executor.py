@@ -30,7 +30,9 @@ from sessions_app.log.events import RunGuard
 from sessions_app.log.group_commit import append_event
 from sessions_app.models import ApprovalRequest, Event, Run
 from sessions_app.runtime import leases, runs
+from sessions_app.runtime.agents import get_agent
 from sessions_app.runtime.base import AgentError, Parked, ToolOutcome
+from sessions_app.runtime.tools import execute, workspace_for
 from sessions_app.server.identity import worker_id
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted, SessionGone
@@ -181,7 +183,6 @@ class _Context:
 
 
 def _drive(run_id: str, worker: str) -> None:
-    from sessions_app.runtime.agents import get_agent
 
     run = Run.objects.filter(id=run_id).first()
     if run is None:  # deleted with its session since the claim
@@ -231,7 +232,6 @@ def _finish_error(run_id: str, worker: str, message: str) -> None:
 
 def _continue_gate(ctx: _Context, tool_call_id: str) -> ToolOutcome:
     """Run (or refuse) the gated tool call exactly once and log its result."""
-    from sessions_app.runtime.tools import execute, workspace_for
 
     approval = ApprovalRequest.objects.get(tool_call_id=tool_call_id)
     approved = approval.status == ApprovalRequest.Status.APPROVED

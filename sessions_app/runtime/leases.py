@@ -24,6 +24,7 @@ from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 
 from sessions_app.models import Run
+from sessions_app.server.identity import worker_id
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,6 @@ _keeper_lock = threading.Lock()
 def keeper() -> LeaseKeeper:
     """This process's lease keeper, started on first use."""
     global _keeper
-    from sessions_app.server.identity import worker_id
 
     with _keeper_lock:
         if _keeper is None or not _keeper.is_alive():

@@ -14,6 +14,11 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from sessions_app import fanout
+from sessions_app.fanout.presence import ConnectionToucher
+from sessions_app.runtime.embedded import start_embedded_runtime
+from sessions_app.runtime.sweeper import Sweeper
+from sessions_app.server.heap import freeze_startup_objects
+from sessions_app.server.identity import worker_id
 
 
 class RuntimeStarter:
@@ -40,20 +45,14 @@ class RuntimeStarter:
         fanout.publisher.attach(asyncio.get_running_loop())
         if not settings.AGENT_RUNTIME_AUTOSTART:
             return
-        from sessions_app.fanout.presence import ConnectionToucher
-        from sessions_app.server.identity import worker_id
 
         ConnectionToucher(worker_id()).start()
         if settings.AGENT_RUNNER == "embedded":
-            from sessions_app.runtime.embedded import start_embedded_runtime
-
             await database_sync_to_async(start_embedded_runtime)()
         else:
             # Workers sweep too; a server sweeping as well means a run whose
             # worker died is finished even when every worker is down.
-            from sessions_app.runtime.sweeper import Sweeper
 
             Sweeper().start()
-        from sessions_app.server.heap import freeze_startup_objects
 
         freeze_startup_objects()

@@ -35,6 +35,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 
+from sessions_app.models import ApprovalRequest, Run
 from sessions_app.wire import protocol
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,6 @@ class DatabaseCollector:
     """Runs by status and gates waiting, read at each scrape."""
 
     def collect(self):
-        from sessions_app.models import ApprovalRequest, Run
 
         runs = GaugeMetricFamily("agent_runs", "Runs by status", labels=["status"])
         try:

@@ -28,7 +28,9 @@ import contextlib
 from typing import Any
 
 from sessions_app import fanout
+from sessions_app.access.rights import still_granted
 from sessions_app.log.sessions import MAX_LISTED, session_summary, summaries
+from sessions_app.models import AgentSession
 from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.sockets.base import AppSocket
 from sessions_app.wire import protocol as p
@@ -37,8 +39,6 @@ from sessions_app.wire import protocol as p
 def _read_snapshot(user_id: int, granted: tuple[int, str] | None) -> tuple[list[dict], bool | None]:
     """The snapshot (one more than is shown: whether the list was cut short),
     and whether the user still has the rights the socket was let in with."""
-    from sessions_app.access.rights import still_granted
-    from sessions_app.models import AgentSession
 
     rows = summaries(AgentSession.objects.filter(owner_id=user_id), MAX_LISTED + 1)
     return rows, None if granted is None else still_granted(granted)

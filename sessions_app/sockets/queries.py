@@ -12,9 +12,14 @@ from typing import Any
 from django.db import connection
 
 from sessions_app.access.rights import require, still_granted
+from sessions_app.fanout.presence import presence_of, request_presence
 from sessions_app.log.compaction import compacted_plan
 from sessions_app.log.events import check_resume_cursor, read_frames
+from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession
+from sessions_app.runtime.runs import cancel as cancel_run
+from sessions_app.runtime.runs import decide as decide_gate
+from sessions_app.runtime.runs import submit_message
 from sessions_app.server.db_pool import in_db_pool, reading_in_db_pool
 from sessions_app.wire import protocol as p
 
@@ -33,7 +38,6 @@ _RESUME_ROW = (
 @in_db_pool
 def start_session(user, start: p.Start) -> dict[str, Any]:
     """Create the session a ``start`` asks for."""
-    from sessions_app.log.sessions import create_session
 
     session = create_session(user, start.title)
     return {"id": session.id, "epoch": session.epoch, "head": session.head}
@@ -116,7 +120,6 @@ def tail_state(
 
 @in_db_pool
 def submit(session_id: str, send: p.Send, granted: tuple[int, str]):
-    from sessions_app.runtime.runs import submit_message
 
     require(granted)
     return submit_message(session_id, send.client_message_id, send.text)
@@ -124,7 +127,6 @@ def submit(session_id: str, send: p.Send, granted: tuple[int, str]):
 
 @in_db_pool
 def decide(session_id: str, decide: p.Decide, username: str, granted: tuple[int, str]) -> None:
-    from sessions_app.runtime.runs import decide as decide_gate
 
     require(granted)
     decide_gate(decide.approval_id, decide.decision, username, session_id=session_id)
@@ -132,7 +134,6 @@ def decide(session_id: str, decide: p.Decide, username: str, granted: tuple[int,
 
 @in_db_pool
 def cancel(session_id: str, run_id: str, username: str, granted: tuple[int, str]) -> None:
-    from sessions_app.runtime.runs import cancel as cancel_run
 
     require(granted)
     cancel_run(run_id, username, session_id=session_id)
@@ -142,7 +143,6 @@ def cancel(session_id: str, run_id: str, username: str, granted: tuple[int, str]
 def presence(session_id: str) -> dict[str, Any] | None:
     """The presence for a socket that just caught up; the other sockets of the
     session get theirs coalesced with other joins and leaves."""
-    from sessions_app.fanout.presence import presence_of, request_presence
 
     request_presence(session_id)
     return presence_of(session_id)

@@ -29,6 +29,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from sessions_app.fanout.presence import request_presence
+from sessions_app.models import Connection
 from sessions_app.server.db_pool import in_db_pool
 from sessions_app.wire import protocol as p
 
@@ -62,7 +64,6 @@ def _apply(writes: list[_Write]) -> None:
     """Write ``writes`` in order (in the caller's transaction): inserts first,
     each with its updates and close of this batch folded in, then the updates
     and closes of rows inserted by earlier batches."""
-    from sessions_app.models import Connection
 
     inserts: dict[str, dict[str, Any]] = {}
     rest: list[_Write] = []
@@ -88,7 +89,6 @@ def _apply(writes: list[_Write]) -> None:
 def _write_batch(writes: list[_Write]) -> list[BaseException | None]:
     """Write a batch in one transaction; if that fails, each write alone.
     Returns each write's error (None: written)."""
-    from sessions_app.fanout.presence import request_presence
 
     try:
         with transaction.atomic():

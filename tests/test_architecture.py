@@ -1,0 +1,81 @@
+"""The house's shape (docs/architecture.md), held by tests: the package root
+stays small, modules stay short, and no module imports itself back through
+others, function-level imports included (import-linter's layer contract,
+run by ./scripts/test, keeps the stages' order)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "sessions_app"
+
+
+def test_the_package_root_keeps_only_entry_points():
+    """At most 10 modules at sessions_app's root; every stage is a subpackage."""
+    modules = sorted(p.name for p in APP.glob("*.py"))
+    assert len(modules) <= 10, modules
+    for stage in ("wire", "log", "fanout", "access", "sockets", "runtime", "server", "web"):
+        assert (APP / stage / "__init__.py").is_file(), stage
+
+
+def test_no_source_file_is_longer_than_500_lines():
+    """No Python or JavaScript source of the project (migrations and vendored
+    code aside) runs past 500 lines."""
+    long = []
+    for pattern in ("sessions_app/**/*.py", "agentsite/**/*.py", "static/js/**/*.js"):
+        for path in ROOT.glob(pattern):
+            if "migrations" in path.parts or "vendor" in path.parts:
+                continue
+            lines = path.read_text().count("\n")
+            if lines > 500:
+                long.append((str(path.relative_to(ROOT)), lines))
+    assert long == []
+
+
+def test_no_import_cycle():
+    """No chain of imports (function-level ones too) leads from a module of
+    the app back to itself."""
+    graph = grimp.build_graph("sessions_app")
+    edges = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
+    cycles = _cycles(edges)
+    assert cycles == []
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in edges.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
