@@ -5,7 +5,7 @@
  * @module app
  */
 
-import { Failpoints, hooksEnabled, installTestHooks } from "./hooks.js";
+import { Failpoints, hooksEnabled, installTestHooks, wrapFailpoints } from "./hooks.js";
 import { attachRename } from "./rename.js";
 import { SessionClient } from "./session.js";
 import { attachBrowserSignals, Connection, socketUrl } from "./socket.js";
@@ -47,14 +47,16 @@ export function startSessionPage() {
     tabId,
     store,
     view,
-    hooks: failpoints,
     createConnection: (handlers) => {
       const conn = new Connection({ url: socketUrl(window.location), handlers });
       detachSignals = attachBrowserSignals(conn, window, document);
       return conn;
     },
   });
-  if (failpoints) installTestHooks(window, client, failpoints);
+  if (failpoints) {
+    wrapFailpoints(client, failpoints);
+    installTestHooks(window, client, failpoints);
+  }
 
   // --- composer -------------------------------------------------------------------
   const composer = view.el.composer;

@@ -12,7 +12,7 @@
  */
 
 import * as P from "./constants.js";
-import { realTimers } from "./socket.js";
+import { realTimers } from "./timers.js";
 
 /**
  * Applies events (and skipped stretches) in seq order, exactly once each.

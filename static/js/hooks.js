@@ -1,7 +1,9 @@
 /**
  * Fault injection for browser tests. Installed only when the page's body has
  * data-test-hooks="1" (rendered only when settings.AGENT_TEST_HOOKS is on);
- * otherwise nothing here runs and `window.__test` does not exist.
+ * otherwise nothing here runs, `window.__test` does not exist, and the client
+ * has no failpoint to consult: they are wrapped around its methods
+ * (`wrapFailpoints`) only when hooks are on, so they cost nothing otherwise.
  *
  * window.__test:
  *   dropSocket()      close the current socket as if the network dropped;
@@ -25,7 +27,7 @@
 
 export const FAILPOINTS = ["after-receive", "after-render", "after-send"];
 
-/** One-shot failpoints that SessionClient consults (`take`). */
+/** One-shot failpoints, armed by tests and taken by the wrappers below. */
 export class Failpoints {
   constructor() {
     this._armed = new Set();
@@ -64,10 +66,43 @@ export function hooksEnabled(doc) {
 }
 
 /**
+ * Put the failpoints around `client`'s steps: each fires once when armed.
+ *
+ * - "after-receive": an event frame arrives; the socket drops before it is applied
+ * - "after-render": an event is shown and the cursor moved; the socket drops before the ack
+ * - "after-send": an input's `send` was written; the socket drops before its send_ok
+ * @param {import("./session.js").SessionClient} client
+ * @param {Failpoints} failpoints
+ */
+export function wrapFailpoints(client, failpoints) {
+  const onEvent = client._onEvent.bind(client);
+  client._onEvent = (frame) => {
+    if (client._following && failpoints.take("after-receive")) {
+      client.conn.drop("test failpoint after-receive");
+      return;
+    }
+    onEvent(frame);
+  };
+  const rendered = client._rendered.bind(client);
+  client._rendered = (seq) => {
+    if (failpoints.take("after-render")) {
+      client.conn.drop("test failpoint after-render");
+      return;
+    }
+    rendered(seq);
+  };
+  const written = client.outbox.written.bind(client.outbox);
+  client.outbox.written = (entry) => {
+    written(entry);
+    if (failpoints.take("after-send")) client.conn.drop("test failpoint after-send");
+  };
+}
+
+/**
  * Expose window.__test for `client`.
  * @param {Window} win
  * @param {import("./session.js").SessionClient} client
- * @param {Failpoints} failpoints the object passed to the client as `hooks`
+ * @param {Failpoints} failpoints the ones `wrapFailpoints` put around it
  */
 export function installTestHooks(win, client, failpoints) {
   const api = {

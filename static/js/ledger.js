@@ -16,7 +16,7 @@
  * @module ledger
  */
 
-import { randomId } from "./store.js";
+import { randomId } from "./timers.js";
 
 export const PREPARED = "prepared";
 export const SENT = "sent";

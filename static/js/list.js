@@ -7,8 +7,8 @@
  * @module list
  */
 
+import { h } from "./dom.js";
 import { attachBrowserSignals, Connection, socketUrl } from "./socket.js";
-import { h } from "./ui.js";
 
 /** How often "last activity" is written again. */
 export const RELATIVE_TIME_MS = 30_000;
@@ -143,7 +143,7 @@ export function startListPage() {
     url: socketUrl(window.location, "/ws/list/"),
     handlers: {
       onFrame: (frame) => {
-        conn.setReady(true);
+        conn.setReady();
         list.apply(frame);
       },
     },

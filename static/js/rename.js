@@ -7,7 +7,7 @@
  */
 
 import * as P from "./constants.js";
-import { h } from "./ui.js";
+import { h } from "./dom.js";
 
 /**
  * The CSRF token Django set in its cookie (for the API's session auth).

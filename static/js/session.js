@@ -3,17 +3,21 @@
  * events get from the socket into the display, in order, exactly once.
  *
  * - `SessionClient`: the handshake (`resume` after the cursor), the replay,
- *   the send ledger, approvals, cancel, rejections, persistence. The cursor
- *   and acks are apply.js's `ApplyLoop` and `Acker`.
+ *   rejections, persistence. The cursor and acks are apply.js's `ApplyLoop`
+ *   and `Acker`; what the tab sends (inputs, decisions, cancels, one `Push`
+ *   each) is outbox.js's `Outbox`.
  *
- * Its connection state is one field, `state`, set only by `_setState`:
+ * Its connection state is one field, `state`, written only by `_setState`,
+ * which refuses any move `TRANSITIONS` does not declare:
  *
  *   connecting   -> resuming     a socket opened: the `resume` is sent
  *   resuming     -> replaying    `resume_ok`: the events up to its head follow
- *   replaying    -> live         the cursor reached that head (at once if it was there)
+ *   resuming     -> live         `resume_ok` with nothing to replay
+ *   replaying    -> live         the cursor reached that head
  *   any          -> reconnecting the socket closed (the transport retries)
- *   resuming     -> rejected     `resume_rejected` this tab cannot recover from,
+ *   any          -> rejected     `resume_rejected` this tab cannot recover from,
  *                                or a close that is final (4400, 4401)
+ *   any          -> connecting   reloadFromZero(): the cache dropped, a new socket
  *
  * `epoch_mismatch` and `cursor_expired` are recovered from, on the same
  * socket, with a notice: the cache is dropped and the session reloaded from
@@ -28,66 +32,28 @@
 import { Acker, ApplyLoop, compactedItem } from "./apply.js";
 import * as P from "./constants.js";
 import { Ledger } from "./ledger.js";
-import { realTimers } from "./socket.js";
-import { activeRun, applyCompacted, applyEvent, emptyModel, hasUserMessage, isModel } from "./transcript.js";
+import { Outbox } from "./outbox.js";
+import { Persister } from "./store.js";
+import { checkTransition, realTimers } from "./timers.js";
+import { activeRun, applyCompacted, applyEvent, emptyModel, isModel } from "./transcript.js";
+import { completeView, NULL_VIEW, REASON_NOT_AUTHENTICATED, REASON_PROTOCOL_VIOLATION, STATE, shownState, snapshotOf } from "./view.js";
 
-/** Connection states shown to the person (and in `data-state`). */
-export const STATE = Object.freeze({
-  CONNECTING: "connecting",
-  RESUMING: "resuming",
-  REPLAYING: "replaying",
-  LIVE: "live",
-  RECONNECTING: "reconnecting",
-  REJECTED: "rejected",
+export { NULL_VIEW, REASON_NOT_AUTHENTICATED, REASON_PROTOCOL_VIOLATION, STATE, shownState };
+
+const S = STATE;
+/** From each state, the states it may move to (see the module's comment). */
+export const TRANSITIONS = Object.freeze({
+  [S.CONNECTING]: [S.RESUMING, S.RECONNECTING, S.REJECTED],
+  [S.RESUMING]: [S.REPLAYING, S.LIVE, S.RECONNECTING, S.REJECTED, S.CONNECTING],
+  [S.REPLAYING]: [S.LIVE, S.RECONNECTING, S.REJECTED, S.CONNECTING],
+  [S.LIVE]: [S.RECONNECTING, S.REJECTED, S.CONNECTING],
+  [S.RECONNECTING]: [S.RESUMING, S.REJECTED, S.CONNECTING],
+  [S.REJECTED]: [S.CONNECTING],
 });
 
-/** `data-reason` values for fatal closes (resume rejections use the protocol's reasons). */
-export const REASON_NOT_AUTHENTICATED = "not_authenticated";
-/** How long after an `internal_error` a send, decide or cancel goes again. */
-export const RETRY_AFTER_INTERNAL_ERROR_MS = 1000;
-export const REASON_PROTOCOL_VIOLATION = "protocol_violation";
 /** What the person is told when the tab rebuilt its transcript from the server. */
 export const NOTICE_EPOCH_RELOAD = "This session's history was rebuilt on the server: this tab reloaded it from the start.";
 export const NOTICE_EXPIRED_RELOAD = "The server no longer keeps the start of this session: this tab shows what it still has.";
-
-/**
- * The state the display shows: "replaying" is shown as "resuming" (the DOM's
- * `data-state` values are resuming until live, as they always were).
- * @param {string} state
- * @returns {string}
- */
-export function shownState(state) {
-  return state === STATE.REPLAYING ? STATE.RESUMING : state;
-}
-
-/**
- * A view that ignores everything; the interface `SessionClient` drives.
- * @type {object}
- */
-export const NULL_VIEW = {
-  reset(_model, _cursor) {},
-  applyChanges(_changes, _model) {},
-  setCursor(_cursor) {},
-  flush() {},
-  setLedger(_entries, _model) {},
-  setConnection(_state, _detail) {},
-  setPresence(_presence) {},
-  setBusy(_kind, _id, _busy) {},
-  notify(_message, _level) {},
-};
-
-/**
- * A view with every method of NULL_VIEW: the given object's where it has one.
- * @param {object} view
- * @returns {object}
- */
-function completeView(view) {
-  const out = {};
-  for (const name of Object.keys(NULL_VIEW)) {
-    out[name] = view && typeof view[name] === "function" ? view[name].bind(view) : NULL_VIEW[name];
-  }
-  return out;
-}
 
 /**
  * One tab's view of one session: the cursor and transcript (restored from the
@@ -103,18 +69,15 @@ export class SessionClient {
    * @param {object} [options.view] see NULL_VIEW for the interface
    * @param {typeof realTimers} [options.timers]
    * @param {() => number} [options.now]
-   * @param {{take: (name: string) => boolean}|null} [options.hooks] test failpoints
    * @param {number} [options.persistDelayMs=250]
    */
-  constructor({ sessionId, tabId, store, createConnection, view = NULL_VIEW, timers = realTimers, now = Date.now, hooks = null, persistDelayMs = 250 }) {
+  constructor({ sessionId, tabId, store, createConnection, view = NULL_VIEW, timers = realTimers, now = Date.now, persistDelayMs = 250 }) {
     this.sessionId = sessionId;
     this.tabId = tabId;
     this.store = store;
     this.view = completeView(view);
     this.timers = timers;
     this.now = now;
-    this.hooks = hooks;
-    this.persistDelayMs = persistDelayMs;
 
     const cached = store.load(sessionId);
     const usable = cached && isModel(cached.model);
@@ -130,10 +93,7 @@ export class SessionClient {
     this.loop = new ApplyLoop({
       cursor: usable ? cached.cursor : 0,
       apply: (ev) => this._applyEvent(ev),
-      send: (frame) => {
-        this.requests.set(frame.request_id, { type: P.SYNC, id: null });
-        this._send(frame);
-      },
+      send: (frame) => this.outbox.sync(frame),
       onCommit: (seq, ev) => this._onCommit(seq, ev),
       now,
       requestId: () => this._requestId(),
@@ -153,17 +113,24 @@ export class SessionClient {
     this.lastResumeAfter = null;
     this.firstReplayedSeq = null;
     this.resumeRequestId = null;
-    /** request_id -> {type, id} for replies and errors */
-    this.requests = new Map();
-    /** client_message_ids written on the current socket */
-    this.sentOnSocket = new Set();
-    /** decide / cancel commands not yet answered, by "type:id" (re-sent after a resume) */
-    this.commands = new Map();
-    /** approval ids / run ids with a decide / cancel in flight */
-    this.busy = { approval: new Set(), cancel: new Set() };
-    this._persistTimer = null;
+    this.outbox = new Outbox({
+      send: (frame, onWritten) => this._send(frame, onWritten),
+      requestId: () => this._requestId(),
+      live: () => this.state === STATE.LIVE && this.conn.isOpen,
+      ledger: this.ledger,
+      view: this.view,
+      model: () => this.model,
+      onSyncError: () => this.loop.onSyncError(),
+      timers,
+    });
+    this.persister = new Persister({
+      store,
+      sessionId,
+      timers,
+      delayMs: persistDelayMs,
+      snapshot: () => (this.loop.cursor === 0 && !this.epoch ? null : { epoch: this.epoch, cursor: this.loop.cursor, model: this.model }),
+    });
     this._tickTimer = null;
-    this._retryTimer = null;
 
     this.conn = createConnection({
       onOpen: () => this._onOpen(),
@@ -176,8 +143,9 @@ export class SessionClient {
       },
     });
 
+    this.view.attach(this);
     this.view.reset(this.model, this.loop.cursor);
-    this._pruneLedger();
+    this.outbox.pruneLedger();
     this.view.setLedger(this.ledger.entries(), this.model);
     this.view.setConnection(shownState(this.state), this.stateDetail);
   }
@@ -185,6 +153,21 @@ export class SessionClient {
   /** @returns {number} the committed cursor */
   get cursor() {
     return this.loop.cursor;
+  }
+
+  /** @returns {boolean} whether commands may go (the view reads this) */
+  get isLive() {
+    return this.state === STATE.LIVE;
+  }
+
+  /**
+   * Whether a decide ("approval") or cancel for `id` is in flight (the view reads this).
+   * @param {"approval"|"cancel"} kind
+   * @param {string} id
+   * @returns {boolean}
+   */
+  isBusy(kind, id) {
+    return this.outbox.isBusy(kind, id);
   }
 
   /** Open the first socket and start the periodic checks. */
@@ -213,8 +196,9 @@ export class SessionClient {
     });
   }
 
-  /** THE writer of `state` (see the module's comment for the transitions). */
+  /** THE writer of `state` (see TRANSITIONS): a new detail alone is reported too. */
   _setState(state, detail = {}) {
+    checkTransition(TRANSITIONS, this.state, state, "session");
     // Resuming and replaying look the same: the display hears of it once.
     const quiet = this.state === STATE.RESUMING && state === STATE.REPLAYING;
     this.state = state;
@@ -232,9 +216,7 @@ export class SessionClient {
     this.replayHead = null;
     this.loop.reset();
     this.acker.reset();
-    this.requests.clear();
-    this.sentOnSocket.clear();
-    this._clearBusy();
+    this.outbox.detach();
   }
 
   /** Send the handshake: resume after the committed cursor, offering compaction and batches. */
@@ -298,13 +280,13 @@ export class SessionClient {
         }
         return;
       case P.SEND_OK:
-        return this._onSendOk(frame);
+        return this.outbox.sendOk(frame);
       case P.DECIDE_OK:
       case P.CANCEL_OK:
-        this._commandAnswered(frame.request_id);
+        this.outbox.answered(frame.request_id);
         return; // the card or run changes with its approval.decided / run.finished event
       case P.SYNC_OK:
-        this.requests.delete(frame.request_id);
+        this.outbox.answered(frame.request_id);
         return this.loop.onSyncOk(frame);
       case P.PRESENCE: {
         if (frame.session_id && frame.session_id !== this.sessionId) return;
@@ -317,7 +299,7 @@ export class SessionClient {
         return this.view.setPresence(this.presence);
       }
       case P.ERROR:
-        return this._onError(frame);
+        return this.outbox.error(frame);
       default:
         return; // pong and unknown frame types: nothing to do
     }
@@ -327,7 +309,7 @@ export class SessionClient {
     if (this.state !== STATE.RESUMING) return;
     if (frame.session_id && frame.session_id !== this.sessionId) return;
     this.presenceHead = null; // a new socket: its presence frames start afresh
-    this.conn.setReady(true);
+    this.conn.setReady();
     if (typeof frame.epoch === "string" && frame.epoch) this.epoch = frame.epoch;
     this.replayHead = Number.isInteger(frame.head) ? frame.head : this.loop.cursor;
     this.persistNow();
@@ -381,8 +363,8 @@ export class SessionClient {
   _goLive() {
     this._setState(STATE.LIVE, {});
     this.view.flush();
-    this._flushLedger();
-    this._flushCommands();
+    this.outbox.flushLedger();
+    this.outbox.flushCommands();
   }
 
   // --- events ------------------------------------------------------------------
@@ -391,10 +373,6 @@ export class SessionClient {
     if (!this._following) return;
     if (frame.session_id && frame.session_id !== this.sessionId) return;
     if (this.firstReplayedSeq === null) this.firstReplayedSeq = frame.seq;
-    if (this.hooks?.take("after-receive")) {
-      this.conn.drop("test failpoint after-receive");
-      return;
-    }
     this.loop.receive(frame);
   }
 
@@ -419,14 +397,12 @@ export class SessionClient {
     const d = ev.data || {};
     if (ev.kind === P.K_USER_MESSAGE && d.client_message_id) {
       this.ledger.confirm(d.client_message_id, { seq: ev.seq, run_id: ev.run_id });
-      this._pruneLedger();
+      this.outbox.pruneLedger();
       this.view.setLedger(this.ledger.entries(), this.model);
     } else if (ev.kind === P.K_APPROVAL_DECIDED && d.approval_id) {
-      this.commands.delete(`${P.DECIDE}:${d.approval_id}`);
-      this._setBusy("approval", d.approval_id, false);
+      this.outbox.settle(P.DECIDE, d.approval_id);
     } else if (ev.kind === P.K_RUN_FINISHED && ev.run_id) {
-      this.commands.delete(`${P.CANCEL}:${ev.run_id}`);
-      this._setBusy("cancel", ev.run_id, false);
+      this.outbox.settle(P.CANCEL, ev.run_id);
     }
   }
 
@@ -435,23 +411,14 @@ export class SessionClient {
     // Live events are few: each is shown at once. A replay's are rendered
     // once per animation frame (see ui.js flush).
     if (this.state === STATE.LIVE) this.view.flush();
-    if (this.hooks?.take("after-render")) {
-      this.conn.drop("test failpoint after-render");
-      return;
-    }
-    this.acker.note(seq);
-    this._persistSoon();
-    if (this.state === STATE.REPLAYING && seq >= this.replayHead) this._goLive();
+    this._rendered(seq);
   }
 
-  // --- persistence ---------------------------------------------------------------
-
-  _persistSoon() {
-    if (this._persistTimer !== null) return;
-    this._persistTimer = this.timers.setTimeout(() => {
-      this._persistTimer = null;
-      this.persistNow();
-    }, this.persistDelayMs);
+  /** The event at `seq` is shown: ack it, store it (test failpoints wrap this). */
+  _rendered(seq) {
+    this.acker.note(seq);
+    this.persister.soon();
+    if (this.state === STATE.REPLAYING && seq >= this.replayHead) this._goLive();
   }
 
   /**
@@ -459,29 +426,10 @@ export class SessionClient {
    * write: see SessionStore.commit). Safe to call at any time between events.
    */
   persistNow() {
-    if (this._persistTimer !== null) this.timers.clearTimeout(this._persistTimer);
-    this._persistTimer = null;
-    if (this.loop.cursor === 0 && !this.epoch) return;
-    this.store.commit(this.sessionId, { epoch: this.epoch, cursor: this.loop.cursor, model: this.model });
+    this.persister.now();
   }
 
-  // --- sending -------------------------------------------------------------------
-
-  /**
-   * Why `text` cannot be sent, or null.
-   * @param {string} text
-   * @returns {string|null}
-   */
-  static validate(text) {
-    if (typeof text !== "string" || !text.trim()) return "Type a message first.";
-    if (text.length > P.MAX_TEXT_CHARS)
-      return `Messages are limited to ${P.MAX_TEXT_CHARS.toLocaleString("en-US")} characters (this one has ${text.length.toLocaleString("en-US")}).`;
-    const frameBytes = new TextEncoder().encode(
-      JSON.stringify({ type: P.SEND, request_id: "r0000000000", client_message_id: "m-00000000-0000-0000-0000-000000000000", text }),
-    ).length;
-    if (frameBytes > P.MAX_FRAME_BYTES - 256) return "This message is too large to send.";
-    return null;
-  }
+  // --- what the person does --------------------------------------------------------
 
   /**
    * A new user input: recorded in the ledger (and stored) before anything is
@@ -491,41 +439,7 @@ export class SessionClient {
    */
   submit(text) {
     if (this.state === STATE.REJECTED) return { ok: false, error: "This session is not connected." };
-    const problem = SessionClient.validate(text);
-    if (problem) return { ok: false, error: problem };
-    const entry = this.ledger.prepare(text);
-    this.view.setLedger(this.ledger.entries(), this.model);
-    this._flushLedger();
-    return { ok: true, id: entry.id };
-  }
-
-  /** Write every unconfirmed input not yet written on this socket, in order. */
-  _flushLedger() {
-    if (this.state !== STATE.LIVE) return;
-    for (const entry of this.ledger.unconfirmed()) {
-      if (!this.conn.isOpen || this.state !== STATE.LIVE) return;
-      if (this.sentOnSocket.has(entry.id)) continue;
-      this.sentOnSocket.add(entry.id);
-      const requestId = this._requestId();
-      this.requests.set(requestId, { type: P.SEND, id: entry.id });
-      this._send({ type: P.SEND, request_id: requestId, client_message_id: entry.id, text: entry.text }, () => {
-        this.ledger.markSent(entry.id);
-        this.view.setLedger(this.ledger.entries(), this.model);
-        if (this.hooks?.take("after-send")) this.conn.drop("test failpoint after-send");
-      });
-    }
-  }
-
-  _onSendOk(frame) {
-    this.requests.delete(frame.request_id);
-    if (!frame.client_message_id) return;
-    this.ledger.confirm(frame.client_message_id, { seq: frame.seq, run_id: frame.run_id, status: frame.status });
-    this._pruneLedger();
-    this.view.setLedger(this.ledger.entries(), this.model);
-  }
-
-  _pruneLedger() {
-    this.ledger.prune((id) => hasUserMessage(this.model, id));
+    return this.outbox.submit(text);
   }
 
   /**
@@ -533,23 +447,7 @@ export class SessionClient {
    * @param {string} id
    */
   discard(id) {
-    if (this.ledger.discard(id)) this.view.setLedger(this.ledger.entries(), this.model);
-  }
-
-  // --- approvals and cancel --------------------------------------------------------
-
-  _setBusy(kind, id, busy) {
-    const set = this.busy[kind];
-    if (busy ? set.has(id) : !set.has(id)) return;
-    if (busy) set.add(id);
-    else set.delete(id);
-    this.view.setBusy(kind, id, busy);
-  }
-
-  _clearBusy() {
-    for (const kind of Object.keys(this.busy)) {
-      for (const id of Array.from(this.busy[kind])) this._setBusy(kind, id, false);
-    }
+    this.outbox.discard(id);
   }
 
   /**
@@ -560,10 +458,7 @@ export class SessionClient {
    */
   decide(approvalId, decision) {
     if (this.state !== STATE.LIVE || !P.DECISIONS.includes(decision)) return false;
-    const command = { type: P.DECIDE, approval_id: approvalId, decision };
-    if (!this._sendCommand(command, approvalId)) return false;
-    this._setBusy("approval", approvalId, true);
-    return true;
+    return this.outbox.command({ type: P.DECIDE, approval_id: approvalId, decision }, approvalId);
   }
 
   /**
@@ -574,86 +469,7 @@ export class SessionClient {
   cancel(runId) {
     const target = runId || activeRun(this.model)?.runId;
     if (this.state !== STATE.LIVE || !target) return false;
-    if (!this._sendCommand({ type: P.CANCEL, run_id: target }, target)) return false;
-    this._setBusy("cancel", target, true);
-    return true;
-  }
-
-  /**
-   * Send a decide or cancel and remember it until it is answered or its outcome
-   * (approval.decided, run.finished) is in the log: one lost with a socket is
-   * sent again after the next resume. Repeating either is safe: the first
-   * decision stands, and a finished run is not_pending.
-   */
-  _sendCommand(command, id) {
-    const requestId = this._requestId();
-    this.requests.set(requestId, { type: command.type, id });
-    this.commands.set(`${command.type}:${id}`, command);
-    return this._send({ ...command, request_id: requestId });
-  }
-
-  _commandAnswered(requestId) {
-    const req = this.requests.get(requestId);
-    this.requests.delete(requestId);
-    if (req) this.commands.delete(`${req.type}:${req.id}`);
-  }
-
-  _scheduleRetry() {
-    if (this._retryTimer != null) return;
-    this._retryTimer = this.timers.setTimeout(() => {
-      this._retryTimer = null;
-      if (this.state !== STATE.LIVE) return; // the next resume re-sends them
-      this._flushLedger();
-      this._flushCommands();
-    }, RETRY_AFTER_INTERNAL_ERROR_MS);
-  }
-
-  /** Send every unanswered decide / cancel that is not already in flight on this socket. */
-  _flushCommands() {
-    const inFlight = new Set(Array.from(this.requests.values(), (r) => `${r.type}:${r.id}`));
-    for (const [key, command] of Array.from(this.commands)) {
-      if (inFlight.has(key)) continue;
-      const id = key.slice(command.type.length + 1);
-      if (!this._sendCommand(command, id)) return;
-      this._setBusy(command.type === P.DECIDE ? "approval" : "cancel", id, true);
-    }
-  }
-
-  _onError(frame) {
-    const req = this.requests.get(frame.request_id);
-    if (req && req.type !== P.SYNC && frame.code === P.E_INTERNAL) {
-      // The server failed on it (say, its database restarting) and did
-      // nothing: a send is idempotent by its client_message_id and a decide
-      // or cancel by its target, so it goes again shortly, as after a resume.
-      this.requests.delete(frame.request_id);
-      if (req.type === P.SEND) this.sentOnSocket.delete(req.id);
-      this._scheduleRetry();
-      return;
-    }
-    this._commandAnswered(frame.request_id);
-    const message = String(frame.message || frame.code || "error");
-    if (!req) {
-      console.warn("server error", frame);
-      return;
-    }
-    if (req.type === P.SYNC) {
-      this.loop.onSyncError();
-    } else if (req.type === P.SEND) {
-      this.ledger.fail(req.id, String(frame.code || "error"), message);
-      this.sentOnSocket.delete(req.id);
-      this.view.setLedger(this.ledger.entries(), this.model);
-    } else if (req.type === P.DECIDE) {
-      this._setBusy("approval", req.id, false);
-      if (frame.code === P.E_ALREADY_DECIDED) {
-        const verb = frame.decision === P.APPROVE ? "approved" : "denied";
-        this.view.notify(`Already ${verb}${frame.decided_by ? ` by ${frame.decided_by}` : ""}.`, "info");
-      } else {
-        this.view.notify(`Could not record the decision: ${message}`, "error");
-      }
-    } else if (req.type === P.CANCEL) {
-      this._setBusy("cancel", req.id, false);
-      if (frame.code !== P.E_NOT_PENDING) this.view.notify(`Could not cancel: ${message}`, "error");
-    }
+    return this.outbox.command({ type: P.CANCEL, run_id: target }, target);
   }
 
   // --- rejections ----------------------------------------------------------------
@@ -675,22 +491,6 @@ export class SessionClient {
    * @returns {object}
    */
   snapshot() {
-    return {
-      sessionId: this.sessionId,
-      tabId: this.tabId,
-      epoch: this.epoch,
-      cursor: this.loop.cursor,
-      connectionState: shownState(this.state),
-      phase: this.state,
-      rejection: this.state === STATE.REJECTED ? { ...this.stateDetail } : null,
-      ledger: this.ledger.entries(),
-      lastResumeAfter: this.lastResumeAfter,
-      firstReplayedSeq: this.firstReplayedSeq,
-      replayHead: this.replayHead,
-      held: this.loop.heldCount,
-      presence: { ...this.presence },
-      framesSent: { ...this.framesSent },
-      stats: { ...this.loop.stats, ...this.stats },
-    };
+    return snapshotOf(this);
   }
 }

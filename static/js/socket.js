@@ -16,11 +16,23 @@
  * (30/s, burst 60) so a burst of acks and re-sends never gets the socket
  * closed with 4429.
  *
+ * Its state is one field, `state`, written only by `_to` (which refuses any
+ * move `SOCKET_TRANSITIONS` does not declare and reports each to
+ * `onState(from, to)`):
+ *
+ *   stopped     -> connecting   start()
+ *   connecting  -> handshaking  the socket opened: the session's handshake goes out
+ *   handshaking -> ready        setReady(): the server accepted the handshake; pings start
+ *   connecting, handshaking, ready -> waiting   the socket closed (or was given up): a retry is scheduled
+ *   waiting     -> connecting   the retry (or retryNow())
+ *   any         -> stopped      stop(), or a close that is final (4400, 4401)
+ *
  * @module socket
  */
 
 import { Backoff } from "./backoff.js";
 import * as P from "./constants.js";
+import { checkTransition, realTimers } from "./timers.js";
 
 /** Close codes after which reconnecting cannot help. */
 export const FATAL_CLOSE_CODES = [P.CLOSE_PROTOCOL_VIOLATION, P.CLOSE_NOT_AUTHENTICATED];
@@ -38,6 +50,26 @@ export const DEFAULTS = {
   burst: 40,
 };
 
+/** The transport's states (one field; see the module's comment). */
+export const SOCKET_STATE = Object.freeze({
+  STOPPED: "stopped",
+  CONNECTING: "connecting",
+  HANDSHAKING: "handshaking",
+  READY: "ready",
+  WAITING: "waiting",
+});
+
+const S = SOCKET_STATE;
+/** From each state, the states it may move to. */
+export const SOCKET_TRANSITIONS = Object.freeze({
+  [S.STOPPED]: [S.CONNECTING],
+  [S.CONNECTING]: [S.HANDSHAKING, S.WAITING, S.STOPPED],
+  [S.HANDSHAKING]: [S.READY, S.WAITING, S.STOPPED],
+  [S.READY]: [S.WAITING, S.STOPPED],
+  [S.WAITING]: [S.CONNECTING, S.STOPPED],
+});
+
+// WebSocket.readyState values.
 const CONNECTING = 0;
 const OPEN = 1;
 
@@ -52,14 +84,6 @@ export function socketUrl(location, path = "/ws/sessions/") {
   return `${scheme}//${location.host}${path}`;
 }
 
-/** @type {{setTimeout: Function, clearTimeout: Function, setInterval: Function, clearInterval: Function}} */
-export const realTimers = {
-  setTimeout: (fn, ms) => globalThis.setTimeout(fn, ms),
-  clearTimeout: (id) => globalThis.clearTimeout(id),
-  setInterval: (fn, ms) => globalThis.setInterval(fn, ms),
-  clearInterval: (id) => globalThis.clearInterval(id),
-};
-
 /**
  * @typedef {object} ConnectionHandlers
  * @property {() => void} [onOpen] a new socket is open: send the handshake
@@ -68,6 +92,7 @@ export const realTimers = {
  *   the socket is gone (not called after `stop()`)
  * @property {(delayMs: number, attempt: number) => void} [onWaiting] a retry is scheduled
  * @property {(attempt: number) => void} [onConnecting] a socket is being opened
+ * @property {(from: string, to: string) => void} [onState] every change of `state`
  */
 
 export class Connection {
@@ -90,8 +115,7 @@ export class Connection {
     this.now = now;
     this.config = { ...DEFAULTS, ...config };
     this.ws = null;
-    this.running = false;
-    this.ready = false;
+    this.state = S.STOPPED;
     this.attempts = 0; // sockets opened so far
     this.retryTimer = null;
     this.stableTimer = null;
@@ -107,7 +131,24 @@ export class Connection {
     this.startedAt = this.now();
     this.lastFrameAt = this.startedAt;
     this.pingDeadline = null;
-    this.opened = false;
+  }
+
+  /** THE writer of `state` (see SOCKET_TRANSITIONS). */
+  _to(state) {
+    const from = this.state;
+    if (!checkTransition(SOCKET_TRANSITIONS, from, state, "socket")) return;
+    this.state = state;
+    this.handlers.onState?.(from, state);
+  }
+
+  /** @returns {boolean} whether it connects, or will again (not stopped) */
+  get running() {
+    return this.state !== S.STOPPED;
+  }
+
+  /** @returns {boolean} whether the current socket opened (its handshake may be pending) */
+  get _opened() {
+    return this.state === S.HANDSHAKING || this.state === S.READY;
   }
 
   /** @returns {boolean} whether a socket is open (the handshake may still be pending) */
@@ -117,13 +158,12 @@ export class Connection {
 
   /** @returns {boolean} whether a retry is scheduled */
   get isWaiting() {
-    return this.retryTimer !== null;
+    return this.state === S.WAITING;
   }
 
   /** Start connecting (no-op if already running). Resets the backoff. */
   start() {
     if (this.running) return;
-    this.running = true;
     this.backoff.reset();
     this._connect();
   }
@@ -134,14 +174,14 @@ export class Connection {
    * @param {string} [reason]
    */
   stop(code = P.CLOSE_NORMAL, reason = "client stopped") {
-    this.running = false;
+    this._to(S.STOPPED);
     this._cancelRetry();
     this._teardown(code, reason);
   }
 
   /** If waiting to retry, retry now (the browser came online, the tab became visible). */
   retryNow() {
-    if (!this.running || !this.retryTimer) return;
+    if (this.state !== S.WAITING) return;
     this._cancelRetry();
     this._connect();
   }
@@ -153,7 +193,7 @@ export class Connection {
    */
   drop(reason = "dropped") {
     if (!this.ws) return;
-    const wasOpen = this.opened;
+    const wasOpen = this._opened;
     this._teardown(CLIENT_DROP_CODE, reason);
     this._closed({ code: CLIENT_DROP_CODE, reason, wasClean: false }, wasOpen);
   }
@@ -163,19 +203,15 @@ export class Connection {
    * frame. Used on `online`/`offline` and when a tab becomes visible.
    */
   probe() {
-    if (!this.ready || !this.isOpen) return;
+    if (this.state !== S.READY || !this.isOpen) return;
     const deadline = this.now() + this.config.probeTimeoutMs;
     this._writePing();
     this.pingDeadline = Math.min(this.pingDeadline ?? Infinity, deadline);
   }
 
-  /**
-   * The handshake succeeded (or the socket is no longer in session): pings
-   * start only once ready.
-   * @param {boolean} ready
-   */
-  setReady(ready) {
-    this.ready = ready;
+  /** The server accepted the handshake on this socket: pings start. */
+  setReady() {
+    if (this.state === S.HANDSHAKING) this._to(S.READY);
   }
 
   /**
@@ -228,8 +264,8 @@ export class Connection {
   }
 
   _connect() {
-    if (!this.running) return;
     this._teardown(CLIENT_DROP_CODE, "replaced");
+    this._to(S.CONNECTING);
     this.attempts += 1;
     this._resetLiveness();
     this.handlers.onConnecting?.(this.attempts);
@@ -244,7 +280,7 @@ export class Connection {
     this.ws = ws;
     ws.onopen = () => {
       if (this.ws !== ws) return;
-      this.opened = true;
+      this._to(S.HANDSHAKING);
       this.lastFrameAt = this.now();
       this.tokens = this.config.burst;
       this.tokensAt = this.now();
@@ -273,7 +309,7 @@ export class Connection {
     };
     ws.onclose = (ev) => {
       if (this.ws !== ws) return;
-      const wasOpen = this.opened;
+      const wasOpen = this._opened;
       this._teardown(null);
       this._closed(ev, wasOpen);
     };
@@ -283,7 +319,7 @@ export class Connection {
   _tick() {
     if (!this.ws) return;
     const now = this.now();
-    if (!this.opened || !this.ready) {
+    if (this.state !== S.READY) {
       if (now - this.startedAt >= this.config.connectTimeoutMs) this.drop("connect or handshake timeout");
       return;
     }
@@ -298,7 +334,6 @@ export class Connection {
   _teardown(code, reason) {
     const ws = this.ws;
     this.ws = null;
-    this.ready = false;
     this.outbox = [];
     if (this.flushTimer !== null) this.timers.clearTimeout(this.flushTimer);
     this.flushTimer = null;
@@ -320,9 +355,10 @@ export class Connection {
   _closed(ev, wasOpen) {
     const code = ev.code ?? 1006;
     const fatal = FATAL_CLOSE_CODES.includes(code);
-    if (fatal) this.running = false;
+    // Waiting from here: the close handler may stop it for good.
+    this._to(fatal ? S.STOPPED : S.WAITING);
     this.handlers.onClose?.({ code, reason: ev.reason || "", fatal, wasOpen });
-    if (!this.running || fatal) return;
+    if (this.state !== S.WAITING) return;
     this._scheduleRetry();
   }
 

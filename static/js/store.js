@@ -13,6 +13,8 @@
  * @module store
  */
 
+import { randomId } from "./timers.js";
+
 export const STORE_VERSION = 1;
 
 /**
@@ -23,20 +25,6 @@ export const STORE_VERSION = 1;
  * which is slower than the cache but never wrong.
  */
 export const MAX_SNAPSHOT_CHARS = 2_000_000;
-
-/**
- * A random id with a prefix, e.g. "t-3f9c…".
- * @param {string} prefix
- * @returns {string}
- */
-export function randomId(prefix) {
-  const c = globalThis.crypto;
-  if (c && typeof c.randomUUID === "function") return `${prefix}-${c.randomUUID()}`;
-  const bytes = new Uint8Array(16);
-  if (c && typeof c.getRandomValues === "function") c.getRandomValues(bytes);
-  else for (let i = 0; i < bytes.length; i++) bytes[i] = Math.floor(Math.random() * 256);
-  return `${prefix}-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
-}
 
 /** An in-memory stand-in with the Storage API (when sessionStorage is unavailable). */
 export class MemoryStorage {
@@ -259,5 +247,43 @@ export class SessionStore {
       this.onError(err);
       return false;
     }
+  }
+}
+
+/**
+ * Writes a session's snapshot shortly after it changes (once per `delayMs`,
+ * not once per event), or at once (`now`: page hide, a close, a handshake).
+ */
+export class Persister {
+  /**
+   * @param {object} options
+   * @param {SessionStore} options.store
+   * @param {string} options.sessionId
+   * @param {import("./timers.js").Timers} options.timers
+   * @param {number} options.delayMs
+   * @param {() => ({epoch: string|null, cursor: number, model: object}|null)} options.snapshot null: nothing worth storing
+   */
+  constructor({ store, sessionId, timers, delayMs, snapshot }) {
+    this.store = store;
+    this.sessionId = sessionId;
+    this.timers = timers;
+    this.delayMs = delayMs;
+    this.snapshot = snapshot;
+    this._timer = null;
+  }
+
+  soon() {
+    if (this._timer !== null) return;
+    this._timer = this.timers.setTimeout(() => {
+      this._timer = null;
+      this.now();
+    }, this.delayMs);
+  }
+
+  now() {
+    if (this._timer !== null) this.timers.clearTimeout(this._timer);
+    this._timer = null;
+    const snapshot = this.snapshot();
+    if (snapshot !== null) this.store.commit(this.sessionId, snapshot);
   }
 }

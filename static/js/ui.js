@@ -1,7 +1,10 @@
 /**
  * Rendering: the transcript model, the pending inputs, the queue, the
  * connection badge, presence and rejections. Implements the view interface
- * SessionClient drives (see session.js NULL_VIEW). No protocol logic here.
+ * SessionClient drives (view.js). No protocol logic and no copy of the
+ * client's state here: whether the session is live and whether a decision or
+ * cancel is in flight are read from the client (`attach`); the calls only say
+ * what changed. Timers and animation frames are injected (tests pass fakes).
  *
  * DOM contract (kept stable for tests): see templates/sessions_app/session.html
  * and the data-testid attributes set below.
@@ -10,10 +13,10 @@
  */
 
 import * as P from "./constants.js";
-import { CONFIRMED, FAILED, SENT } from "./ledger.js";
-import { MarkdownView } from "./markdown.js";
-import { STATE } from "./session.js";
+import { buildApproval, buildRow, pendingItem, queueItem, renderText } from "./rows.js";
+import { realTimers } from "./timers.js";
 import { activeRun, queuedRuns } from "./transcript.js";
+import { STATE } from "./view.js";
 
 const STATE_LABELS = {
   connecting: "Connecting…",
@@ -23,22 +26,15 @@ const STATE_LABELS = {
   rejected: "Disconnected",
 };
 
-/** What each rejection says and which actions it offers. */
+/**
+ * What each rejection says and which actions it offers. (`epoch_mismatch` and
+ * `cursor_expired` are not here: the client recovers from both, with a notice.)
+ */
 export const REJECTIONS = {
   [P.R_NOT_FOUND]: {
     badge: "Session not found",
     text: "This session does not exist, or it is not yours. Nothing was created in its place.",
     actions: ["back-to-list"],
-  },
-  [P.R_EPOCH_MISMATCH]: {
-    badge: "History changed",
-    text: "This session's history was rebuilt on the server, so what this tab shows is out of date. Reload it from the start to see the current history; messages you have not sent yet are kept.",
-    actions: ["reload-from-zero", "back-to-list"],
-  },
-  [P.R_CURSOR_EXPIRED]: {
-    badge: "History expired",
-    text: "The server no longer keeps the part of this session that this tab is missing, so it cannot be continued here. Start a new session, or go back to the list.",
-    actions: ["start-new-session", "back-to-list"],
   },
   [P.R_CURSOR_AHEAD]: {
     badge: "Out of step",
@@ -70,78 +66,30 @@ export const REJECTIONS = {
 /** How soon a batch is rendered when no animation frame comes (hidden tab). */
 const FLUSH_FALLBACK_MS = 100;
 
-const ACTION_IDS = ["reload-from-zero", "start-new-session", "sign-in", "reload-page", "back-to-list"];
+const ACTION_IDS = ["reload-from-zero", "sign-in", "reload-page", "back-to-list"];
 
-/**
- * Create an element.
- * @param {Document} doc
- * @param {string} tag
- * @param {Record<string, string|number|boolean|null|undefined>} [attrs] "class", "text", data-*, aria-*, ...
- * @param {Array<Node|string>} [children]
- * @returns {HTMLElement}
- */
-export function h(doc, tag, attrs = {}, children = []) {
-  const el = doc.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k === "class") el.className = String(v);
-    else if (k === "text") el.textContent = String(v);
-    else if (k === "hidden") el.hidden = true;
-    else el.setAttribute(k, v === true ? "" : String(v));
-  }
-  for (const c of children) if (c !== null && c !== undefined) el.append(c);
-  return el;
+/** Animation frames from the document's window (none: the fallback timer renders). */
+function windowFrames(doc) {
+  const win = doc.defaultView;
+  if (!win || typeof win.requestAnimationFrame !== "function") return null;
+  return { request: (fn) => win.requestAnimationFrame(fn), cancel: (id) => win.cancelAnimationFrame(id) };
 }
-
-function pretty(value) {
-  if (typeof value === "string") return value;
-  try {
-    return JSON.stringify(value, null, 2);
-  } catch {
-    return String(value);
-  }
-}
-
-/** The arguments of a tool call, readable: known tools get labelled fields. */
-function argsBlock(doc, tool, args) {
-  const a = args && typeof args === "object" ? args : {};
-  if (tool === "terminal" && typeof a.command === "string") {
-    return h(doc, "pre", { class: "code code-cmd" }, [h(doc, "code", { text: `$ ${a.command}` })]);
-  }
-  if (tool === "write_file" && typeof a.path === "string") {
-    return h(doc, "div", { class: "tool-args" }, [
-      h(doc, "div", { class: "kv" }, [h(doc, "span", { class: "k", text: "path" }), h(doc, "code", { class: "v", text: a.path })]),
-      h(doc, "pre", { class: "code" }, [h(doc, "code", { text: pretty(a.text ?? "") })]),
-    ]);
-  }
-  return h(doc, "pre", { class: "code" }, [h(doc, "code", { text: pretty(a) })]);
-}
-
-/** A one-line summary of a tool call's arguments. */
-function argsSummary(tool, args) {
-  const a = args && typeof args === "object" ? args : {};
-  let text;
-  if (tool === "terminal" && typeof a.command === "string") text = a.command;
-  else if (tool === "write_file" && typeof a.path === "string") text = a.path;
-  else text = pretty(a).replace(/\s+/g, " ");
-  return text.length > 80 ? `${text.slice(0, 79)}…` : text;
-}
-
-const NOTICE_TEXT = {
-  [P.STOP_CANCELLED]: "Run cancelled",
-  [P.STOP_ERROR]: "Run failed",
-  [P.STOP_INTERRUPTED]: "Run interrupted",
-};
 
 export class SessionView {
   /**
    * @param {Document} doc
    * @param {object} [options]
    * @param {() => number} [options.now]
+   * @param {import("./timers.js").Timers} [options.timers]
+   * @param {{request: (fn: Function) => number, cancel: (id: number) => void}|null} [options.frames] animation frames
    */
-  constructor(doc, { now = Date.now } = {}) {
+  constructor(doc, { now = Date.now, timers = realTimers, frames = windowFrames(doc) } = {}) {
     this.doc = doc;
     this.now = now;
+    this.timers = timers;
+    this.frames = frames;
+    /** the client this view shows (see attach) */
+    this.client = null;
     const q = (id) => doc.querySelector(`[data-testid="${id}"]`);
     this.el = {
       transcript: q("transcript"),
@@ -170,8 +118,6 @@ export class SessionView {
     this._pendingCursor = null;
     this._ledgerDirty = false;
     this._flushHandle = null;
-    this.busy = { approval: new Set(), cancel: new Set() };
-    this.state = STATE.CONNECTING;
     this.presence = null;
     this.model = null;
     this.stick = true;
@@ -190,6 +136,23 @@ export class SessionView {
     }
   }
 
+  /**
+   * The client whose state this view reads (`isLive`, `isBusy`).
+   * @param {{isLive: boolean, isBusy: (kind: string, id: string) => boolean}} client
+   */
+  attach(client) {
+    this.client = client;
+  }
+
+  get _live() {
+    return !!this.client?.isLive;
+  }
+
+  /** What a row needs to know of the client now. */
+  _ctx() {
+    return { live: this._live, busy: (kind, id) => !!this.client?.isBusy(kind, id) };
+  }
+
   // --- transcript ----------------------------------------------------------------
 
   /**
@@ -203,8 +166,9 @@ export class SessionView {
     this._ledgerModel = model;
     this.rows.clear();
     const frag = this.doc.createDocumentFragment();
+    const ctx = this._ctx();
     for (const item of model.items) {
-      const el = this._build(item);
+      const el = buildRow(this.doc, item, ctx);
       this.rows.set(item.key, el);
       frag.append(el);
     }
@@ -241,13 +205,12 @@ export class SessionView {
   _schedule() {
     if (this._flushHandle !== null) return;
     // The next frame, or shortly if frames are not coming (a hidden tab).
-    const win = this.doc.defaultView;
     const run = () => this.flush();
-    const timer = setTimeout(run, FLUSH_FALLBACK_MS);
-    const frame = win && typeof win.requestAnimationFrame === "function" ? win.requestAnimationFrame(run) : null;
+    const timer = this.timers.setTimeout(run, FLUSH_FALLBACK_MS);
+    const frame = this.frames ? this.frames.request(run) : null;
     this._flushHandle = () => {
-      clearTimeout(timer);
-      if (frame !== null) win.cancelAnimationFrame(frame);
+      this.timers.clearTimeout(timer);
+      if (frame !== null) this.frames.cancel(frame);
     };
   }
 
@@ -263,12 +226,13 @@ export class SessionView {
     const rebuild = new Map();
     const grown = new Map();
     const frag = this.doc.createDocumentFragment();
+    const ctx = this._ctx();
     let runs = false;
     let title = false;
     for (const c of changes) {
       if (c.op === "add") {
         added.add(c.item.key);
-        const el = this._build(c.item);
+        const el = buildRow(this.doc, c.item, ctx);
         this.rows.set(c.item.key, el);
         frag.append(el);
       } else if (c.op === "append") {
@@ -284,16 +248,16 @@ export class SessionView {
         title = true;
       }
     }
-    for (const [key, item] of grown) this._renderText(this.rows.get(key), item);
+    for (const [key, item] of grown) renderText(this.doc, this.rows.get(key), item);
     for (const [key, item] of rebuild) {
       const old = this.rows.get(key);
       if (old && item.type === "assistant" && old.dataset.testid === "assistant-message") {
         // The final message: the same element, re-rendered in place.
         old.dataset.final = item.final ? "true" : "false";
-        this._renderText(old, item);
+        renderText(this.doc, old, item);
         continue;
       }
-      const el = this._build(item);
+      const el = buildRow(this.doc, item, ctx);
       this.rows.set(key, el);
       if (old) old.replaceWith(el);
       else frag.append(el);
@@ -312,180 +276,6 @@ export class SessionView {
     if (changes.length) this._scroll();
   }
 
-  /**
-   * The row of one item. A row that fails to build shows its text plainly:
-   * one message that cannot be rendered never hides another.
-   */
-  _build(item) {
-    try {
-      return this._buildRow(item);
-    } catch {
-      return h(this.doc, "p", {
-        class: "row note",
-        "data-seq": item.seq,
-        "data-render": "failed",
-        text: String(item.text ?? item.type ?? ""),
-      });
-    }
-  }
-
-  _buildRow(item) {
-    const d = this.doc;
-    switch (item.type) {
-      case "note":
-        return h(d, "p", { class: "row note", "data-seq": item.seq, "data-kind": "session.created", text: item.text });
-      case "user":
-        return h(
-          d,
-          "article",
-          {
-            class: "row msg msg-user",
-            "data-seq": item.seq,
-            "data-testid": "user-message",
-            "data-client-message-id": item.cmid,
-            "data-run-id": item.runId || "",
-            "aria-label": "You",
-          },
-          [item.text],
-        );
-      case "assistant": {
-        const el = h(d, "article", {
-          class: "row msg msg-assistant",
-          "data-seq": item.seq,
-          "data-testid": "assistant-message",
-          "data-run-id": item.runId || "",
-          "data-final": item.final ? "true" : "false",
-          "aria-label": "Agent",
-        });
-        this._renderText(el, item);
-        return el;
-      }
-      case "tool":
-        return h(
-          d,
-          "section",
-          {
-            class: "row card tool-call",
-            "data-seq": item.seq,
-            "data-testid": "tool-call",
-            "data-tool-call-id": item.toolCallId,
-            "data-tool": item.tool,
-            "data-run-id": item.runId || "",
-          },
-          [
-            h(d, "header", { class: "card-head" }, [
-              h(d, "span", { class: "chip chip-tool", text: "Tool call" }),
-              h(d, "strong", { text: item.tool }),
-              h(d, "code", { class: "tool-summary", text: argsSummary(item.tool, item.args) }),
-            ]),
-            h(d, "details", { class: "tool-details" }, [h(d, "summary", { text: "Arguments" }), argsBlock(d, item.tool, item.args)]),
-          ],
-        );
-      case "approval":
-        return this._buildApproval(item);
-      case "result":
-        return h(
-          d,
-          "section",
-          {
-            class: `row card tool-result ${item.ok ? "ok" : "failed"}`,
-            "data-seq": item.seq,
-            "data-testid": "tool-result",
-            "data-tool-call-id": item.toolCallId,
-            "data-ok": item.ok ? "true" : "false",
-            "data-run-id": item.runId || "",
-          },
-          [
-            h(d, "header", { class: "card-head" }, [
-              h(d, "span", { class: `chip ${item.ok ? "chip-ok" : "chip-fail"}`, text: item.ok ? "Result · ok" : "Result · failed" }),
-            ]),
-            h(d, "pre", { class: "code output" }, [h(d, "code", { text: item.output || "(no output)" })]),
-          ],
-        );
-      case "notice": {
-        let text = NOTICE_TEXT[item.stop] || `Run ended (${item.stop})`;
-        if (item.stop === P.STOP_CANCELLED && item.queued) text = "Queued message cancelled";
-        if (item.message) text += `: ${item.message}`;
-        return h(d, "p", {
-          class: `row notice notice-${item.stop}`,
-          "data-seq": item.seq,
-          "data-testid": "run-notice",
-          "data-run-id": item.runId || "",
-          "data-stop-reason": item.stop,
-          text,
-        });
-      }
-      default:
-        return h(d, "p", { class: "row note", "data-seq": item.seq, text: "" });
-    }
-  }
-
-  /**
-   * Show an assistant item's text as Markdown in its element. The element
-   * keeps the text as written in `sourceText` (what the log says, for the
-   * tests); its DOM is the rendering.
-   */
-  _renderText(el, item) {
-    if (!el) return;
-    if (!el.markdown) el.markdown = new MarkdownView(this.doc, el);
-    el.sourceText = item.text;
-    // While it streams only its open chunk is lexed (markdown.js).
-    el.markdown.render(item.text, { final: item.final !== false });
-  }
-
-  _buildApproval(item) {
-    const d = this.doc;
-    const pending = item.status === "pending";
-    const busy = this.busy.approval.has(item.approvalId);
-    const canAct = pending && this.state === STATE.LIVE && !busy;
-    const approve = h(d, "button", {
-      class: "btn btn-primary",
-      type: "button",
-      "data-testid": "approve",
-      "data-action": "approve",
-      "data-approval-id": item.approvalId,
-      text: "Approve",
-    });
-    const deny = h(d, "button", {
-      class: "btn btn-danger-outline",
-      type: "button",
-      "data-testid": "deny",
-      "data-action": "deny",
-      "data-approval-id": item.approvalId,
-      text: "Deny",
-    });
-    approve.disabled = deny.disabled = !canAct;
-    approve.hidden = deny.hidden = !pending;
-    let statusText = "";
-    if (pending)
-      statusText = busy ? "Sending your decision…" : this.state === STATE.LIVE ? "Waiting for your decision" : "Waiting for the connection to decide";
-    else statusText = `${item.status === "approved" ? "Approved" : "Denied"}${item.decidedBy ? ` by ${item.decidedBy}` : ""}`;
-    return h(
-      d,
-      "section",
-      {
-        class: `row card approval approval-${item.status}`,
-        "data-seq": item.seq,
-        "data-testid": "approval",
-        "data-approval-id": item.approvalId,
-        "data-status": item.status,
-        "data-run-id": item.runId || "",
-        "aria-label": `Approval for ${item.tool}`,
-      },
-      [
-        h(d, "header", { class: "card-head" }, [
-          h(d, "span", { class: "chip chip-approval", text: pending ? "Approval needed" : "Approval" }),
-          h(d, "strong", { text: item.tool }),
-        ]),
-        argsBlock(d, item.tool, item.args),
-        h(d, "div", { class: "approval-foot" }, [
-          h(d, "p", { class: "approval-status", "data-testid": "approval-decision", "data-decided-by": item.decidedBy || null, text: statusText }),
-          h(d, "div", { class: "approval-actions" }, [deny, approve]),
-        ]),
-      ],
-    );
-  }
-
   _refreshApprovals() {
     if (!this.model) return;
     for (const item of this.model.items) {
@@ -493,7 +283,7 @@ export class SessionView {
       const old = this.rows.get(item.key);
       if (!old) continue;
       const hadFocus = old.contains(this.doc.activeElement) ? this.doc.activeElement.dataset.action : null;
-      const el = this._buildApproval(item);
+      const el = buildApproval(this.doc, item, this._ctx());
       old.replaceWith(el);
       this.rows.set(item.key, el);
       if (hadFocus) el.querySelector(`[data-action="${hadFocus}"]`)?.focus();
@@ -515,21 +305,7 @@ export class SessionView {
     const active = activeRun(model);
     const queue = queuedRuns(model);
     const d = this.doc;
-    this.el.queue.replaceChildren(
-      ...queue.map((q) =>
-        h(d, "li", { class: "queue-item", "data-testid": "queued-item", "data-run-id": q.runId, "data-client-message-id": q.cmid }, [
-          h(d, "span", { class: "queue-text", text: q.text }),
-          h(d, "button", {
-            class: "btn btn-ghost btn-small",
-            type: "button",
-            "data-action": "dequeue",
-            "data-run-id": q.runId,
-            "aria-label": `Remove “${q.text.slice(0, 40)}” from the queue`,
-            text: "Remove",
-          }),
-        ]),
-      ),
-    );
+    this.el.queue.replaceChildren(...queue.map((q) => queueItem(d, q)));
     this.el.queuePanel.hidden = queue.length === 0;
     this.el.runBar.hidden = !active;
     this.el.cancel.dataset.runId = active ? active.runId : "";
@@ -542,11 +318,12 @@ export class SessionView {
 
   _cancelButton() {
     const runId = this.el.cancel.dataset.runId;
-    const busy = runId && this.busy.cancel.has(runId);
-    this.el.cancel.disabled = !runId || this.state !== STATE.LIVE || !!busy;
-    this.el.cancel.textContent = busy ? "Cancelling…" : "Cancel run";
+    const { live, busy } = this._ctx();
+    const cancelling = !!runId && busy("cancel", runId);
+    this.el.cancel.disabled = !runId || !live || cancelling;
+    this.el.cancel.textContent = cancelling ? "Cancelling…" : "Cancel run";
     for (const btn of this.el.queue.querySelectorAll("button[data-action=dequeue]")) {
-      btn.disabled = this.state !== STATE.LIVE || this.busy.cancel.has(btn.dataset.runId);
+      btn.disabled = !live || busy("cancel", btn.dataset.runId);
     }
   }
 
@@ -571,14 +348,12 @@ export class SessionView {
   }
 
   /**
-   * A decide / cancel is in flight (or no longer).
+   * A decide / cancel went in flight or came back (the client says which: `isBusy`).
    * @param {"approval"|"cancel"} kind
-   * @param {string} id
-   * @param {boolean} busy
+   * @param {string} _id
+   * @param {boolean} _busy
    */
-  setBusy(kind, id, busy) {
-    if (busy) this.busy[kind].add(id);
-    else this.busy[kind].delete(id);
+  setBusy(kind, _id, _busy) {
     if (kind === "approval") this._refreshApprovals();
     else this._cancelButton();
   }
@@ -600,38 +375,9 @@ export class SessionView {
   }
 
   _renderLedger(entries, model) {
-    const d = this.doc;
     const shown = entries.filter((e) => model.idx.user[e.id] === undefined);
-    const status = (e) => {
-      if (e.state === FAILED) return `Not sent: ${e.message || e.error}`;
-      if (e.state === CONFIRMED) return "Delivered";
-      if (this.state !== STATE.LIVE) return "Waiting for the connection…";
-      return e.state === SENT ? "Sending…" : "Queued to send…";
-    };
-    this.el.pending.replaceChildren(
-      ...shown.map((e) =>
-        h(
-          d,
-          "li",
-          { class: `row msg msg-user pending pending-${e.state}`, "data-testid": "pending-message", "data-client-message-id": e.id, "data-state": e.state },
-          [
-            h(d, "div", { class: "pending-text", text: e.text }),
-            h(d, "div", { class: "pending-meta" }, [
-              h(d, "span", { text: status(e) }),
-              e.state === FAILED
-                ? h(d, "button", {
-                    class: "btn btn-ghost btn-small",
-                    type: "button",
-                    "data-action": "discard",
-                    "data-client-message-id": e.id,
-                    text: "Discard",
-                  })
-                : null,
-            ]),
-          ],
-        ),
-      ),
-    );
+    const live = this._live;
+    this.el.pending.replaceChildren(...shown.map((e) => pendingItem(this.doc, e, live)));
     this._scroll();
   }
 
@@ -642,13 +388,12 @@ export class SessionView {
    * @param {{retryAt?: number, reason?: string, message?: string}} [detail]
    */
   setConnection(state, detail = {}) {
-    const changed = state !== this.state;
-    this.state = state;
     const badge = this.el.conn;
+    const changed = state !== badge.dataset.state;
     badge.dataset.state = state;
     if (state === STATE.REJECTED) badge.dataset.reason = detail.reason || "unknown";
     else delete badge.dataset.reason;
-    if (this._countdown) clearInterval(this._countdown);
+    if (this._countdown) this.timers.clearInterval(this._countdown);
     this._countdown = null;
     const label = () => {
       if (state === STATE.RECONNECTING && detail.retryAt) {
@@ -660,7 +405,7 @@ export class SessionView {
     };
     badge.textContent = label();
     if (state === STATE.RECONNECTING && detail.retryAt) {
-      this._countdown = setInterval(() => {
+      this._countdown = this.timers.setInterval(() => {
         badge.textContent = label();
       }, 250);
     }
@@ -683,14 +428,11 @@ export class SessionView {
     }
     const info = REJECTIONS[detail.reason] || { text: "This session cannot be resumed.", actions: ["reload-page", "back-to-list"] };
     let text = info.text;
-    if (detail.reason === P.R_CURSOR_EXPIRED && Number.isInteger(detail.earliest)) text += ` (The server keeps events from #${detail.earliest} on.)`;
     if (detail.message && !text.includes(detail.message)) text += ` Server: “${detail.message}”`;
     this.el.rejectionMessage.textContent = text;
     for (const id of ACTION_IDS) {
       const el = panel.querySelector(`[data-testid="${id}"]`);
-      if (!el) continue;
-      const target = id === "start-new-session" ? el.closest("form") : el;
-      target.hidden = !info.actions.includes(id);
+      if (el) el.hidden = !info.actions.includes(id);
     }
     panel.dataset.reason = detail.reason;
     panel.hidden = false;
@@ -708,8 +450,8 @@ export class SessionView {
     el.textContent = message;
     el.dataset.level = level;
     el.hidden = false;
-    if (this._noticeTimer) clearTimeout(this._noticeTimer);
-    this._noticeTimer = setTimeout(() => {
+    if (this._noticeTimer) this.timers.clearTimeout(this._noticeTimer);
+    this._noticeTimer = this.timers.setTimeout(() => {
       el.hidden = true;
     }, 6000);
   }
@@ -731,7 +473,7 @@ export class SessionView {
       const s = this.el.scroller;
       s.scrollTop = s.scrollHeight;
     };
-    if (typeof requestAnimationFrame === "function") requestAnimationFrame(run);
+    if (this.frames) this.frames.request(run);
     else run();
   }
 }

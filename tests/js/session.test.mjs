@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { Backoff } from "../../static/js/backoff.js";
-import { SessionClient } from "../../static/js/session.js";
+import { Failpoints, wrapFailpoints } from "../../static/js/hooks.js";
+import { SessionClient, TRANSITIONS } from "../../static/js/session.js";
 import { Connection } from "../../static/js/socket.js";
 import { SessionStore } from "../../static/js/store.js";
 import { ev, FakeClock, FakeStorage, makeFakeWebSocket } from "./helpers.mjs";
@@ -52,8 +53,7 @@ function recorderView() {
 }
 
 function makeHooks() {
-  const armed = new Set();
-  return { arm: (n) => armed.add(n), take: (n) => armed.delete(n) };
+  return new Failpoints();
 }
 
 function setup({ storage = new FakeStorage(), clock = new FakeClock(), hooks = null } = {}) {
@@ -67,7 +67,6 @@ function setup({ storage = new FakeStorage(), clock = new FakeClock(), hooks = n
     view,
     timers: clock,
     now: clock.now,
-    hooks,
     createConnection: (handlers) =>
       new Connection({
         url: "ws://h/ws/sessions/",
@@ -78,6 +77,7 @@ function setup({ storage = new FakeStorage(), clock = new FakeClock(), hooks = n
         backoff: new Backoff({ random: () => 0 }),
       }),
   });
+  if (hooks) wrapFailpoints(client, hooks);
   const sock = () => sockets.at(-1);
   /** Open the next socket and answer its resume with resume_ok (head) and the events. */
   const resume = (head, events = [], epoch = "E1") => {
@@ -550,4 +550,71 @@ test("a decide and a cancel lost with the socket are sent again after the replay
   resume(4, []);
   assert.equal(sock().framesOf("decide").length, 0);
   assert.equal(sock().framesOf("cancel").length, 0);
+});
+
+test("the session's state moves only along declared transitions; a refused one changes nothing", () => {
+  const { client, sock, resume } = setup();
+  const seen = [];
+  const setState = client._setState.bind(client);
+  client._setState = (state, detail) => {
+    const from = client.state;
+    setState(state, detail);
+    if (from !== state) seen.push(`${from}>${state}`);
+  };
+  client.start();
+  resume(1, [ev(1, "session.created", {}, null)]);
+  sock().serverClose(1006);
+  resume(1, []);
+  client.reloadFromZero(); // the documented "any -> connecting"
+  resume(1, [ev(1, "session.created", {}, null)]);
+  assert.deepEqual(seen, [
+    "connecting>resuming",
+    "resuming>replaying",
+    "replaying>live",
+    "live>reconnecting",
+    "reconnecting>resuming",
+    "resuming>live",
+    "live>connecting",
+    "connecting>resuming",
+    "resuming>replaying",
+    "replaying>live",
+  ]);
+  for (const step of seen) {
+    const [from, to] = step.split(">");
+    assert.ok(TRANSITIONS[from].includes(to), step);
+  }
+  assert.throws(() => setState("replaying"), /live -> replaying is not a declared transition/);
+  assert.equal(client.state, "live");
+});
+
+test("failpoints cost nothing when off: the client's steps are its own methods", () => {
+  const { client } = setup();
+  assert.equal(client._onEvent, SessionClient.prototype._onEvent);
+  assert.equal(client._rendered, SessionClient.prototype._rendered);
+  assert.equal(Object.hasOwn(client.outbox, "written"), false);
+  assert.equal("hooks" in client, false);
+  const { client: tested } = setup({ hooks: makeHooks() });
+  assert.notEqual(tested._onEvent, SessionClient.prototype._onEvent);
+});
+
+test("one Push per request: a decide keeps its push across sockets, gets a new request id, and goes once per socket", () => {
+  const { client, sock, resume } = setup();
+  client.start();
+  resume(4, parkedAtGate());
+  assert.ok(client.decide("ap1", "approve"));
+  assert.ok(client.decide("ap1", "approve"), "a second click: the same push, written again");
+  assert.equal(client.outbox.pushes.size, 1);
+  const first = sock().framesOf("decide");
+  assert.equal(first.length, 2);
+  assert.notEqual(first[0].request_id, first[1].request_id);
+  assert.equal(client.isBusy("approval", "ap1"), true);
+  sock().serverClose(1006);
+  assert.equal(client.isBusy("approval", "ap1"), false, "not in flight without a socket");
+  resume(4, []);
+  const again = sock().framesOf("decide");
+  assert.equal(again.length, 1);
+  assert.equal(client.isBusy("approval", "ap1"), true);
+  sock().receive({ type: "decide_ok", request_id: again[0].request_id, approval_id: "ap1", decision: "approve" });
+  assert.equal(client.outbox.pushes.size, 0);
+  assert.equal(client.isBusy("approval", "ap1"), false);
 });

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { Backoff } from "../../static/js/backoff.js";
-import { attachBrowserSignals, Connection, socketUrl } from "../../static/js/socket.js";
+import { attachBrowserSignals, Connection, SOCKET_STATE, SOCKET_TRANSITIONS, socketUrl } from "../../static/js/socket.js";
 import { FakeClock, makeFakeWebSocket } from "./helpers.mjs";
 
 function make({ random = () => 0.5, config = {} } = {}) {
@@ -57,13 +57,13 @@ test("the backoff resets after a connection stayed up ~10 s", () => {
     clock.advance(20000);
   }
   sockets.at(-1).open();
-  conn.setReady(true);
+  conn.setReady();
   clock.advance(5000);
   sockets.at(-1).serverClose(1006);
   assert.ok(log.at(-1)[1] > 4000, "a short-lived connection does not reset the backoff");
   clock.advance(20000);
   sockets.at(-1).open();
-  conn.setReady(true);
+  conn.setReady();
   sockets.at(-1).receive({ type: "pong" });
   clock.advance(10000);
   sockets.at(-1).serverClose(1012);
@@ -124,7 +124,7 @@ test("browser signals: online retries at once; visible retries; offline probes",
   listeners.visibilitychange();
   assert.equal(sockets.length, 3);
   sockets[2].open();
-  conn.setReady(true);
+  conn.setReady();
   listeners.offline();
   assert.deepEqual(sockets[2].framesOf("ping").length, 1, "a probe ping");
   clock.advance(5000);
@@ -141,7 +141,7 @@ test("heartbeat: ping after 10 s of silence; reconnect when nothing comes back (
   sockets[0].open();
   clock.advance(5000);
   assert.equal(sockets[0].framesOf("ping").length, 0, "no ping before the handshake");
-  conn.setReady(true);
+  conn.setReady();
   sockets[0].receive({ type: "resume_ok" });
   clock.advance(10000);
   assert.equal(sockets[0].framesOf("ping").length, 1);
@@ -193,7 +193,7 @@ test("outgoing frames stay under the server's rate limit", () => {
   const { conn, clock, sockets } = make();
   conn.start();
   sockets[0].open();
-  conn.setReady(true);
+  conn.setReady();
   const written = [];
   for (let i = 0; i < 100; i++) conn.send({ type: "ack", seq: i }, () => written.push(i));
   assert.equal(sockets[0].sent.length, 40, "a burst of 40");
@@ -214,4 +214,51 @@ test("send on a closed transport returns false and writes nothing", () => {
   conn.start();
   assert.equal(conn.send({ type: "ping" }), false, "still connecting");
   assert.equal(sockets[0].sent.length, 0);
+});
+
+test("the transport's state moves only along declared transitions, each one reported", () => {
+  const { conn, clock, sockets } = make({ random: () => 0 });
+  const seen = [];
+  conn.handlers.onState = (from, to) => seen.push(`${from}>${to}`);
+  assert.equal(conn.state, SOCKET_STATE.STOPPED);
+  conn.start();
+  sockets[0].open();
+  conn.setReady();
+  sockets[0].serverClose(1012);
+  clock.advance(1);
+  sockets[1].serverClose(1006); // before it opened
+  clock.advance(1000);
+  sockets[2].open();
+  conn.stop();
+  assert.deepEqual(seen, [
+    "stopped>connecting",
+    "connecting>handshaking",
+    "handshaking>ready",
+    "ready>waiting",
+    "waiting>connecting",
+    "connecting>waiting",
+    "waiting>connecting",
+    "connecting>handshaking",
+    "handshaking>stopped",
+  ]);
+  for (const step of seen) {
+    const [from, to] = step.split(">");
+    assert.ok(SOCKET_TRANSITIONS[from].includes(to), step);
+  }
+  assert.throws(() => conn._to(SOCKET_STATE.READY), /stopped -> ready is not a declared transition/);
+  assert.equal(conn.state, SOCKET_STATE.STOPPED, "a refused transition changes nothing");
+});
+
+test("a final close stops the transport; its handler sees it stopped, and no retry follows", () => {
+  const { conn, clock, sockets } = make();
+  let during = null;
+  conn.handlers.onClose = () => {
+    during = conn.state;
+  };
+  conn.start();
+  sockets[0].open();
+  sockets[0].serverClose(4401);
+  assert.equal(during, SOCKET_STATE.STOPPED);
+  clock.advance(60000);
+  assert.equal(sockets.length, 1);
 });

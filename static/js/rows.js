@@ -1,0 +1,280 @@
+/**
+ * The transcript's rows: one element per item of the model (transcript.js),
+ * built from the item and what the client says now (`ctx`: whether it is
+ * live, whether a decision or cancel is in flight). No state of its own.
+ *
+ * @module rows
+ */
+
+import * as P from "./constants.js";
+import { h } from "./dom.js";
+import { CONFIRMED, FAILED, SENT } from "./ledger.js";
+import { MarkdownView } from "./markdown.js";
+
+/**
+ * @typedef {object} RowContext
+ * @property {boolean} live whether the session is live (decisions may go)
+ * @property {(kind: "approval"|"cancel", id: string) => boolean} busy whether one is in flight
+ */
+
+function pretty(value) {
+  if (typeof value === "string") return value;
+  try {
+    return JSON.stringify(value, null, 2);
+  } catch {
+    return String(value);
+  }
+}
+
+/** The arguments of a tool call, readable: known tools get labelled fields. */
+function argsBlock(doc, tool, args) {
+  const a = args && typeof args === "object" ? args : {};
+  if (tool === "terminal" && typeof a.command === "string") {
+    return h(doc, "pre", { class: "code code-cmd" }, [h(doc, "code", { text: `$ ${a.command}` })]);
+  }
+  if (tool === "write_file" && typeof a.path === "string") {
+    return h(doc, "div", { class: "tool-args" }, [
+      h(doc, "div", { class: "kv" }, [h(doc, "span", { class: "k", text: "path" }), h(doc, "code", { class: "v", text: a.path })]),
+      h(doc, "pre", { class: "code" }, [h(doc, "code", { text: pretty(a.text ?? "") })]),
+    ]);
+  }
+  return h(doc, "pre", { class: "code" }, [h(doc, "code", { text: pretty(a) })]);
+}
+
+/** A one-line summary of a tool call's arguments. */
+function argsSummary(tool, args) {
+  const a = args && typeof args === "object" ? args : {};
+  let text;
+  if (tool === "terminal" && typeof a.command === "string") text = a.command;
+  else if (tool === "write_file" && typeof a.path === "string") text = a.path;
+  else text = pretty(a).replace(/\s+/g, " ");
+  return text.length > 80 ? `${text.slice(0, 79)}…` : text;
+}
+
+const NOTICE_TEXT = {
+  [P.STOP_CANCELLED]: "Run cancelled",
+  [P.STOP_ERROR]: "Run failed",
+  [P.STOP_INTERRUPTED]: "Run interrupted",
+};
+
+/**
+ * The row of one item. A row that fails to build shows its text plainly:
+ * one message that cannot be rendered never hides another.
+ */
+export function buildRow(doc, item, ctx) {
+  try {
+    return row(doc, item, ctx);
+  } catch {
+    return h(doc, "p", {
+      class: "row note",
+      "data-seq": item.seq,
+      "data-render": "failed",
+      text: String(item.text ?? item.type ?? ""),
+    });
+  }
+}
+
+function row(doc, item, ctx) {
+  const d = doc;
+  switch (item.type) {
+    case "note":
+      return h(d, "p", { class: "row note", "data-seq": item.seq, "data-kind": "session.created", text: item.text });
+    case "user":
+      return h(
+        d,
+        "article",
+        {
+          class: "row msg msg-user",
+          "data-seq": item.seq,
+          "data-testid": "user-message",
+          "data-client-message-id": item.cmid,
+          "data-run-id": item.runId || "",
+          "aria-label": "You",
+        },
+        [item.text],
+      );
+    case "assistant": {
+      const el = h(d, "article", {
+        class: "row msg msg-assistant",
+        "data-seq": item.seq,
+        "data-testid": "assistant-message",
+        "data-run-id": item.runId || "",
+        "data-final": item.final ? "true" : "false",
+        "aria-label": "Agent",
+      });
+      renderText(doc, el, item);
+      return el;
+    }
+    case "tool":
+      return h(
+        d,
+        "section",
+        {
+          class: "row card tool-call",
+          "data-seq": item.seq,
+          "data-testid": "tool-call",
+          "data-tool-call-id": item.toolCallId,
+          "data-tool": item.tool,
+          "data-run-id": item.runId || "",
+        },
+        [
+          h(d, "header", { class: "card-head" }, [
+            h(d, "span", { class: "chip chip-tool", text: "Tool call" }),
+            h(d, "strong", { text: item.tool }),
+            h(d, "code", { class: "tool-summary", text: argsSummary(item.tool, item.args) }),
+          ]),
+          h(d, "details", { class: "tool-details" }, [h(d, "summary", { text: "Arguments" }), argsBlock(d, item.tool, item.args)]),
+        ],
+      );
+    case "approval":
+      return buildApproval(doc, item, ctx);
+    case "result":
+      return h(
+        d,
+        "section",
+        {
+          class: `row card tool-result ${item.ok ? "ok" : "failed"}`,
+          "data-seq": item.seq,
+          "data-testid": "tool-result",
+          "data-tool-call-id": item.toolCallId,
+          "data-ok": item.ok ? "true" : "false",
+          "data-run-id": item.runId || "",
+        },
+        [
+          h(d, "header", { class: "card-head" }, [
+            h(d, "span", { class: `chip ${item.ok ? "chip-ok" : "chip-fail"}`, text: item.ok ? "Result · ok" : "Result · failed" }),
+          ]),
+          h(d, "pre", { class: "code output" }, [h(d, "code", { text: item.output || "(no output)" })]),
+        ],
+      );
+    case "notice": {
+      let text = NOTICE_TEXT[item.stop] || `Run ended (${item.stop})`;
+      if (item.stop === P.STOP_CANCELLED && item.queued) text = "Queued message cancelled";
+      if (item.message) text += `: ${item.message}`;
+      return h(d, "p", {
+        class: `row notice notice-${item.stop}`,
+        "data-seq": item.seq,
+        "data-testid": "run-notice",
+        "data-run-id": item.runId || "",
+        "data-stop-reason": item.stop,
+        text,
+      });
+    }
+    default:
+      return h(d, "p", { class: "row note", "data-seq": item.seq, text: "" });
+  }
+}
+
+/**
+ * Show an assistant item's text as Markdown in its element. The element
+ * keeps the text as written in `sourceText` (what the log says, for the
+ * tests); its DOM is the rendering.
+ */
+export function renderText(doc, el, item) {
+  if (!el) return;
+  if (!el.markdown) el.markdown = new MarkdownView(doc, el);
+  el.sourceText = item.text;
+  // While it streams only its open chunk is lexed (markdown.js).
+  el.markdown.render(item.text, { final: item.final !== false });
+}
+
+export function buildApproval(doc, item, ctx) {
+  const d = doc;
+  const pending = item.status === "pending";
+  const busy = ctx.busy("approval", item.approvalId);
+  const canAct = pending && ctx.live && !busy;
+  const approve = h(d, "button", {
+    class: "btn btn-primary",
+    type: "button",
+    "data-testid": "approve",
+    "data-action": "approve",
+    "data-approval-id": item.approvalId,
+    text: "Approve",
+  });
+  const deny = h(d, "button", {
+    class: "btn btn-danger-outline",
+    type: "button",
+    "data-testid": "deny",
+    "data-action": "deny",
+    "data-approval-id": item.approvalId,
+    text: "Deny",
+  });
+  approve.disabled = deny.disabled = !canAct;
+  approve.hidden = deny.hidden = !pending;
+  let statusText = "";
+  if (pending) statusText = busy ? "Sending your decision…" : ctx.live ? "Waiting for your decision" : "Waiting for the connection to decide";
+  else statusText = `${item.status === "approved" ? "Approved" : "Denied"}${item.decidedBy ? ` by ${item.decidedBy}` : ""}`;
+  return h(
+    d,
+    "section",
+    {
+      class: `row card approval approval-${item.status}`,
+      "data-seq": item.seq,
+      "data-testid": "approval",
+      "data-approval-id": item.approvalId,
+      "data-status": item.status,
+      "data-run-id": item.runId || "",
+      "aria-label": `Approval for ${item.tool}`,
+    },
+    [
+      h(d, "header", { class: "card-head" }, [
+        h(d, "span", { class: "chip chip-approval", text: pending ? "Approval needed" : "Approval" }),
+        h(d, "strong", { text: item.tool }),
+      ]),
+      argsBlock(d, item.tool, item.args),
+      h(d, "div", { class: "approval-foot" }, [
+        h(d, "p", { class: "approval-status", "data-testid": "approval-decision", "data-decided-by": item.decidedBy || null, text: statusText }),
+        h(d, "div", { class: "approval-actions" }, [deny, approve]),
+      ]),
+    ],
+  );
+}
+
+/**
+ * A queued message (a run not started yet), with its "Remove" button.
+ * @param {Document} d
+ * @param {{runId: string, cmid: string, text: string}} q
+ * @returns {HTMLElement}
+ */
+export function queueItem(d, q) {
+  return h(d, "li", { class: "queue-item", "data-testid": "queued-item", "data-run-id": q.runId, "data-client-message-id": q.cmid }, [
+    h(d, "span", { class: "queue-text", text: q.text }),
+    h(d, "button", {
+      class: "btn btn-ghost btn-small",
+      type: "button",
+      "data-action": "dequeue",
+      "data-run-id": q.runId,
+      "aria-label": `Remove “${q.text.slice(0, 40)}” from the queue`,
+      text: "Remove",
+    }),
+  ]);
+}
+
+/**
+ * An input the transcript does not show yet (the send ledger's entry).
+ * @param {Document} d
+ * @param {{id: string, text: string, state: string, message?: string, error?: string}} e
+ * @param {boolean} live
+ * @returns {HTMLElement}
+ */
+export function pendingItem(d, e, live) {
+  let status;
+  if (e.state === FAILED) status = `Not sent: ${e.message || e.error}`;
+  else if (e.state === CONFIRMED) status = "Delivered";
+  else if (!live) status = "Waiting for the connection…";
+  else status = e.state === SENT ? "Sending…" : "Queued to send…";
+  return h(
+    d,
+    "li",
+    { class: `row msg msg-user pending pending-${e.state}`, "data-testid": "pending-message", "data-client-message-id": e.id, "data-state": e.state },
+    [
+      h(d, "div", { class: "pending-text", text: e.text }),
+      h(d, "div", { class: "pending-meta" }, [
+        h(d, "span", { text: status }),
+        e.state === FAILED
+          ? h(d, "button", { class: "btn btn-ghost btn-small", type: "button", "data-action": "discard", "data-client-message-id": e.id, text: "Discard" })
+          : null,
+      ]),
+    ],
+  );
+}

@@ -1,0 +1,86 @@
+/**
+ * The interface `SessionClient` drives its display through: ui.js's
+ * `SessionView` in the browser, a recorder in tests, `NULL_VIEW` when none.
+ * The view reads the client's state through `attach(client)` (`isLive`,
+ * `isBusy`); the calls below tell it what changed.
+ *
+ * @module view
+ */
+
+/** Connection states shown to the person (and in `data-state`). */
+export const STATE = Object.freeze({
+  CONNECTING: "connecting",
+  RESUMING: "resuming",
+  REPLAYING: "replaying",
+  LIVE: "live",
+  RECONNECTING: "reconnecting",
+  REJECTED: "rejected",
+});
+
+/** `data-reason` values for fatal closes (resume rejections use the protocol's reasons). */
+export const REASON_NOT_AUTHENTICATED = "not_authenticated";
+export const REASON_PROTOCOL_VIOLATION = "protocol_violation";
+/**
+ * The state the display shows: "replaying" is shown as "resuming" (the DOM's
+ * `data-state` values are resuming until live, as they always were).
+ * @param {string} state
+ * @returns {string}
+ */
+export function shownState(state) {
+  return state === STATE.REPLAYING ? STATE.RESUMING : state;
+}
+
+/**
+ * A view that ignores everything; the interface `SessionClient` drives.
+ * @type {object}
+ */
+export const NULL_VIEW = {
+  attach(_client) {},
+  reset(_model, _cursor) {},
+  applyChanges(_changes, _model) {},
+  setCursor(_cursor) {},
+  flush() {},
+  setLedger(_entries, _model) {},
+  setConnection(_state, _detail) {},
+  setPresence(_presence) {},
+  setBusy(_kind, _id, _busy) {},
+  notify(_message, _level) {},
+};
+
+/**
+ * A view with every method of NULL_VIEW: the given object's where it has one.
+ * @param {object} view
+ * @returns {object}
+ */
+export function completeView(view) {
+  const out = {};
+  for (const name of Object.keys(NULL_VIEW)) {
+    out[name] = view && typeof view[name] === "function" ? view[name].bind(view) : NULL_VIEW[name];
+  }
+  return out;
+}
+
+/**
+ * A client's state for diagnostics and tests (`window.__test.state()`).
+ * @param {import("./session.js").SessionClient} c
+ * @returns {object}
+ */
+export function snapshotOf(c) {
+  return {
+    sessionId: c.sessionId,
+    tabId: c.tabId,
+    epoch: c.epoch,
+    cursor: c.loop.cursor,
+    connectionState: shownState(c.state),
+    phase: c.state,
+    rejection: c.state === STATE.REJECTED ? { ...c.stateDetail } : null,
+    ledger: c.ledger.entries(),
+    lastResumeAfter: c.lastResumeAfter,
+    firstReplayedSeq: c.firstReplayedSeq,
+    replayHead: c.replayHead,
+    held: c.loop.heldCount,
+    presence: { ...c.presence },
+    framesSent: { ...c.framesSent },
+    stats: { ...c.loop.stats, ...c.stats },
+  };
+}
