@@ -197,7 +197,7 @@ AGENT_SWEEP_SECONDS = _app("AGENT_SWEEP_SECONDS")
 AGENT_PICKUP_SECONDS = _app("AGENT_PICKUP_SECONDS")
 # Runs one process executes at once (threads of its run pool), in a worker and
 # in the embedded server alike. Each executing run holds one database
-# connection while it works: see the README on sizing.
+# connection while it works: see docs/deployment.md on sizing.
 AGENT_WORKER_CONCURRENCY = _app("AGENT_WORKER_CONCURRENCY")
 # The runs of one process commit their events together: whoever is committing
 # takes every append waiting (sessions_app/log/group_commit.py). One durable flush
@@ -244,7 +244,7 @@ if AGENT_PATCH_FAILURES not in ("refuse", "warn"):
 AGENT_SEND_BUFFER_BYTES = _app("AGENT_SEND_BUFFER_BYTES")
 AGENT_SLOW_CONSUMER_SECONDS = _app("AGENT_SLOW_CONSUMER_SECONDS")
 
-# Retention (docs: README, "Long sessions"). Off when unset or 0. The streamed
+# Retention (docs/architecture.md, "Retention"). Off when unset or 0. The streamed
 # deltas of a run whose text is in its assistant.message are deleted this many
 # days after the run finished (the transcript keeps every message, tool call
 # and result, and approval); whole sessions untouched for this many days, with

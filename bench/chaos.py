@@ -148,7 +148,7 @@ SERVER_ENV = {
     "AGENT_USER_MAX_SOCKETS": "200",
     # Each user's five sessions get two tabs sending at random: far more runs
     # waiting than a person queues. The suite tests continuity, not the quota
-    # (tests/test_api.py does), so the quota is out of its way.
+    # (tests/web/test_api.py does), so the quota is out of its way.
     "AGENT_USER_MAX_QUEUED_RUNS": "10000",
 }
 

@@ -29,13 +29,13 @@ from django.contrib.auth import get_user_model
 
 from sessions_app.models import Event
 from sessions_app.runtime.tools import workspace_for
+from tests.access.test_rights import _change_password
 from tests.harness import (
     WsClient,
     client_frame,
     raw_socket_that_never_reads,
     session_cookie,
 )
-from tests.test_rights import _change_password
 
 
 async def amplification(cluster, cookie: str, args, report: Report) -> None:

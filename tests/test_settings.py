@@ -145,11 +145,11 @@ def test_run_listens_with_a_large_backlog():
     assert "backlog=8192" in _lib("daphne_endpoint 0.0.0.0 80", LISTEN_BACKLOG="8192").stdout
 
 
-def _readme_settings() -> set[str]:
-    """The names in the README's configuration table (first column)."""
+def _documented_settings() -> set[str]:
+    """The names in docs/deployment.md's configuration table (first column)."""
     import re
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "deployment.md").read_text()
     table = text.split("## Configuration", 1)[1].split("\n### ", 1)[0]
     names = set()
     for line in table.splitlines():
@@ -158,20 +158,20 @@ def _readme_settings() -> set[str]:
     return names
 
 
-def test_the_readme_lists_every_setting():
+def test_the_deployment_guide_lists_every_setting():
     """Every app setting (``conf.DEFAULTS``) and every setting the site reads
-    from the environment is in the README's configuration table, and the
-    table names nothing that does not exist."""
+    from the environment is in docs/deployment.md's configuration table, and
+    the table names nothing that does not exist."""
     import re
 
     from sessions_app.conf import DEFAULTS
 
-    listed = _readme_settings()
+    listed = _documented_settings()
     source = (ROOT / "agentsite" / "settings.py").read_text()
     from_env = set(re.findall(r'(?:_env_bool|_env_list|environ\.get)\("([A-Z][A-Z0-9_]+)"', source))
     from_env |= set(re.findall(r'_app\("([A-Z][A-Z0-9_]+)"\)', source))
     script_env = {"HOST", "PORT", "LISTEN_BACKLOG"}  # ./scripts/run's own
     missing = (set(DEFAULTS) | from_env) - listed
-    assert not missing, f"not in the README's table: {sorted(missing)}"
+    assert not missing, f"not in docs/deployment.md's table: {sorted(missing)}"
     unknown = listed - set(DEFAULTS) - from_env - script_env
-    assert not unknown, f"in the README's table but read nowhere: {sorted(unknown)}"
+    assert not unknown, f"in docs/deployment.md's table but read nowhere: {sorted(unknown)}"

@@ -125,7 +125,7 @@ class _Publisher:
                 batch.append(queue.get_nowait())
             layer = get_channel_layer()
             queued_at = batch[0][2]  # the oldest of the round
-            merged = _merge([(group, message) for group, message, _ in batch])
+            merged = merge([(group, message) for group, message, _ in batch])
             try:
                 if hasattr(layer, "group_send_many"):
                     await _send_many(layer, merged)
@@ -168,8 +168,9 @@ class _Publisher:
                 self._loop = self._queue = self._task = None
 
 
-def _merge(batch: list[tuple[str, dict[str, Any]]]):
-    """Per group, in order: runs of event messages become one ``session.events``."""
+def merge(batch: list[tuple[str, dict[str, Any]]]):
+    """Per group, in order: runs of event messages become one ``session.events``
+    (pure: what a busy publisher sends for one round of its queue)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for group, message in batch:
         out = groups.setdefault(group, [])

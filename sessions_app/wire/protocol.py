@@ -5,7 +5,7 @@ implementation of names and rules on the server.
 
 Everything a frame may carry is named and checked here, once. The JavaScript
 client mirrors these constants in ``static/js/constants.js``; keep the two in
-step (``tests/test_protocol.py`` compares them).
+step (``tests/wire/test_protocol.py`` compares them).
 """
 
 from __future__ import annotations

@@ -262,7 +262,11 @@ export class Outbox {
    */
   settle(kind, target) {
     const push = this.pushes.get(`${kind}:${target}`);
-    if (push) this._done(push);
+    if (!push) return;
+    // Not sent again, and not busy; its reply, if one is on the way (say
+    // already_decided, when another tab's decision came first), still finds it.
+    this.pushes.delete(push.key);
+    this._setBusy(push, false);
   }
 
   // --- replies --------------------------------------------------------------------

@@ -63,7 +63,7 @@ def test_epoch_rotation_reloads_every_open_tab(server, ctx, django_user_model):
 def epoch_rotation(ctx, server_a, server_b, django_user_model) -> None:
     """Tab A on ``server_a``, tab B on ``server_b``; the rotation is made in
     ``server_a``'s admin."""
-    from tests.test_runtime import _admin_post
+    from tests.runtime.test_runtime import _admin_post
 
     a = ctx.new_page()
     session_id = new_session(a, server_a)

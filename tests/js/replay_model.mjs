@@ -1,4 +1,4 @@
-// Not a test file: a helper the server tests run (tests/test_compaction.py).
+// Not a test file: a helper the server tests run (tests/log/test_compaction.py).
 // Reads {"cases": [[frame, ...], ...]} on stdin, applies each case's frames
 // (event and compacted frames, as a socket delivers them) through the
 // client's own ApplyLoop and transcript reducer, and prints

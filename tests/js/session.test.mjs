@@ -618,3 +618,19 @@ test("one Push per request: a decide keeps its push across sockets, gets a new r
   assert.equal(client.outbox.pushes.size, 0);
   assert.equal(client.isBusy("approval", "ap1"), false);
 });
+
+test("a decision whose outcome is logged before its reply still reports the reply (another tab won)", () => {
+  const { client, view, sock, resume } = setup();
+  client.start();
+  resume(4, parkedAtGate());
+  assert.ok(client.decide("ap1", "approve"));
+  const d = sock().framesOf("decide")[0];
+  // The other tab's decision reaches this one first, then this one's refusal.
+  sock().receive(ev(5, "approval.decided", { approval_id: "ap1", decision: "approve", decided_by: "bob" }, "run_1"));
+  assert.equal(client.isBusy("approval", "ap1"), false);
+  sock().receive({ type: "error", request_id: d.request_id, code: "already_decided", decision: "approve", decided_by: "bob" });
+  assert.match(view.notes.at(-1), /Already approved by bob/);
+  sock().serverClose(1006);
+  resume(5, []);
+  assert.equal(sock().framesOf("decide").length, 0, "settled: never sent again");
+});

@@ -82,7 +82,7 @@ async def test_an_approval_waiting_and_a_deleted_session_are_pushed(
         lambda f: f.get("type") == "session" and f["session"]["pending_approvals"] == 1
     )
     assert parked["session"]["status"] == "awaiting_approval"
-    from tests.test_runtime import _admin_post
+    from tests.runtime.test_runtime import _admin_post
 
     await database_sync_to_async(_admin_post)(
         server,

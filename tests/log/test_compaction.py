@@ -21,7 +21,7 @@ from tests.harness import WsClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REPLAY_MODEL_JS = Path(__file__).resolve().parent / "js" / "replay_model.mjs"
+REPLAY_MODEL_JS = Path(__file__).resolve().parents[1] / "js" / "replay_model.mjs"
 
 D, M = p.K_ASSISTANT_DELTA, p.K_ASSISTANT_MESSAGE
 

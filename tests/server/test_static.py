@@ -71,7 +71,7 @@ def test_vendored_libraries_are_pinned_and_licensed():
     import re
     from pathlib import Path
 
-    vendor = Path(__file__).parent.parent / "static" / "vendor"
+    vendor = Path(__file__).resolve().parents[2] / "static" / "vendor"
     listed = dict(
         (path, digest)
         for digest, path in re.findall(

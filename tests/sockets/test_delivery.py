@@ -238,7 +238,7 @@ def test_interleave_compacts_exact_stretches_and_refills_the_rest():
 def test_the_core_imports_no_asyncio_django_or_channels():
     """The delivery core stays pure: its imports (and the wire's it uses) are
     the standard library's, minus asyncio, and the app's own wire package."""
-    root = Path(__file__).resolve().parents[1] / "sessions_app"
+    root = Path(__file__).resolve().parents[2] / "sessions_app"
     allowed = {
         "__future__",
         "enum",

@@ -19,7 +19,7 @@ from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, Event, Run
 from sessions_app.wire import protocol as p
 from tests.harness import WsClient
-from tests.test_compaction import _covered, _models, _replay, build_mixed_log
+from tests.log.test_compaction import _covered, _models, _replay, build_mixed_log
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -68,7 +68,7 @@ def test_purge_deletes_only_superseded_deltas_of_old_runs(user):
 def test_a_run_queued_behind_another_is_purged_when_it_finishes_later(user):
     """A run whose input came while another streamed (an earlier message_seq)
     and that finishes after a purge pass is purged by a later pass."""
-    from tests.test_compaction import _deltas, _finished, _log, _turn_start
+    from tests.log.test_compaction import _deltas, _finished, _log, _turn_start
 
     s = create_session(user, "queued")
     script = _turn_start("A", "a") + _deltas("A", 2)
@@ -173,7 +173,7 @@ async def test_rotation_sends_open_tabs_through_epoch_mismatch(
     """After a rotation in the admin every socket of the session is closed 1013
     (retryable); its resume with the old epoch is epoch_mismatch; from 0 it gets
     the new epoch. Other sessions' sockets are untouched."""
-    from tests.test_runtime import _admin_post
+    from tests.runtime.test_runtime import _admin_post
 
     admin = await database_sync_to_async(django_user_model.objects.create_superuser)(
         "root", password="root-pass-1"

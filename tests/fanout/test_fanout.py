@@ -17,7 +17,7 @@ def test_merge_keeps_each_sessions_order_and_separates_presence():
     between them splits the run; another session's events stay apart."""
     presence = (fanout.group_name("a"), {"type": fanout.PRESENCE_MESSAGE, "session_id": "a"})
     batch = [_event("a", 1), _event("b", 7), _event("a", 2), presence, _event("a", 3)]
-    merged = dict(fanout._merge(batch))
+    merged = dict(fanout.merge(batch))
     assert merged[fanout.group_name("a")] == [
         {"type": fanout.EVENTS_MESSAGE, "session_id": "a", "events": [[1, "a1"], [2, "a2"]]},
         presence[1],
@@ -28,7 +28,7 @@ def test_merge_keeps_each_sessions_order_and_separates_presence():
 
 def test_a_lone_event_is_published_as_itself():
     """With nothing else queued, an event goes out as a plain session.event."""
-    ((group, messages),) = fanout._merge([_event("a", 5)])
+    ((group, messages),) = fanout.merge([_event("a", 5)])
     assert messages == [_event("a", 5)[1]]
 
 

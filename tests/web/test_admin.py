@@ -22,7 +22,7 @@ def _staff(django_user_model, name: str, *codenames: str):
 
 
 def _parked(user) -> tuple[Run, ApprovalRequest]:
-    from tests.test_api import parked_gate
+    from tests.web.test_api import parked_gate
 
     _, run_id, approval_id = parked_gate(user)
     return Run.objects.get(id=run_id), ApprovalRequest.objects.get(id=approval_id)
