@@ -84,6 +84,9 @@ class Compacted:
 
 Action = Send | Refill | Compacted
 
+# ``Sequencer.before``'s answer for an event sent already.
+REPEAT = True
+
 
 class Sequencer:
     """A session socket's order of delivery.
@@ -123,6 +126,16 @@ class Sequencer:
     def live(self, seq: int, text: str) -> list[Action]:
         """What to send for a live event (the socket is live)."""
         return self._steps([(seq, text)], self.last_sent)
+
+    def before(self, seq: int) -> Refill | None | bool:
+        """``live``'s answer without building it, for the hot path (one call
+        per event per socket): ``REPEAT`` (send nothing), ``None`` (send the
+        frame), or the ``Refill`` that must go out before it."""
+        if seq <= self.last_sent:
+            return REPEAT
+        if seq > self.last_sent + 1:
+            return Refill(self.last_sent, seq - 1)
+        return None
 
     def drain(self) -> list[Action]:
         """What to send of the events held during the replay, in order, without

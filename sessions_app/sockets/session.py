@@ -38,7 +38,7 @@ from sessions_app.server.patches import PeerGone
 from sessions_app.sockets import queries as db
 from sessions_app.sockets import rows
 from sessions_app.sockets.base import AppSocket
-from sessions_app.sockets.delivery import Phase, Refill, Send, Sequencer
+from sessions_app.sockets.delivery import REPEAT, Phase, Refill, Send, Sequencer
 from sessions_app.sockets.replay import ReplaySender
 from sessions_app.sockets.tail import TailCheck
 from sessions_app.wire import protocol as p
@@ -443,7 +443,20 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
         async with self.send_lock:
             if self.closing:
                 return
-            await self._carry_out(self.sequencer.live(seq, text))
+            # The sequencer decides (``live``); this is its answer unbuilt,
+            # since it runs once per event per socket.
+            order = self.sequencer
+            before = order.before(seq)
+            if before is REPEAT:
+                return
+            if before is not None:
+                order.sent(await self._send_range(before.after, before.upto))
+                if self.closing:
+                    return
+            if not await self._writable():
+                return
+            await self.send(text_data=text)
+            order.sent(seq)
         self.last_live = asyncio.get_running_loop().time()
         self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
 

@@ -264,3 +264,20 @@ def test_the_core_imports_no_asyncio_django_or_channels():
             for name in names:
                 top = name.split(".")[0]
                 assert top in allowed or name.startswith("sessions_app.wire"), (path.name, name)
+
+
+def test_before_is_live_unbuilt():
+    """The hot path's answer (``before``) says what ``live`` says, for repeats,
+    events in order and events past a hole."""
+    for last_sent in range(0, 4):
+        for seq in range(1, 8):
+            order = Sequencer(buffer_limit=1)
+            order.attach(last_sent)
+            steps = order.live(seq, text(seq))
+            answer = order.before(seq)
+            if not steps:
+                assert answer is d.REPEAT
+            elif len(steps) == 1:
+                assert answer is None and steps == [Send(text(seq), seq)]
+            else:
+                assert answer == steps[0] and steps[1] == Send(text(seq), seq)
