@@ -128,10 +128,21 @@ def _lock_session(session_id: str) -> AgentSession:
         raise NotFound("this session no longer exists") from None
 
 
-def submit_message(session_id: str, client_message_id: str, text: str) -> SendResult:
-    """Log a user input once per ``client_message_id`` and start or queue its run."""
+def submit_message(
+    session_id: str,
+    client_message_id: str,
+    text: str,
+    *,
+    interrupt: bool = False,
+    by: str = "",
+) -> SendResult:
+    """Log a user input once per ``client_message_id`` and start or queue its
+    run. With ``interrupt`` ("stop and send") the session's active run is
+    cancelled first, saying why, and this input's run starts at once, ahead
+    of the inputs already queued (they stay queued). ``by``: who sent it (for
+    a gate the interrupt closes)."""
     try:
-        return _submit(session_id, client_message_id, text)
+        return _submit(session_id, client_message_id, text, interrupt, by)
     except IntegrityError:
         # Only reachable if two writers bypassed the session lock; the
         # unique constraint still guarantees one run per input.
@@ -153,7 +164,9 @@ def _queued_runs(owner_id: int) -> int:
     return Run.objects.filter(session__owner_id=owner_id, status=Run.Status.QUEUED).count()
 
 
-def _submit(session_id: str, client_message_id: str, text: str) -> SendResult:
+def _submit(
+    session_id: str, client_message_id: str, text: str, interrupt: bool, by: str
+) -> SendResult:
     with transaction.atomic():
         session = _lock_session(session_id)
         existing = Run.objects.filter(
@@ -163,7 +176,21 @@ def _submit(session_id: str, client_message_id: str, text: str) -> SendResult:
             return SendResult(
                 client_message_id, existing.message_seq, existing.id, p.SEND_DUPLICATE
             )
-        behind = Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).exists()
+        active = Run.objects.filter(
+            session_id=session_id, status__in=(Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL)
+        ).first()
+        if interrupt and active is not None:
+            # Under the same session lock: nothing starts in between, and the
+            # queued inputs are not started by the cancel (``start_next``).
+            _cancel_locked(active, by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
+        # Behind the session's active run, or its queue; an interrupt jumps
+        # the queue (the inputs queued before it run after it).
+        behind = Run.objects.filter(
+            session_id=session_id,
+            status__in=(Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL)
+            if interrupt
+            else Run.ACTIVE,
+        ).exists()
         # Not behind a run of its own session, but over its user's limit: it
         # waits, visibly queued, for one of the user's runs to end.
         busy = behind or not _user_has_room(session.owner_id)
@@ -286,33 +313,40 @@ def cancel(run_id: str, cancelled_by: str, *, session_id: str | None = None) -> 
         run = Run.objects.get(id=run_id)
         if run.status == Run.Status.FINISHED:
             raise NotPending()
-        for approval in ApprovalRequest.objects.filter(
-            run_id=run_id, status=ApprovalRequest.Status.PENDING
-        ):
-            _record_decision(approval, p.DENY, cancelled_by)
-        # Every gate of the run whose tool never ran (denied just now, or
-        # decided but its continuation not yet started) gets its result, and
-        # the mark keeps a late continuation from running it.
-        now = timezone.now()
-        for approval in ApprovalRequest.objects.filter(run_id=run_id, executed_at__isnull=True):
-            if ApprovalRequest.objects.filter(id=approval.id, executed_at__isnull=True).update(
-                executed_at=now
-            ):
-                # Re-read after the denials above: nothing is pending any more.
-                denied = approval.status != ApprovalRequest.Status.APPROVED
-                append_event(
-                    run.session_id,
-                    p.K_TOOL_RESULT,
-                    {
-                        "tool_call_id": approval.tool_call_id,
-                        "ok": False,
-                        "output": "denied" if denied else "cancelled before it ran",
-                    },
-                    run_id,
-                )
-        finish_run(run_id, p.STOP_CANCELLED)
+        _cancel_locked(run, cancelled_by)
         run.refresh_from_db()
     return run
+
+
+def _cancel_locked(run: Run, cancelled_by: str, message: str = "", *, start_next=True) -> None:
+    """Cancel ``run`` (not finished; the caller holds its session's lock):
+    its open gates denied with their results, then ``run.finished``."""
+    run_id = run.id
+    for approval in ApprovalRequest.objects.filter(
+        run_id=run_id, status=ApprovalRequest.Status.PENDING
+    ):
+        _record_decision(approval, p.DENY, cancelled_by)
+    # Every gate of the run whose tool never ran (denied just now, or
+    # decided but its continuation not yet started) gets its result, and
+    # the mark keeps a late continuation from running it.
+    now = timezone.now()
+    for approval in ApprovalRequest.objects.filter(run_id=run_id, executed_at__isnull=True):
+        if ApprovalRequest.objects.filter(id=approval.id, executed_at__isnull=True).update(
+            executed_at=now
+        ):
+            # Re-read after the denials above: nothing is pending any more.
+            denied = approval.status != ApprovalRequest.Status.APPROVED
+            append_event(
+                run.session_id,
+                p.K_TOOL_RESULT,
+                {
+                    "tool_call_id": approval.tool_call_id,
+                    "ok": False,
+                    "output": "denied" if denied else "cancelled before it ran",
+                },
+                run_id,
+            )
+    finish_run(run_id, p.STOP_CANCELLED, message, start_next=start_next)
 
 
 def finish_run(
@@ -323,6 +357,7 @@ def finish_run(
     worker: str | None = None,
     from_statuses=Run.ACTIVE,
     lease_expired: bool = False,
+    start_next: bool = True,
 ) -> bool:
     """Finish an active run with ``run.finished`` and start the next queued one.
 
@@ -352,8 +387,11 @@ def finish_run(
         data = {"stop_reason": stop_reason}
         if stop_reason == p.STOP_ERROR:
             data["message"] = message or "the run failed"
+        elif message:
+            data["message"] = message
         append_event(session_id, p.K_RUN_FINISHED, data, run_id)
-        _start_next(session)
+        if start_next:
+            _start_next(session)
         _admit_after_commit(session.owner_id)
     return True
 

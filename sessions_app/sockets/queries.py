@@ -119,10 +119,12 @@ def tail_state(
 
 
 @in_db_pool
-def submit(session_id: str, send: p.Send, granted: tuple[int, str]):
+def submit(session_id: str, send: p.Send, username: str, granted: tuple[int, str]):
 
     require(granted)
-    return submit_message(session_id, send.client_message_id, send.text)
+    return submit_message(
+        session_id, send.client_message_id, send.text, interrupt=send.interrupt, by=username
+    )
 
 
 @in_db_pool

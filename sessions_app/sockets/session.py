@@ -63,6 +63,9 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
         # The handshake's "batch" feature: replayed frames go out several to a
         # message; ``batch`` holds those not sent yet (None: not batching).
         self.batching = False
+        # The handshake's "interrupt" feature: said back, so the client knows a
+        # send's "interrupt" is honoured (it is on every socket).
+        self.interrupt = False
         # The epoch the handshake answered with (see _rotated).
         self.epoch: str | None = None
         # Retention deleted superseded deltas up to here (as last read): a
@@ -207,6 +210,7 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
         metrics.HANDSHAKES.labels(p.START, "ok").inc()
         self.compact = p.FEATURE_COMPACT in start.features
         self.batching = p.FEATURE_BATCH in start.features
+        self.interrupt = p.FEATURE_INTERRUPT in start.features
         self.epoch = session["epoch"]
         # Joined after creation: only this socket knows the new id, so nothing
         # can have been appended to it that we would miss.
@@ -259,6 +263,7 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
         metrics.HANDSHAKES.labels(p.RESUME, "ok").inc()
         self.compact = p.FEATURE_COMPACT in resume.features
         self.batching = p.FEATURE_BATCH in resume.features
+        self.interrupt = p.FEATURE_INTERRUPT in resume.features
         self.epoch = head["epoch"]
         self.compacted_through = head["compacted_through"]
         await self._send(
@@ -281,7 +286,11 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
         (absent when none: a version 1 client sees exactly version 1)."""
         used = [
             name
-            for name, on in ((p.FEATURE_COMPACT, self.compact), (p.FEATURE_BATCH, self.batching))
+            for name, on in (
+                (p.FEATURE_COMPACT, self.compact),
+                (p.FEATURE_BATCH, self.batching),
+                (p.FEATURE_INTERRUPT, self.interrupt),
+            )
             if on
         ]
         return {"features": used} if used else {}
@@ -332,7 +341,7 @@ class SessionConsumer(TailCheck, ReplaySender, AppSocket):
 
     async def _on_send(self, frame: dict[str, Any]) -> None:
         send = p.parse_send(frame)
-        result = await db.submit(self.session_id, send, self.granted)
+        result = await db.submit(self.session_id, send, self.user.get_username(), self.granted)
         await self._send(
             {
                 "type": p.SEND_OK,

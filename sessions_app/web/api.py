@@ -91,6 +91,15 @@ class MessageSerializer(serializers.Serializer):
         max_length=p.MAX_TEXT_CHARS,
         help_text="Not white space only; no NUL; over 32,000 characters is too_large.",
     )
+    interrupt = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text=(
+            "Stop and send: cancel the session's active run (its run.finished says "
+            "why) and start this input at once; the inputs already queued stay queued. "
+            "Otherwise the input queues behind the active run."
+        ),
+    )
 
 
 class SendResultSerializer(serializers.Serializer):
@@ -262,11 +271,18 @@ class SessionMessages(OwnedSessions, generics.GenericAPIView):
                     "request_id": "api",
                     "client_message_id": data.get("client_message_id"),
                     "text": data.get("text"),
+                    "interrupt": data.get("interrupt", False),
                 }
             )
         except p.FrameError as exc:
             return Response({"code": exc.code, "message": exc.message}, status=400)
-        result = runs.submit_message(session.id, send.client_message_id, send.text)
+        result = runs.submit_message(
+            session.id,
+            send.client_message_id,
+            send.text,
+            interrupt=send.interrupt,
+            by=request.user.get_username(),
+        )
         created = result.status != p.SEND_DUPLICATE
         return Response(
             {

@@ -74,7 +74,10 @@ HANDSHAKE_TYPES = (START, RESUME)
 # answers with those it will use. Unknown names are ignored.
 FEATURE_COMPACT = "compact"
 FEATURE_BATCH = "batch"
-FEATURES = (FEATURE_COMPACT, FEATURE_BATCH)
+# "interrupt": a send may carry "interrupt": true (stop the active run and
+# start this one at once); without the feature a client sees plain queueing.
+FEATURE_INTERRUPT = "interrupt"
+FEATURES = (FEATURE_COMPACT, FEATURE_BATCH, FEATURE_INTERRUPT)
 MAX_FEATURES = 16
 
 # --- Error codes ----------------------------------------------------------------
@@ -110,6 +113,8 @@ STOP_CANCELLED = "cancelled"
 STOP_ERROR = "error"
 STOP_INTERRUPTED = "interrupted"
 STOP_REQUIRES_APPROVAL = "requires_approval"
+# run.finished's "message" when a "stop and send" (send with interrupt) ended it.
+STOPPED_FOR_NEW_MESSAGE = "stopped for a newer message"
 
 # --- Event kinds ------------------------------------------------------------------
 K_SESSION_CREATED = "session.created"
@@ -343,6 +348,9 @@ class Send:
     request_id: Any
     client_message_id: str
     text: str
+    # Stop the session's active run and start this input at once ("stop and
+    # send"); otherwise it queues behind the active run.
+    interrupt: bool = False
 
 
 @dataclass(frozen=True)
@@ -365,7 +373,10 @@ def parse_send(frame: dict[str, Any]) -> Send:
         raise FrameError(E_BAD_FRAME, "'text' must be a non-empty Unicode string", rid)
     if len(text) > MAX_TEXT_CHARS:
         raise FrameError(E_TOO_LARGE, f"'text' is longer than {MAX_TEXT_CHARS:,} characters", rid)
-    return Send(request_id=rid, client_message_id=cmid, text=text)
+    interrupt = frame.get("interrupt", False)
+    if not isinstance(interrupt, bool):
+        raise FrameError(E_BAD_FRAME, "'interrupt' must be true or false", rid)
+    return Send(request_id=rid, client_message_id=cmid, text=text, interrupt=interrupt)
 
 
 def parse_decide(frame: dict[str, Any]) -> Decide:

@@ -65,10 +65,10 @@ export function startSessionPage() {
     composer.style.height = "auto";
     composer.style.height = `${Math.min(composer.scrollHeight, 220)}px`;
   };
-  const submit = () => {
+  const submit = (options = {}) => {
     const text = composer.value;
     if (!text.trim()) return;
-    const result = client.submit(text);
+    const result = client.submit(text, options);
     if (result.ok) {
       composer.value = "";
       grow();
@@ -111,6 +111,9 @@ export function startSessionPage() {
       client.reloadFromZero();
     } else if (action === "reload-page") {
       window.location.reload();
+    } else if (action === "stop-and-send") {
+      submit({ interrupt: true });
+      composer.focus();
     }
   });
 

@@ -66,7 +66,8 @@ export const HANDSHAKE_TYPES = ["start", "resume"];
 // --- Handshake features (additive to version 1) ---------------------------------
 export const FEATURE_COMPACT = "compact";
 export const FEATURE_BATCH = "batch";
-export const FEATURES = ["compact", "batch"];
+export const FEATURE_INTERRUPT = "interrupt";
+export const FEATURES = ["compact", "batch", "interrupt"];
 export const MAX_FEATURES = 16;
 
 // --- Error codes ---------------------------------------------------------------
@@ -102,6 +103,7 @@ export const STOP_CANCELLED = "cancelled";
 export const STOP_ERROR = "error";
 export const STOP_INTERRUPTED = "interrupted";
 export const STOP_REQUIRES_APPROVAL = "requires_approval";
+export const STOPPED_FOR_NEW_MESSAGE = "stopped for a newer message";
 
 // --- Event kinds ---------------------------------------------------------------
 export const K_SESSION_CREATED = "session.created";

@@ -42,6 +42,7 @@ export function newClientMessageId() {
  * @property {string} [status]  send_ok status: started | queued | duplicate
  * @property {string} [error]   error code when failed
  * @property {string} [message] error message when failed
+ * @property {boolean} [interrupt] "stop and send": stop the active run for it
  */
 
 export class Ledger {
@@ -93,10 +94,12 @@ export class Ledger {
   /**
    * Record a new input: its id is made and persisted before anything is sent.
    * @param {string} text
+   * @param {{interrupt?: boolean}} [options] interrupt: "stop and send" (kept for every re-send)
    * @returns {LedgerEntry} a copy of the new entry (state "prepared")
    */
-  prepare(text) {
+  prepare(text, { interrupt = false } = {}) {
     const entry = { id: this._newId(), text, state: PREPARED, created: this._now(), attempts: 0 };
+    if (interrupt) entry.interrupt = true;
     this._entries.push(entry);
     this._save();
     return { ...entry };

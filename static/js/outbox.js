@@ -174,12 +174,13 @@ export class Outbox {
    * A new input: validated, recorded in the ledger (stored) before anything
    * is written, sent now if the session is live.
    * @param {string} text
+   * @param {{interrupt?: boolean}} [options] interrupt: stop the active run and start this at once
    * @returns {{ok: true, id: string}|{ok: false, error: string}}
    */
-  submit(text) {
+  submit(text, options = {}) {
     const problem = validateInput(text);
     if (problem) return { ok: false, error: problem };
-    const entry = this.ledger.prepare(text);
+    const entry = this.ledger.prepare(text, { interrupt: !!options.interrupt });
     this._showLedger();
     this.flushLedger();
     return { ok: true, id: entry.id };
@@ -214,7 +215,11 @@ export class Outbox {
     for (const entry of this.ledger.unconfirmed()) {
       if (!this._live()) return;
       if (this.pushes.get(`${P.SEND}:${entry.id}`)?.requestId) continue;
-      const push = new Push(P.SEND, entry.id, { type: P.SEND, client_message_id: entry.id, text: entry.text }, false);
+      const frame = { type: P.SEND, client_message_id: entry.id, text: entry.text };
+      // Sent again with it after a drop: the server stops a run for it once
+      // (a repeat of the id is a duplicate and stops nothing).
+      if (entry.interrupt) frame.interrupt = true;
+      const push = new Push(P.SEND, entry.id, frame, false);
       if (!this._write(push, () => this.written(entry))) return;
     }
   }

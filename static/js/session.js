@@ -113,6 +113,8 @@ export class SessionClient {
     this.lastResumeAfter = null;
     this.firstReplayedSeq = null;
     this.resumeRequestId = null;
+    /** the handshake features the server said it uses */
+    this.serverFeatures = [];
     this.outbox = new Outbox({
       send: (frame, onWritten) => this._send(frame, onWritten),
       requestId: () => this._requestId(),
@@ -155,17 +157,17 @@ export class SessionClient {
     return this.loop.cursor;
   }
 
+  /** @returns {boolean} whether the server honours "stop and send" (the view reads this) */
+  get canInterrupt() {
+    return this.serverFeatures.includes(P.FEATURE_INTERRUPT);
+  }
+
   /** @returns {boolean} whether commands may go (the view reads this) */
   get isLive() {
     return this.state === STATE.LIVE;
   }
 
-  /**
-   * Whether a decide ("approval") or cancel for `id` is in flight (the view reads this).
-   * @param {"approval"|"cancel"} kind
-   * @param {string} id
-   * @returns {boolean}
-   */
+  /** Whether a decide (`kind` "approval") or cancel for `id` is in flight (the view reads this). */
   isBusy(kind, id) {
     return this.outbox.isBusy(kind, id);
   }
@@ -229,7 +231,7 @@ export class SessionClient {
       request_id: this._requestId(),
       session_id: this.sessionId,
       after,
-      features: [P.FEATURE_COMPACT, P.FEATURE_BATCH],
+      features: [P.FEATURE_COMPACT, P.FEATURE_BATCH, P.FEATURE_INTERRUPT],
     };
     if (after > 0) frame.epoch = this.epoch;
     this.resumeRequestId = frame.request_id;
@@ -309,6 +311,7 @@ export class SessionClient {
     if (this.state !== STATE.RESUMING) return;
     if (frame.session_id && frame.session_id !== this.sessionId) return;
     this.presenceHead = null; // a new socket: its presence frames start afresh
+    this.serverFeatures = Array.isArray(frame.features) ? frame.features : [];
     this.conn.setReady();
     if (typeof frame.epoch === "string" && frame.epoch) this.epoch = frame.epoch;
     this.replayHead = Number.isInteger(frame.head) ? frame.head : this.loop.cursor;
@@ -435,11 +438,12 @@ export class SessionClient {
    * A new user input: recorded in the ledger (and stored) before anything is
    * written, shown as pending, sent now if the session is live, else once it is.
    * @param {string} text
+   * @param {{interrupt?: boolean}} [options] interrupt: "stop and send"
    * @returns {{ok: true, id: string}|{ok: false, error: string}}
    */
-  submit(text) {
+  submit(text, options = {}) {
     if (this.state === STATE.REJECTED) return { ok: false, error: "This session is not connected." };
-    return this.outbox.submit(text);
+    return this.outbox.submit(text, options);
   }
 
   /**
@@ -486,10 +490,7 @@ export class SessionClient {
     this.conn.start();
   }
 
-  /**
-   * A snapshot for diagnostics and tests.
-   * @returns {object}
-   */
+  /** @returns {object} a snapshot for diagnostics and tests */
   snapshot() {
     return snapshotOf(this);
   }

@@ -107,6 +107,7 @@ export class SessionView {
       rejectionMessage: q("rejection-message"),
       composer: q("composer"),
       send: q("send"),
+      stopAndSend: q("stop-and-send"),
       composerError: q("composer-error"),
       title: q("session-title"),
       notice: q("notice"),
@@ -322,6 +323,8 @@ export class SessionView {
     const cancelling = !!runId && busy("cancel", runId);
     this.el.cancel.disabled = !runId || !live || cancelling;
     this.el.cancel.textContent = cancelling ? "Cancelling…" : "Cancel run";
+    // Beside Send while a run is active, where the server honours it.
+    if (this.el.stopAndSend) this.el.stopAndSend.hidden = !runId || !this.client?.canInterrupt;
     for (const btn of this.el.queue.querySelectorAll("button[data-action=dequeue]")) {
       btn.disabled = !live || busy("cancel", btn.dataset.runId);
     }

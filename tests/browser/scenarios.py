@@ -340,3 +340,36 @@ def server_restart(context: BrowserContext, server_a, server_b, interrupted: boo
         assert_shows_log(page, session_id)
         expect(page.get_by_test_id("approval-decision")).to_have_text("Approved by alice")
     assert_same_transcript(a, b)
+
+
+def stop_and_send(context: BrowserContext, server_a, server_b) -> None:
+    """Stop and send during a long stream: tab A stops the answer and sends a
+    new message at once; tab B (on ``server_b``) watches. Both show the
+    stopped run's notice saying why and the new answer, exactly the log; the
+    input queued before stays queued and runs after it; each input was sent
+    once."""
+    a, _ = tab(context, server_a)
+    session_id = new_session(a, server_a)
+    b, _ = tab(context, server_b, session_id)
+    send(a, "/stream 500 20")
+    for page in (a, b):
+        wait_cursor_at_least(page, 5)
+    send(a, "/stream 1 0")  # queued behind the stream
+    expect(a.get_by_test_id("queued-item")).to_have_count(1, timeout=TIMEOUT)
+    stop = a.get_by_test_id("stop-and-send")
+    expect(stop).to_be_visible(timeout=TIMEOUT)
+    a.get_by_test_id("composer").fill("/stream 3 0")
+    stop.click()
+    settle([a, b], session_id, runs=3)
+    first, queued, now = sorted(runs(session_id), key=lambda r: r.message_seq)
+    assert (first.stop_reason, first.text) == ("cancelled", "/stream 500 20")
+    assert now.text == "/stream 3 0" and now.stop_reason == "end_turn"
+    assert queued.stop_reason == "end_turn"
+    assert now.started_at < queued.started_at, "the interrupting input ran first"
+    for page in (a, b):
+        notice = page.locator('[data-testid=run-notice][data-stop-reason="cancelled"]')
+        expect(notice).to_have_text("Run cancelled: stopped for a newer message")
+        expect(page.get_by_test_id("stop-and-send")).to_be_hidden()
+        expect(page.get_by_test_id("user-message")).to_have_count(3)
+        assert_shows_log(page, session_id)
+    assert frames_sent(a)["send"] == 3

@@ -54,3 +54,8 @@ def test_the_session_list_updates_across_servers(server, server_b, ctx):
     from tests.browser.test_session_list import live_list
 
     live_list(ctx, server, server_b)
+
+
+def test_stop_and_send_across_servers(server, server_b, ctx):
+    """Stop and send from tab A while tab B, on the other server, watches."""
+    scenarios.stop_and_send(ctx, server, server_b)

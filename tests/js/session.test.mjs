@@ -80,11 +80,20 @@ function setup({ storage = new FakeStorage(), clock = new FakeClock(), hooks = n
   if (hooks) wrapFailpoints(client, hooks);
   const sock = () => sockets.at(-1);
   /** Open the next socket and answer its resume with resume_ok (head) and the events. */
-  const resume = (head, events = [], epoch = "E1") => {
+  const resume = (head, events = [], epoch = "E1", features = undefined) => {
     clock.advance(1); // backoff delay (random() = 0)
     sock().open();
     const r = sock().framesOf("resume").at(-1);
-    sock().receive({ type: "resume_ok", request_id: r.request_id, session_id: SID, connection_id: "c", epoch, after: r.after, head });
+    sock().receive({
+      type: "resume_ok",
+      request_id: r.request_id,
+      session_id: SID,
+      connection_id: "c",
+      epoch,
+      after: r.after,
+      head,
+      ...(features ? { features } : {}),
+    });
     for (const e of events) sock().receive(e);
     return r;
   };
@@ -110,7 +119,7 @@ test("first connection: resume after 0, replay, then live; cursor, ack and cache
       request_id: undefined,
       session_id: SID,
       after: 0,
-      features: ["compact", "batch"],
+      features: ["compact", "batch", "interrupt"],
     },
   );
   assert.equal(view.state, "resuming");
@@ -633,4 +642,29 @@ test("a decision whose outcome is logged before its reply still reports the repl
   sock().serverClose(1006);
   resume(5, []);
   assert.equal(sock().framesOf("decide").length, 0, "settled: never sent again");
+});
+
+test("stop and send: the input carries interrupt, kept across a drop; the server's feature says it is honoured", () => {
+  const { client, sock, resume } = setup();
+  client.start();
+  assert.equal(client.canInterrupt, false, "not before the server said so");
+  resume(2, [ev(1, "session.created", {}, null), ev(2, "run.started", {}, "run_a")], "E1", ["compact", "batch", "interrupt"]);
+  assert.equal(client.canInterrupt, true);
+  const r = client.submit("now instead", { interrupt: true });
+  assert.ok(r.ok);
+  const first = sock().framesOf("send");
+  assert.deepEqual(
+    first.map((f) => [f.text, f.interrupt]),
+    [["now instead", true]],
+  );
+  assert.equal(client.ledger.get(r.id).interrupt, true);
+  sock().serverClose(1006); // before its send_ok
+  resume(2, [], "E1", ["interrupt"]);
+  const again = sock().framesOf("send");
+  assert.deepEqual(
+    again.map((f) => [f.client_message_id, f.interrupt]),
+    [[r.id, true]],
+  );
+  const plain = client.submit("later");
+  assert.equal(sock().framesOf("send").at(-1).interrupt, undefined, `${plain.id} queues as before`);
 });

@@ -236,6 +236,7 @@ def test_post_a_message_is_the_sockets_send(client_for, user, no_enqueue):
         ({"client_message_id": "m", "text": "   "}, "bad_frame"),
         ({"client_message_id": "m", "text": "a\u0000b"}, "bad_frame"),
         ({"client_message_id": "m", "text": 5}, "bad_frame"),
+        ({"client_message_id": "m", "text": "hi", "interrupt": "yes"}, "bad_frame"),
         ({"text": "no id"}, "bad_frame"),
         ({"client_message_id": "x" * 129, "text": "long id"}, "bad_frame"),
         ({"client_message_id": "m", "text": "x" * 32_001}, "too_large"),
@@ -249,6 +250,34 @@ def test_a_bad_message_is_refused_with_the_sockets_code(client_for, user, body, 
     )
     assert r.status_code == 400 and r.json()["code"] == code, r.content
     assert AgentSession.objects.get(id=s.id).head == 1
+
+
+def test_stop_and_send_over_rest(client_for, user, no_enqueue):
+    """ "interrupt": true on POST messages/ cancels the active run (its
+    run.finished says why) and starts this input at once; the input queued
+    before it stays queued."""
+    s = create_session(user)
+    c = client_for(user)
+    url = f"/api/sessions/{s.id}/messages/"
+    first = c.post(url, {"client_message_id": "m1", "text": "one"}, content_type="application/json")
+    queued = c.post(
+        url, {"client_message_id": "m2", "text": "two"}, content_type="application/json"
+    )
+    assert (first.json()["status"], queued.json()["status"]) == ("started", "queued")
+    now = c.post(
+        url,
+        {"client_message_id": "m3", "text": "three", "interrupt": True},
+        content_type="application/json",
+    )
+    assert now.status_code == 201 and now.json()["status"] == "started", now.content
+    runs = {r.client_message_id: r for r in Run.objects.filter(session=s)}
+    assert (runs["m1"].status, runs["m1"].stop_reason) == ("finished", "cancelled")
+    assert runs["m2"].status == "queued" and runs["m3"].status == "running"
+    events = c.get(f"/api/sessions/{s.id}/events/").json()["events"]
+    finished = [e for e in events if e["kind"] == "run.finished"]
+    assert [(e["run_id"], e["data"]) for e in finished] == [
+        (runs["m1"].id, {"stop_reason": "cancelled", "message": "stopped for a newer message"})
+    ]
 
 
 def test_messages_to_another_users_session_are_not_found(client_for, user, other_user):

@@ -115,3 +115,16 @@ def test_surrogate_pairs_are_fine():
     """A proper pair (an emoji written as two escapes) is valid text."""
     frame = p.decode('{"type":"send","client_message_id":"m","text":"\\ud83d\\ude00"}', None)
     assert p.parse_send(frame).text == "\U0001f600"
+
+
+def test_send_interrupt_is_a_boolean_and_defaults_to_queueing():
+    """A send's "interrupt" ("stop and send") is true or false, false when
+    absent; anything else is a bad_frame naming it."""
+    base = {"type": "send", "request_id": "r1", "client_message_id": "m1", "text": "hi"}
+    assert p.parse_send(base).interrupt is False
+    assert p.parse_send({**base, "interrupt": True}).interrupt is True
+    for bad in ("yes", 1, None, [True]):
+        with pytest.raises(p.FrameError) as err:
+            p.parse_send({**base, "interrupt": bad})
+        assert err.value.code == p.E_BAD_FRAME and "'interrupt'" in err.value.message
+    assert p.FEATURE_INTERRUPT in p.FEATURES
