@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 from sessions_app.access.auth import PooledAuthMiddlewareStack, routes_matcher
 from sessions_app.runtime import executor
@@ -62,8 +63,6 @@ def _import_channel_layer() -> None:
     """Import the channel layer's module with the server, not at its first
     socket: channels_redis and redis take ~0.3 s to import, which the first
     clients of a restarted server would otherwise wait for."""
-    from django.utils.module_loading import import_string
-
     backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND")
     if backend:
         import_string(backend)

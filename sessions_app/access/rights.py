@@ -86,7 +86,7 @@ def _after_save(sender, instance, created, raw=False, update_fields=None, **kwar
         and getattr(instance, "_password", None) is None
     )
     if password_changed and not rehashed and apps.is_installed("rest_framework.authtoken"):
-        from rest_framework.authtoken.models import Token
+        from rest_framework.authtoken.models import Token  # only when the app is installed
 
         Token.objects.filter(user_id=instance.pk).delete()
     if password_changed or deactivated:

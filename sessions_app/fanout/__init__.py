@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from channels.layers import get_channel_layer
+from django.db import transaction
 
 from sessions_app.server import metrics
 from sessions_app.wire import frames
@@ -264,8 +265,6 @@ def publish_session_changed(owner_id: int, session_id: str) -> None:
 
 def session_changed_on_commit(owner_id: int, session_id: str) -> None:
     """``publish_session_changed`` once the current transaction commits."""
-    from django.db import transaction
-
     transaction.on_commit(lambda: publish_session_changed(owner_id, session_id), robust=True)
 
 

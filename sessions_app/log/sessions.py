@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import Count, Q
 
 from sessions_app import fanout
 from sessions_app.log.events import append_event
@@ -41,7 +42,6 @@ MAX_LISTED = 200
 def listed(sessions):
     """``sessions`` (a queryset) with what a session list shows of each, most
     recent first: ``pending_approvals`` and ``active_runs``."""
-    from django.db.models import Count, Q
 
     return sessions.annotate(
         pending_approvals=Count(

@@ -175,7 +175,7 @@ _REDIS_LAYER_MEMBERS = (
 
 def check_channels_redis() -> None:
     try:
-        from channels_redis import core
+        from channels_redis import core  # checked only where it is installed
     except ImportError:  # pragma: no cover - the layer is a dependency
         return
     missing = [m for m in _REDIS_LAYER_MEMBERS if not hasattr(core.RedisChannelLayer, m)]
@@ -188,7 +188,7 @@ def check_channels_redis() -> None:
 def check_in_memory_layer() -> None:
     """``layers.LocalChannelLayer`` sweeps through Channels' in-memory layer's
     ``_clean_expired`` and reads its ``channels`` and ``groups``."""
-    from channels.layers import InMemoryChannelLayer
+    from channels.layers import InMemoryChannelLayer  # read for the check only
 
     source = _source(InMemoryChannelLayer, "self.channels = self.groups =")
     missing = [m for m in ("channels", "groups") if f"self.{m} =" not in source]
@@ -247,8 +247,8 @@ def send_buffer_probe(scope: dict) -> Callable[[], int] | None:
 
 
 def _install_send_buffer_probe() -> None:
-    from daphne.server import Server
-    from twisted.internet.interfaces import ISSLTransport
+    from daphne.server import Server  # under daphne only
+    from twisted.internet.interfaces import ISSLTransport  # under daphne only
 
     if getattr(Server.create_application, "_sessions_app", False):
         return
@@ -270,9 +270,9 @@ def _install_send_buffer_probe() -> None:
 
 
 def _check_send_buffer() -> str | None:
-    from daphne.server import Server
-    from twisted.internet.abstract import FileDescriptor
-    from twisted.protocols.tls import TLSMemoryBIOProtocol
+    from daphne.server import Server  # under daphne only
+    from twisted.internet.abstract import FileDescriptor  # under daphne only
+    from twisted.protocols.tls import TLSMemoryBIOProtocol  # under daphne only
 
     if not getattr(Server.create_application, "_sessions_app", False):
         return "daphne's Server.create_application is not wrapped"
@@ -297,7 +297,7 @@ def _skip_autobahn_debug_formatting() -> None:
     writes (``hltype(self.sendData)``, coloured text), whether or not debug
     logging is on: 7% of a long replay's time in a profile. Those lines only
     name the function, so with debug off the name is left unformatted."""
-    from autobahn.websocket import protocol
+    from autobahn.websocket import protocol  # under daphne only
 
     if not hasattr(protocol, "hltype"):
         raise AttributeError("autobahn.websocket.protocol has no hltype")
@@ -306,7 +306,7 @@ def _skip_autobahn_debug_formatting() -> None:
 
 
 def _check_hltype() -> str | None:
-    from autobahn.websocket import protocol
+    from autobahn.websocket import protocol  # under daphne only
 
     if logging.getLogger("autobahn").isEnabledFor(logging.DEBUG):
         return None  # left alone on purpose
@@ -342,9 +342,9 @@ def _install_graceful_stop() -> None:
     ``SHUTDOWN_DRAIN_SECONDS``, for the clients' answers, the consumers'
     ``disconnect`` (their rows' close, presence) and the row writes queued.
     """
-    from daphne.server import Server
-    from daphne.ws_protocol import WebSocketProtocol
-    from twisted.internet import defer, reactor
+    from daphne.server import Server  # under daphne only
+    from daphne.ws_protocol import WebSocketProtocol  # under daphne only
+    from twisted.internet import defer, reactor  # under daphne only
 
     if getattr(Server.kill_all_applications, "_sessions_app", False):
         return
@@ -446,9 +446,9 @@ def _install_graceful_stop() -> None:
 
 
 def _check_graceful_stop() -> str | None:
-    from daphne.server import Server
-    from daphne.ws_protocol import WebSocketProtocol
-    from twisted.internet import reactor
+    from daphne.server import Server  # under daphne only
+    from daphne.ws_protocol import WebSocketProtocol  # under daphne only
+    from twisted.internet import reactor  # under daphne only
 
     for owner, name in (
         (Server, "kill_all_applications"),
@@ -485,10 +485,10 @@ def hide_token_keys() -> None:
     an object's text where no permission guards it: the related objects of a
     user's delete page, its history, its messages. A token acts as its user,
     so its text is its key's first six characters."""
-    from django.apps import apps
+    from django.apps import apps  # called from ready(), with the registry filled
 
     if not apps.is_installed("rest_framework.authtoken"):
         return
-    from rest_framework.authtoken.models import Token
+    from rest_framework.authtoken.models import Token  # only when the app is installed
 
     Token.__str__ = _token_text
