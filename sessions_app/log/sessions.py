@@ -70,3 +70,12 @@ def summaries(sessions, limit: int | None = None) -> list[dict]:
         }
         for row in rows
     ]
+
+
+TITLE_CHARS = 80
+
+
+def title_from(text: str) -> str:
+    """A session's title from its first message: the first line, shortened."""
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"

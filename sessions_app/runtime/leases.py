@@ -128,3 +128,10 @@ def keeper() -> LeaseKeeper:
             _keeper = LeaseKeeper(worker_id())
             _keeper.start()
         return _keeper
+
+
+def pickup_deadline():
+    """Until when a run handed to the task framework may wait for an executor;
+    past it the sweeper hands it over again (a lost task must not strand it).
+    An expression on the database's clock, like every lease time."""
+    return expires_in(settings.AGENT_PICKUP_SECONDS)

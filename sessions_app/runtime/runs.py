@@ -26,17 +26,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from sessions_app import fanout
-from sessions_app.fanout.presence import request_presence
 from sessions_app.log.events import NewEvent, append_event, append_events
+from sessions_app.log.sessions import title_from
 from sessions_app.models import AgentSession, ApprovalRequest, Run, new_run_id
-from sessions_app.runtime.leases import expires_in
+from sessions_app.runtime.leases import pickup_deadline
+from sessions_app.runtime.locks import lock_session, lock_user, queued_runs, set_session_status
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import AlreadyDecided, NotFound, NotPending, TooManyRuns
 
@@ -51,30 +51,12 @@ class SendResult:
     status: str
 
 
-def pickup_deadline():
-    """Until when a run handed to the task framework may wait for an executor;
-    past it the sweeper hands it over again (a lost task must not strand it).
-    An expression on the database's clock, like every lease time."""
-    return expires_in(settings.AGENT_PICKUP_SECONDS)
-
-
-def _lock_user(owner_id: int) -> None:
-    """Serialise the user's admissions with the transitions that free room.
-
-    Without it a run that finishes while another is submitted can leave the
-    new one queued with room to spare: the submit counted the finishing run,
-    and the finish's admission looked before the submit committed. Callers
-    hold a session lock first, so the order is always session, user."""
-    if settings.AGENT_USER_MAX_RUNS > 0:
-        get_user_model().objects.select_for_update().filter(pk=owner_id).values_list("pk").first()
-
-
 def _user_has_room(owner_id: int) -> bool:
     """May one more of this user's runs execute now? (Locks the user row.)"""
     cap = settings.AGENT_USER_MAX_RUNS
     if cap <= 0:
         return True
-    _lock_user(owner_id)
+    lock_user(owner_id)
     executing = Run.objects.filter(session__owner_id=owner_id, status=Run.Status.RUNNING)
     return executing.count() < cap
 
@@ -95,7 +77,7 @@ def admit_waiting(owner_id: int) -> list[str]:
             return started
         with transaction.atomic():
             try:
-                session = _lock_session(waiting)
+                session = lock_session(waiting)
             except NotFound:
                 continue
             run_id = _start_next(session)
@@ -121,13 +103,6 @@ def admit_all_waiting() -> list[str]:
     return started
 
 
-def _lock_session(session_id: str) -> AgentSession:
-    try:
-        return AgentSession.objects.select_for_update().get(id=session_id)
-    except AgentSession.DoesNotExist:
-        raise NotFound("this session no longer exists") from None
-
-
 def submit_message(
     session_id: str,
     client_message_id: str,
@@ -150,25 +125,11 @@ def submit_message(
         return SendResult(client_message_id, run.message_seq, run.id, p.SEND_DUPLICATE)
 
 
-TITLE_CHARS = 80
-
-
-def title_from(text: str) -> str:
-    """A session's title from its first message: the first line, shortened."""
-    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
-    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
-
-
-def _queued_runs(owner_id: int) -> int:
-    """The runs of a user waiting to start, across their sessions."""
-    return Run.objects.filter(session__owner_id=owner_id, status=Run.Status.QUEUED).count()
-
-
 def _submit(
     session_id: str, client_message_id: str, text: str, interrupt: bool, by: str
 ) -> SendResult:
     with transaction.atomic():
-        session = _lock_session(session_id)
+        session = lock_session(session_id)
         existing = Run.objects.filter(
             session_id=session_id, client_message_id=client_message_id
         ).first()
@@ -194,7 +155,7 @@ def _submit(
         # Not behind a run of its own session, but over its user's limit: it
         # waits, visibly queued, for one of the user's runs to end.
         busy = behind or not _user_has_room(session.owner_id)
-        if busy and _queued_runs(session.owner_id) >= settings.AGENT_USER_MAX_QUEUED_RUNS:
+        if busy and queued_runs(session.owner_id) >= settings.AGENT_USER_MAX_QUEUED_RUNS:
             # Queued work is promised work (and spend, with a paid model):
             # past the limit the input is refused, visibly, not queued.
             raise TooManyRuns(limit=settings.AGENT_USER_MAX_QUEUED_RUNS)
@@ -229,7 +190,7 @@ def _submit(
             AgentSession.objects.filter(id=session_id).update(title=session.title)
             fanout.session_changed_on_commit(session.owner_id, session_id)
         if not behind:
-            _set_session_status(session, AgentSession.Status.RUNNING)
+            set_session_status(session, AgentSession.Status.RUNNING)
         if not busy:
             enqueue(run.id)
         elif not behind:
@@ -258,7 +219,7 @@ def decide(
     if found is None:
         raise NotFound("no such approval in this session")
     with transaction.atomic():
-        session = _lock_session(found)
+        session = lock_session(found)
         approval = ApprovalRequest.objects.select_related("run").get(id=approval_id)
         if approval.status != ApprovalRequest.Status.PENDING:
             raise AlreadyDecided(_decision_word(approval.status), approval.decided_by)
@@ -271,7 +232,7 @@ def decide(
             Run.objects.filter(id=run.id, status=Run.Status.AWAITING_APPROVAL).update(
                 status=Run.Status.RUNNING, worker="", lease_expires_at=pickup_deadline()
             )
-            _set_session_status(session, AgentSession.Status.RUNNING)
+            set_session_status(session, AgentSession.Status.RUNNING)
             enqueue(run.id)
     return approval
 
@@ -309,7 +270,7 @@ def cancel(run_id: str, cancelled_by: str, *, session_id: str | None = None) -> 
     if found is None:
         raise NotFound("no such run in this session")
     with transaction.atomic():
-        _lock_session(found)
+        lock_session(found)
         run = Run.objects.get(id=run_id)
         if run.status == Run.Status.FINISHED:
             raise NotPending()
@@ -366,8 +327,8 @@ def finish_run(
     """
     with transaction.atomic():
         session_id = Run.objects.values_list("session_id", flat=True).get(id=run_id)
-        session = _lock_session(session_id)
-        _lock_user(session.owner_id)
+        session = lock_session(session_id)
+        lock_user(session.owner_id)
         runs = Run.objects.filter(id=run_id, status__in=from_statuses)
         if worker is not None:
             runs = runs.filter(worker=worker)
@@ -424,17 +385,17 @@ def _start_next(session: AgentSession) -> str | None:
         .first()
     )
     if nxt is None:
-        _set_session_status(session, AgentSession.Status.IDLE)
+        set_session_status(session, AgentSession.Status.IDLE)
         return None
     if not _user_has_room(session.owner_id):
         # Stays queued; admit_waiting starts it when one of the user's runs ends.
-        _set_session_status(session, AgentSession.Status.RUNNING)
+        set_session_status(session, AgentSession.Status.RUNNING)
         return None
     Run.objects.filter(id=nxt.id).update(
         status=Run.Status.RUNNING, started_at=timezone.now(), lease_expires_at=pickup_deadline()
     )
     append_event(session.id, p.K_RUN_STARTED, {"client_message_id": nxt.client_message_id}, nxt.id)
-    _set_session_status(session, AgentSession.Status.RUNNING)
+    set_session_status(session, AgentSession.Status.RUNNING)
     enqueue(nxt.id)
     return nxt.id
 
@@ -456,8 +417,8 @@ def park(
     approval id, or None if the worker no longer held the run.
     """
     with transaction.atomic():
-        session = _lock_session(session_id)
-        _lock_user(session.owner_id)
+        session = lock_session(session_id)
+        lock_user(session.owner_id)
         updated = Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker).update(
             status=Run.Status.AWAITING_APPROVAL, worker="", lease_expires_at=None, state=state
         )
@@ -479,21 +440,9 @@ def park(
                 ),
             ],
         )
-        _set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
+        set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
         _admit_after_commit(session.owner_id)
     return approval.id
-
-
-def _set_session_status(session: AgentSession, status: str) -> None:
-    """Record the session's status; presence goes out when 'running' flips."""
-    was_running = session.status != AgentSession.Status.IDLE
-    # The list shows status, running and pending approvals: every call is a change.
-    fanout.session_changed_on_commit(session.owner_id, session.id)
-    if session.status != status:
-        AgentSession.objects.filter(id=session.id).update(status=status)
-        session.status = status
-    if was_running != (status != AgentSession.Status.IDLE):
-        transaction.on_commit(lambda: request_presence(session.id))
 
 
 # How a run reaches an executor: ``tasks.enqueue_run``, set when the app is
