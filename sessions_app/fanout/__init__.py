@@ -43,6 +43,7 @@ EVENTS_MESSAGE = "session.events"
 MAX_BATCH = 2000
 PRESENCE_MESSAGE = "session.presence"
 ROTATED_MESSAGE = "session.rotated"
+TITLE_MESSAGE = "session.title"
 LIST_MESSAGE = "sessions.changed"
 LOGGED_OUT_MESSAGE = "auth.logged_out"
 REVOKED_MESSAGE = "auth.revoked"
@@ -246,6 +247,20 @@ def publish_presence(session_id: str, viewers: int, running: bool, head: int) ->
             "head": head,
         },
     )
+
+
+def title_changed_on_commit(owner_id: int, session_id: str, title: str) -> None:
+    """Once the current transaction commits: the session's own sockets show the
+    new title, and its owner's lists read the session again."""
+
+    def publish() -> None:
+        publisher.publish(
+            group_name(session_id),
+            {"type": TITLE_MESSAGE, "session_id": session_id, "title": title},
+        )
+        publish_session_changed(owner_id, session_id)
+
+    transaction.on_commit(publish, robust=True)
 
 
 def publish_rotation(session_id: str, epoch: str) -> None:

@@ -188,7 +188,7 @@ def _submit(
             # Named after its first message, unless its owner named it.
             session.title = title_from(text)
             AgentSession.objects.filter(id=session_id).update(title=session.title)
-            fanout.session_changed_on_commit(session.owner_id, session_id)
+            fanout.title_changed_on_commit(session.owner_id, session_id, session.title)
         if not behind:
             set_session_status(session, AgentSession.Status.RUNNING)
         if not busy:

@@ -225,6 +225,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
                 "connection_id": self.connection_id,
                 "epoch": session["epoch"],
                 "head": session["head"],
+                "title": session["title"],
                 **self._features(),
             }
         )
@@ -276,6 +277,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
                 "epoch": head["epoch"],
                 "after": resume.after,
                 "head": head["head"],
+                "title": head["title"],
                 **self._features(),
             }
         )
@@ -418,6 +420,14 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
                 return
             await self.send(text_data=step.text)
             self.sequencer.sent(step.seq)
+
+    async def session_title(self, message: dict[str, Any]) -> None:
+        """The session's title changed: its tabs show it at once."""
+        if message.get("session_id") != self.session_id or self.session_id is None:
+            return
+        await self._send(
+            {"type": p.TITLE, "session_id": self.session_id, "title": message["title"]}
+        )
 
     async def session_presence(self, message: dict[str, Any]) -> None:
         if message.get("session_id") != self.session_id or self.session_id is None:

@@ -206,7 +206,8 @@ class SessionDetail(OwnedSessions, generics.RetrieveUpdateAPIView):
 
     def perform_update(self, serializer):
         session = serializer.save()
-        fanout.session_changed_on_commit(session.owner_id, session.id)
+        # Every tab of the session shows it (``title`` frame), every list too.
+        fanout.title_changed_on_commit(session.owner_id, session.id, session.title)
 
 
 class SessionEvents(OwnedSessions, generics.GenericAPIView):

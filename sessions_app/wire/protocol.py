@@ -63,6 +63,7 @@ CANCEL_OK = "cancel_ok"
 SYNC_OK = "sync_ok"
 PONG = "pong"
 PRESENCE = "presence"
+TITLE = "title"  # the session's title changed (named after its first message, renamed)
 COMPACTED = "compacted"  # extension "compact": superseded events skipped in a replay
 BATCH = "batch"  # extension "batch": several replayed frames in one message
 ERROR = "error"

@@ -55,6 +55,7 @@ export const CANCEL_OK = "cancel_ok";
 export const SYNC_OK = "sync_ok";
 export const PONG = "pong";
 export const PRESENCE = "presence";
+export const TITLE = "title";
 // extension "compact": a stretch of superseded events skipped in a replay
 export const COMPACTED = "compacted";
 // extension "batch": several replayed frames in one message

@@ -300,6 +300,9 @@ export class SessionClient {
         this.presence = { viewers: Number(frame.viewers) || 0, running: !!frame.running };
         return this.view.setPresence(this.presence);
       }
+      case P.TITLE:
+        if (frame.session_id && frame.session_id !== this.sessionId) return;
+        return typeof frame.title === "string" ? this.view.setTitle(frame.title) : undefined;
       case P.ERROR:
         return this.outbox.error(frame);
       default:
@@ -312,6 +315,7 @@ export class SessionClient {
     if (frame.session_id && frame.session_id !== this.sessionId) return;
     this.presenceHead = null; // a new socket: its presence frames start afresh
     this.serverFeatures = Array.isArray(frame.features) ? frame.features : [];
+    if (typeof frame.title === "string") this.view.setTitle(frame.title);
     this.conn.setReady();
     if (typeof frame.epoch === "string" && frame.epoch) this.epoch = frame.epoch;
     this.replayHead = Number.isInteger(frame.head) ? frame.head : this.loop.cursor;

@@ -291,6 +291,19 @@ export class SessionView {
     }
   }
 
+  /**
+   * The session's title as the server has it now (resume_ok, a `title` frame):
+   * shown at once, and what a rename starts from.
+   * @param {string} title
+   */
+  setTitle(title) {
+    const el = this.el.title;
+    if (!el || el.dataset.title === title) return;
+    el.dataset.title = title;
+    el.textContent = title || "Untitled session";
+    this.doc.title = `${title || "Untitled session"} · Agent sessions`;
+  }
+
   _title(model) {
     // The server's title (renamed since, or named after the first message)
     // wins over the one the session was created with.

@@ -43,6 +43,7 @@ export const NULL_VIEW = {
   setLedger(_entries, _model) {},
   setConnection(_state, _detail) {},
   setPresence(_presence) {},
+  setTitle(_title) {},
   setBusy(_kind, _id, _busy) {},
   notify(_message, _level) {},
 };

@@ -668,3 +668,14 @@ test("stop and send: the input carries interrupt, kept across a drop; the server
   const plain = client.submit("later");
   assert.equal(sock().framesOf("send").at(-1).interrupt, undefined, `${plain.id} queues as before`);
 });
+
+test("the title the server has reaches the view by push, for this session only", () => {
+  const { client, sock, resume } = setup();
+  const titles = [];
+  client.view.setTitle = (t) => titles.push(t);
+  client.start();
+  resume(0, []);
+  sock().receive({ type: "title", session_id: SID, title: "Plan the trip" });
+  sock().receive({ type: "title", session_id: "s_other", title: "not this one" });
+  assert.deepEqual(titles, ["Plan the trip"]);
+});

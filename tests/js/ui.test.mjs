@@ -290,3 +290,13 @@ test("presence shows the other tabs and the running badge", () => {
   assert.equal(q("viewers").hidden, true);
   assert.equal(q("running").hidden, true);
 });
+
+test("setTitle shows the server's title in the header and the document", () => {
+  const { view, doc, q } = setup();
+  view.setTitle("Plan the trip");
+  assert.equal(q("session-title").textContent, "Plan the trip");
+  assert.equal(q("session-title").dataset.title, "Plan the trip");
+  assert.equal(doc.title, "Plan the trip · Agent sessions");
+  view.setTitle("");
+  assert.equal(q("session-title").textContent, "Untitled session");
+});

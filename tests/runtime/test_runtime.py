@@ -547,3 +547,47 @@ async def test_the_handshake_says_interrupt_is_honoured(server, cookie):
     plain = await d.request({"type": "start", "protocol": 1})
     assert "features" not in plain
     await d.close()
+
+
+async def test_the_title_follows_by_push_to_every_tab_of_the_session(server, cookie, user):
+    """The first message names the session: every socket following it gets a
+    ``title`` frame at once, and a later resume_ok carries the title; a rename
+    over REST reaches them the same way."""
+    c = await WsClient.connect(server.ws, cookie)
+    started = await c.start()
+    sid = started["session_id"]
+    assert started["title"] == ""
+    watcher = await WsClient.connect(server.ws, cookie)
+    await watcher.resume(sid, 0)
+    await _send(c, "Plan the trip\nwith details", "m1")
+    for sock in (c, watcher):
+        frame = await sock.wait(lambda f: f.get("type") == "title")
+        assert frame == {"type": "title", "session_id": sid, "title": "Plan the trip"}
+    late = await WsClient.connect(server.ws, cookie)
+    ok = await late.resume(sid, 0)
+    assert ok["title"] == "Plan the trip"
+    status = await asyncio.to_thread(_patch_title, server, cookie, sid, "Renamed")
+    assert status == 200
+    for sock in (c, watcher, late):
+        await sock.wait(lambda f: f.get("type") == "title" and f["title"] == "Renamed")
+    for sock in (c, watcher, late):
+        await sock.close()
+
+
+def _patch_title(server, cookie, session_id: str, title: str) -> int:
+    """PATCH the title as the page's rename does (cookie, CSRF token, same origin)."""
+    token = "t" * 32
+    request = urllib.request.Request(
+        f"{server.http}/api/sessions/{session_id}/",
+        data=json.dumps({"title": title}).encode(),
+        method="PATCH",
+        headers={
+            "Content-Type": "application/json",
+            "Cookie": f"{cookie}; csrftoken={token}",
+            "X-CSRFToken": token,
+            "Origin": server.http,
+            "Referer": server.http + "/",
+        },
+    )
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return r.status
