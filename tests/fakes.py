@@ -291,3 +291,42 @@ def anthropic_response(*blocks: Any, stop: str = "end_turn") -> FakeResponse:
     items.append(_sse({"type": "message_delta", "delta": {"stop_reason": stop}}))
     items.append(_sse({"type": "message_stop"}))
     return FakeResponse(items=items)
+
+
+class CarelessAgent:
+    """An agent that wraps every call into the runtime in ``except Exception``,
+    as agent code often does around a streaming loop. It records what it sees
+    in the file named by ``CARELESS_AGENT_LOG``: ``swallowed <type>`` if a stop
+    signal ever reached its ``except Exception``, and ``stopped <type>`` from
+    its ``finally`` when something ended it. ``/gate`` asks for a tool; any
+    other text streams until it is stopped."""
+
+    def _note(self, line: str) -> None:
+        import os
+
+        with open(os.environ["CARELESS_AGENT_LOG"], "a") as f:
+            f.write(line + "\n")
+
+    def start(self, ctx) -> None:
+        try:
+            if ctx.text.strip() == "/gate":
+                try:
+                    ctx.request_tool(
+                        "write_file", {"path": "careless.txt", "text": "x"}, {"asked": True}
+                    )
+                except Exception as exc:
+                    self._note(f"swallowed {type(exc).__name__}")
+                ctx.message("after the gate")
+                return
+            for i in range(2000):
+                try:
+                    ctx.delta(f"tok{i} ")
+                    ctx.sleep(0.02)
+                except Exception as exc:
+                    self._note(f"swallowed {type(exc).__name__}")
+        except BaseException as exc:
+            self._note(f"stopped {type(exc).__name__}")
+            raise
+
+    def resume(self, ctx, outcome) -> None:
+        ctx.message("resumed")

@@ -98,7 +98,7 @@ def append_events(
 Append = tuple[str, Sequence[NewEvent], "RunGuard | None"]
 
 
-def append_batch(batch: Sequence[Append]) -> list[list[Event] | Exception]:
+def append_batch(batch: Sequence[Append]) -> list[list[Event] | BaseException]:
     """Several appends, each as ``append_events`` does it (its own guard, its
     own seqs), committed together (``group_commit``). Returns, per append, its
     events or what befell it alone: ``RunAborted``, ``SessionGone``, or the
@@ -118,7 +118,7 @@ def append_batch(batch: Sequence[Append]) -> list[list[Event] | Exception]:
             results.append(_payloads(new))
         except (TypeError, ValueError) as exc:
             results.append(exc)
-    todo = [i for i, r in enumerate(results) if not isinstance(r, Exception)]
+    todo = [i for i, r in enumerate(results) if not isinstance(r, BaseException)]
     if todo and connection.vendor == "postgresql":
         items = [(batch[i], results[i]) for i in todo]
         with connection.cursor() as cursor:
@@ -151,7 +151,7 @@ def append_batch(batch: Sequence[Append]) -> list[list[Event] | Exception]:
     # After the commit (outside the caller's transaction, if any): each
     # append's events are published at once.
     return [
-        result if isinstance(result, Exception) else _appended(session_id, new, result, now)
+        result if isinstance(result, BaseException) else _appended(session_id, new, result, now)
         for (session_id, new, _), result in zip(batch, results, strict=True)
     ]
 

@@ -127,7 +127,7 @@ class GroupCommitter:
             self.retried += len(ordered)
             return
         for request, result in zip(ordered, results, strict=True):
-            if isinstance(result, Exception):
+            if isinstance(result, BaseException):  # RunAborted, SessionGone
                 request.error = result
             else:
                 request.result = result

@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 
-class Parked(Exception):
-    """Raised by ``RunContext.request_tool``: the run waits at an approval gate."""
+class Parked(BaseException):
+    """Raised by ``RunContext.request_tool``: the run waits at an approval gate.
+    A ``BaseException`` (as ``RunAborted`` is), so an agent's ``except
+    Exception`` cannot swallow it."""
 
 
 class AgentError(Exception):

@@ -11,12 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 
-class SessionGone(Exception):
-    """The session was deleted while something was appending to it."""
+class SessionGone(BaseException):
+    """The session was deleted while something was appending to it.
+
+    A stop signal, like ``RunAborted``: a ``BaseException``, as
+    ``asyncio.CancelledError`` is, so an agent's ``except Exception`` around
+    its streaming loop cannot swallow it."""
 
 
-class RunAborted(Exception):
-    """The run was cancelled, finished or taken over: its worker must stop."""
+class RunAborted(BaseException):
+    """The run was cancelled, finished or taken over: its worker must stop
+    (a ``BaseException``: see ``SessionGone``)."""
 
 
 class SessionError(Exception):
