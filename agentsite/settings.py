@@ -188,6 +188,7 @@ else:
     TASKS = {"default": {"BACKEND": "sessions_app.runtime.embedded.EmbeddedBackend"}}
 
 AGENT_CLASS = _app("AGENT_CLASS")
+AGENT_SYSTEM_PROMPT = _app("AGENT_SYSTEM_PROMPT")
 AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))
 # A run's lease: renewed while it works; expired means its process died.
 AGENT_LEASE_SECONDS = _app("AGENT_LEASE_SECONDS")

@@ -23,6 +23,16 @@ TEMPLATES_DIR = _REPOSITORY / "templates"
 STATIC_DIR = _REPOSITORY / "static"
 
 
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant in a web chat. You have a private working "
+    "directory (the workspace) and two tools. write_file appends a line of "
+    "text to a file in the workspace; paths are relative to it. terminal runs "
+    "one of echo, ls, cat, wc, date or pwd in the workspace, without a shell "
+    "(no pipes, redirections or globbing) and only on paths inside it. The "
+    "user approves or denies every tool call; a denied call answers 'denied'."
+)
+
+
 # Every app setting but the paths, with its default: read here by projects
 # that embed the app, and by agentsite/settings.py under the environment.
 DEFAULTS: dict[str, object] = {
@@ -31,6 +41,8 @@ DEFAULTS: dict[str, object] = {
     "AGENT_RUNNER": "embedded",
     # "scripted", "openai", "anthropic" or an agent class's dotted path (docs/agents.md).
     "AGENT_CLASS": "scripted",
+    # The system prompt of the model backends (openai, anthropic).
+    "AGENT_SYSTEM_PROMPT": DEFAULT_SYSTEM_PROMPT,
     "AGENT_LEASE_SECONDS": 10.0,
     "AGENT_SWEEP_SECONDS": 3.0,
     "AGENT_PICKUP_SECONDS": 120.0,

@@ -243,3 +243,11 @@ def test_whitespace_text_and_a_leading_answer_are_not_sent(server):
     resume(ctx, output="a.txt")
     assistant = server.requests[1]["messages"][-2]
     assert [block["type"] for block in assistant["content"]] == ["tool_use"]
+
+
+def test_the_system_prompt_is_a_setting(server, settings):
+    """AGENT_SYSTEM_PROMPT is the request's system prompt."""
+    settings.AGENT_SYSTEM_PROMPT = "Answer in one line."
+    server.responses = [anthropic_response("ok")]
+    start(FakeContext("now"))
+    assert server.requests[0]["system"] == "Answer in one line."

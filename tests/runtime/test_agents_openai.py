@@ -263,3 +263,11 @@ def test_a_redirect_is_not_followed_with_the_key(server, status):
         with pytest.raises(AgentError, match=f"HTTP {status}"):
             start(FakeContext("hi"))
         assert elsewhere.requests == [] and elsewhere.headers == []
+
+
+def test_the_system_prompt_is_a_setting(server, settings):
+    """AGENT_SYSTEM_PROMPT is what the model is told first."""
+    settings.AGENT_SYSTEM_PROMPT = "Answer in one line."
+    server.responses = [text_response("ok")]
+    start(FakeContext("now"))
+    assert server.requests[0]["messages"][0] == {"role": "system", "content": "Answer in one line."}

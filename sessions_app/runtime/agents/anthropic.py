@@ -22,7 +22,6 @@ from typing import Any
 from django.conf import settings
 
 from sessions_app.runtime.agents import streaming
-from sessions_app.runtime.agents.openai import SYSTEM_PROMPT
 from sessions_app.runtime.agents.openai import TOOL_SCHEMAS as OPENAI_TOOL_SCHEMAS
 from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
 
@@ -221,7 +220,7 @@ def _open(messages: list[dict[str, Any]]) -> Any:
     body = {
         "model": settings.ANTHROPIC_MODEL,
         "max_tokens": int(settings.ANTHROPIC_MAX_TOKENS),
-        "system": SYSTEM_PROMPT,
+        "system": settings.AGENT_SYSTEM_PROMPT,
         "messages": messages,
         "tools": TOOL_SCHEMAS,
         "stream": True,

@@ -30,14 +30,6 @@ MAX_MODEL_CALLS = 8
 # Seconds to wait for the endpoint: to connect and between streamed bytes.
 REQUEST_TIMEOUT = 60.0
 
-SYSTEM_PROMPT = (
-    "You are a helpful assistant in a web chat. You have a private working "
-    "directory (the workspace) and two tools. write_file appends a line of "
-    "text to a file in the workspace; paths are relative to it. terminal runs "
-    "one of echo, ls, cat, wc, date or pwd in the workspace, without a shell "
-    "(no pipes, redirections or globbing) and only on paths inside it. The "
-    "user approves or denies every tool call; a denied call answers 'denied'."
-)
 
 TOOL_SCHEMAS = [
     {
@@ -84,7 +76,9 @@ class OpenAIAgent:
     """Chat completions with streaming and approval-gated tool calls."""
 
     def start(self, ctx: RunContext) -> None:
-        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": settings.AGENT_SYSTEM_PROMPT}
+        ]
         for item in ctx.history():
             role, content = item.get("role"), item.get("content")
             if role in ("user", "assistant") and isinstance(content, str):
