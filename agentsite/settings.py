@@ -189,6 +189,8 @@ else:
 
 AGENT_CLASS = _app("AGENT_CLASS")
 AGENT_SYSTEM_PROMPT = _app("AGENT_SYSTEM_PROMPT")
+AGENT_WORKER_METRICS_PORT = _app("AGENT_WORKER_METRICS_PORT")
+AGENT_WORKER_METRICS_HOST = _app("AGENT_WORKER_METRICS_HOST")
 AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))
 # A run's lease: renewed while it works; expired means its process died.
 AGENT_LEASE_SECONDS = _app("AGENT_LEASE_SECONDS")

@@ -50,6 +50,9 @@ DEFAULTS: dict[str, object] = {
     "AGENT_GROUP_COMMIT": True,
     "AGENT_USER_MAX_RUNS": 8,
     "AGENT_WORKER_GRACE_SECONDS": 20.0,
+    # A run worker's own /metrics, /healthz and /readyz (0: not served).
+    "AGENT_WORKER_METRICS_PORT": 0,
+    "AGENT_WORKER_METRICS_HOST": "127.0.0.1",
     "AGENT_TAIL_SETTLE_SECONDS": 1.0,
     "AGENT_TAIL_PROBE_SECONDS": 30.0,
     "AGENT_USER_MAX_SOCKETS": 50,

@@ -25,6 +25,8 @@
  * @module hooks
  */
 
+import { snapshotOf } from "./view.js";
+
 export const FAILPOINTS = ["after-receive", "after-render", "after-send"];
 
 /** One-shot failpoints, armed by tests and taken by the wrappers below. */
@@ -116,7 +118,7 @@ export function installTestHooks(win, client, failpoints) {
       return failpoints.armed();
     },
     state() {
-      return client.snapshot();
+      return snapshotOf(client);
     },
     get framesSent() {
       return client.framesSent;

@@ -36,7 +36,7 @@ import { Outbox } from "./outbox.js";
 import { Persister } from "./store.js";
 import { checkTransition, realTimers } from "./timers.js";
 import { activeRun, applyCompacted, applyEvent, emptyModel, isModel } from "./transcript.js";
-import { completeView, NULL_VIEW, REASON_NOT_AUTHENTICATED, REASON_PROTOCOL_VIOLATION, STATE, shownState, snapshotOf } from "./view.js";
+import { completeView, NULL_VIEW, REASON_NOT_AUTHENTICATED, REASON_PROTOCOL_VIOLATION, STATE, shownState } from "./view.js";
 
 export { NULL_VIEW, REASON_NOT_AUTHENTICATED, REASON_PROTOCOL_VIOLATION, STATE, shownState };
 
@@ -492,10 +492,5 @@ export class SessionClient {
     this._rebuild(0, null);
     this._setState(STATE.CONNECTING, {});
     this.conn.start();
-  }
-
-  /** @returns {object} a snapshot for diagnostics and tests */
-  snapshot() {
-    return snapshotOf(this);
   }
 }

@@ -26,8 +26,15 @@ test("window.__test exposes dropSocket, failpoint, state and framesSent", () => 
   const client = {
     framesSent: { resume: 1 },
     conn: { drop: (why) => calls.push(["drop", why]) },
-    snapshot: () => ({ cursor: 7 }),
     reloadFromZero: () => calls.push(["reload"]),
+    // What view.js's snapshotOf reads of a SessionClient.
+    sessionId: "s_1",
+    loop: { cursor: 7, heldCount: 0, stats: { duplicates: 0 } },
+    state: "live",
+    stateDetail: {},
+    ledger: { entries: () => [] },
+    presence: { viewers: 1, running: false },
+    stats: { compacted: 0 },
   };
   const win = {};
   const fp = new Failpoints();
@@ -35,7 +42,10 @@ test("window.__test exposes dropSocket, failpoint, state and framesSent", () => 
   win.__test.dropSocket();
   win.__test.failpoint("after-render");
   assert.deepEqual(fp.armed(), ["after-render"]);
-  assert.deepEqual(win.__test.state(), { cursor: 7 });
+  const state = win.__test.state();
+  assert.equal(state.cursor, 7);
+  assert.equal(state.connectionState, "live");
+  assert.deepEqual(state.stats, { duplicates: 0, compacted: 0 });
   client.framesSent.send = 2;
   assert.deepEqual(win.__test.framesSent, { resume: 1, send: 2 }, "live counts");
   assert.deepEqual(calls, [["drop", "test dropSocket"]]);

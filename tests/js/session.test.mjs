@@ -9,6 +9,7 @@ import { Failpoints, wrapFailpoints } from "../../static/js/hooks.js";
 import { SessionClient, TRANSITIONS } from "../../static/js/session.js";
 import { Connection } from "../../static/js/socket.js";
 import { SessionStore } from "../../static/js/store.js";
+import { snapshotOf } from "../../static/js/view.js";
 import { ev, FakeClock, FakeStorage, makeFakeWebSocket } from "./helpers.mjs";
 
 const SID = "s_1";
@@ -416,7 +417,7 @@ test("compacted: a skipped stretch moves the cursor over it; the message fills t
   assert.equal(view.state, "live");
   const seg = view.model.items.find((i) => i.type === "assistant");
   assert.deepEqual([seg.key, seg.text, seg.final], ["a4", "tok0 tok1 ", true]);
-  assert.equal(client.snapshot().stats.compacted, 2);
+  assert.equal(snapshotOf(client).stats.compacted, 2);
 });
 
 test("4401: rejected (signed out), no retry", () => {

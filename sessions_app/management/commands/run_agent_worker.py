@@ -31,6 +31,7 @@ from sessions_app import fanout
 from sessions_app.runtime import executor
 from sessions_app.runtime.pool import run_pool
 from sessions_app.runtime.sweeper import Sweeper
+from sessions_app.server import probes
 from sessions_app.server.heap import freeze_startup_objects
 from sessions_app.server.identity import worker_id
 
@@ -146,6 +147,16 @@ class Command(BaseCommand):
         sweeper.start()
         pool = run_pool()
         worker = ConcurrentWorker(interval=interval, pool=pool)
+        port = settings.AGENT_WORKER_METRICS_PORT
+        if port:
+            host = settings.AGENT_WORKER_METRICS_HOST
+            try:
+                probes.serve(host, port, alive=lambda: not worker.stopping.is_set())
+            except OSError as exc:
+                raise CommandError(
+                    f"cannot serve the worker's metrics on {host}:{port}: {exc}"
+                ) from exc
+            self.stdout.write(f"worker metrics on http://{host}:{port}/metrics", ending="\n")
         freeze_startup_objects()
         worker.configure_signals()
         self.stdout.write(
