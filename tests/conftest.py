@@ -194,6 +194,31 @@ def server(_shared_server, transactional_db):
     _quiesce()
 
 
+@pytest.fixture
+def own_server(_shared_server, transactional_db, tmp_path):
+    """Start dedicated processes; the shared workers are stopped meanwhile so
+    that only these execute runs (the ``server`` fixture revives them)."""
+    from django.conf import settings
+
+    from tests.harness import Daphne, Worker
+
+    for worker in getattr(_shared_server, "workers", []):
+        worker.kill()
+    procs: list = []
+
+    def start(**env):
+        if settings.AGENT_RUNNER == "worker":
+            procs.append(Worker(tmp_path, **env).start())
+            procs.append(Worker(tmp_path, **env).start())
+        d = Daphne(tmp_path, **env).start()
+        procs.append(d)
+        return d
+
+    yield start, procs
+    for p in procs:
+        p.kill()
+
+
 def _quiesce() -> None:
     """Stop what a test left running before the database is flushed: a run
     still streaming would append while PostgreSQL truncates (a deadlock)."""

@@ -22,31 +22,16 @@ from django.conf import settings
 from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime.tools import workspace_for
 from tests.fakes import FakeOpenAIServer, text_response, tool_call_response
-from tests.harness import Daphne, Worker, WsClient, session_cookie, wait_until
+from tests.harness import WsClient, session_cookie, wait_until
+from tests.runtime.common import kinds, open_session, send_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def _session(server, cookie) -> tuple[WsClient, str]:
-    c = await WsClient.connect(server.ws, cookie)
-    ok = await c.start()
-    return c, ok["session_id"]
-
-
-def _kinds(events, run_id):
-    return [e["kind"] for e in events if e["run_id"] == run_id]
-
-
-async def _send(c: WsClient, text: str, cmid: str) -> dict:
-    reply = await c.request({"type": "send", "client_message_id": cmid, "text": text})
-    assert reply["type"] == "send_ok", reply
-    return reply
-
-
 async def test_run_goes_on_with_no_viewer(server, cookie):
     """/stream 30 20 continues after its only socket closes; a later resume finds it all."""
-    c, sid = await _session(server, cookie)
-    sent = await _send(c, "/stream 30 20", "m1")
+    c, sid = await open_session(server, cookie)
+    sent = await send_text(c, "/stream 30 20", "m1")
     await c.close()
     await wait_until(lambda: Run.objects.filter(id=sent["run_id"], status="finished").exists())
     d = await WsClient.connect(server.ws, cookie)
@@ -62,10 +47,10 @@ async def test_run_goes_on_with_no_viewer(server, cookie):
 
 async def test_two_sockets_decide_at_once_one_wins(server, cookie):
     """Simultaneous approve from two sockets: one decide_ok, one already_decided, one line."""
-    a, sid = await _session(server, cookie)
+    a, sid = await open_session(server, cookie)
     b = await WsClient.connect(server.ws, cookie)
     await b.resume(sid, 0)
-    await _send(a, "/write notes.txt hello world", "m1")
+    await send_text(a, "/write notes.txt hello world", "m1")
     req = await a.wait_event(lambda f: f["kind"] == "approval.requested")
     await b.wait_event(lambda f: f["kind"] == "approval.requested")
     aid = req["data"]["approval_id"]
@@ -89,10 +74,10 @@ async def test_two_sockets_decide_at_once_one_wins(server, cookie):
 
 async def test_gate_events_and_denial(server, cookie):
     """A gate logs tool.call, approval.requested, run.paused; deny is never executed."""
-    c, sid = await _session(server, cookie)
-    sent = await _send(c, "/write x.txt nope", "m1")
+    c, sid = await open_session(server, cookie)
+    sent = await send_text(c, "/write x.txt nope", "m1")
     paused = await c.wait_event(lambda f: f["kind"] == "run.paused")
-    assert _kinds(c.events(), sent["run_id"]) == [
+    assert kinds(c.events(), sent["run_id"]) == [
         "user.message",
         "run.started",
         "tool.call",
@@ -131,12 +116,12 @@ async def test_gate_events_and_denial(server, cookie):
 
 async def test_three_sends_during_a_run_queue_in_order(server, cookie):
     """Three inputs sent during a run make three queued runs that run in order."""
-    c, sid = await _session(server, cookie)
-    first = await _send(c, "/stream 10 30", "m0")
-    queued = [await _send(c, "/stream 2 0", f"m{i + 1}") for i in range(3)]
+    c, sid = await open_session(server, cookie)
+    first = await send_text(c, "/stream 10 30", "m0")
+    queued = [await send_text(c, "/stream 2 0", f"m{i + 1}") for i in range(3)]
     assert first["status"] == "started"
     assert [q["status"] for q in queued] == ["queued"] * 3
-    dup = await _send(c, "whatever", "m2")
+    dup = await send_text(c, "whatever", "m2")
     assert dup["status"] == "duplicate" and dup["run_id"] == queued[1]["run_id"]
     last = queued[-1]["run_id"]
     await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == last)
@@ -162,13 +147,13 @@ async def test_escapes_fail_as_tool_results_and_execute_nothing(
     server, cookie, command, reason, tmp_path
 ):
     """Path escapes, symlink escapes and off-list commands fail; nothing is executed."""
-    c, sid = await _session(server, cookie)
+    c, sid = await open_session(server, cookie)
     ws = workspace_for(sid)
     outside = tmp_path / "outside"
     outside.mkdir()
     (ws / "link").symlink_to(outside)
     (ws / "keep.txt").write_text("keep\n")
-    await _send(c, command, "m1")
+    await send_text(c, command, "m1")
     req = await c.wait_event(lambda f: f["kind"] == "approval.requested")
     await c.request(
         {"type": "decide", "approval_id": req["data"]["approval_id"], "decision": "approve"}
@@ -185,8 +170,8 @@ async def test_escapes_fail_as_tool_results_and_execute_nothing(
 
 async def test_sh_runs_allowed_command_in_workspace(server, cookie):
     """An approved /sh echo runs once in the workspace and reports its output."""
-    c, _ = await _session(server, cookie)
-    await _send(c, "/sh echo hello there", "m1")
+    c, _ = await open_session(server, cookie)
+    await send_text(c, "/sh echo hello there", "m1")
     req = await c.wait_event(lambda f: f["kind"] == "approval.requested")
     assert req["data"]["tool"] == "terminal" and req["data"]["args"] == {
         "command": "echo hello there"
@@ -201,10 +186,10 @@ async def test_sh_runs_allowed_command_in_workspace(server, cookie):
 
 async def test_cancel_running_parked_and_queued(server, cookie):
     """Cancel ends a running run, denies a parked one's gate first, and dequeues a queued one."""
-    c, sid = await _session(server, cookie)
-    running = await _send(c, "/stream 500 20", "m1")
-    gated = await _send(c, "/write a.txt x", "m2")
-    queued = await _send(c, "/stream 1 0", "m3")
+    c, sid = await open_session(server, cookie)
+    running = await send_text(c, "/stream 500 20", "m1")
+    gated = await send_text(c, "/write a.txt x", "m2")
+    queued = await send_text(c, "/stream 1 0", "m3")
     await c.wait_event(lambda f: f["kind"] == "assistant.delta")
     ok = await c.request({"type": "cancel", "run_id": queued["run_id"]})
     assert ok["type"] == "cancel_ok"
@@ -234,9 +219,9 @@ async def test_cancel_running_parked_and_queued(server, cookie):
 
 async def test_fail_and_malformed_commands_finish_with_error(server, cookie):
     """/fail and malformed commands finish with stop_reason error and a message."""
-    c, _ = await _session(server, cookie)
+    c, _ = await open_session(server, cookie)
     for i, text in enumerate(["/fail", "/stream abc", "/stream 100001", "/write onlypath"]):
-        sent = await _send(c, text, f"m{i}")
+        sent = await send_text(c, text, f"m{i}")
         end = await c.wait_event(
             lambda f, r=sent["run_id"]: f["kind"] == "run.finished" and f["run_id"] == r
         )
@@ -244,11 +229,11 @@ async def test_fail_and_malformed_commands_finish_with_error(server, cookie):
     await c.close()
 
 
-async def test_decide_and_cancel_are_confined_to_the_socket_session(server, cookie):
+async def test_decide_and_cancel_are_confined_to_the_socketopen_session(server, cookie):
     """An approval or run of another session (same user) is not_found on this socket."""
-    a, _ = await _session(server, cookie)
-    b, _ = await _session(server, cookie)
-    sent = await _send(a, "/write f.txt x", "m1")
+    a, _ = await open_session(server, cookie)
+    b, _ = await open_session(server, cookie)
+    sent = await send_text(a, "/write f.txt x", "m1")
     req = await a.wait_event(lambda f: f["kind"] == "approval.requested")
     err = await b.request(
         {"type": "decide", "approval_id": req["data"]["approval_id"], "decision": "approve"}
@@ -277,8 +262,8 @@ def _admin_post(server, user, path: str, data: dict) -> str:
 async def test_admin_decision_reaches_open_sockets(server, cookie, django_user_model):
     """Approving in the admin logs decided_by the admin and resumes the run live."""
     admin = django_user_model.objects.create_superuser("root", password="root-pass-1")
-    c, sid = await _session(server, cookie)
-    await _send(c, "/write admin.txt from admin", "m1")
+    c, sid = await open_session(server, cookie)
+    await send_text(c, "/write admin.txt from admin", "m1")
     req = await c.wait_event(lambda f: f["kind"] == "approval.requested")
     aid = req["data"]["approval_id"]
     await asyncio.to_thread(
@@ -298,33 +283,12 @@ async def test_admin_decision_reaches_open_sockets(server, cookie, django_user_m
 # --- restarts and crashes: dedicated processes ----------------------------------
 
 
-@pytest.fixture
-def own_server(_shared_server, transactional_db, tmp_path):
-    """Start dedicated processes; the shared workers are stopped meanwhile so
-    that only these execute runs (the ``server`` fixture revives them)."""
-    for worker in getattr(_shared_server, "workers", []):
-        worker.kill()
-    procs: list = []
-
-    def start(**env):
-        if settings.AGENT_RUNNER == "worker":
-            procs.append(Worker(tmp_path, **env).start())
-            procs.append(Worker(tmp_path, **env).start())
-        d = Daphne(tmp_path, **env).start()
-        procs.append(d)
-        return d
-
-    yield start, procs
-    for p in procs:
-        p.kill()
-
-
 async def test_gate_survives_kill_9_of_the_server(own_server, cookie):
     """kill -9 while parked; restart; the gate is still pending; approve runs the tool once."""
     start, procs = own_server
     server = start()
-    c, sid = await _session(server, cookie)
-    await _send(c, "/write survive.txt once", "m1")
+    c, sid = await open_session(server, cookie)
+    await send_text(c, "/write survive.txt once", "m1")
     req = await c.wait_event(lambda f: f["kind"] == "approval.requested")
     await c.wait_event(lambda f: f["kind"] == "run.paused")
     for p in procs:
@@ -348,9 +312,9 @@ async def test_kill_9_mid_stream_interrupts_and_next_queued_starts(own_server, c
     """A run whose process dies is finished 'interrupted' and the next queued run starts."""
     start, procs = own_server
     server = start(AGENT_LEASE_SECONDS="2", AGENT_SWEEP_SECONDS="0.5")
-    c, sid = await _session(server, cookie)
-    first = await _send(c, "/stream 1000 50", "m1")
-    second = await _send(c, "/stream 3 0", "m2")
+    c, sid = await open_session(server, cookie)
+    first = await send_text(c, "/stream 1000 50", "m1")
+    second = await send_text(c, "/stream 3 0", "m2")
     await c.wait_event(lambda f: f["kind"] == "assistant.delta")
     if settings.AGENT_RUNNER == "worker":
         # Production: kill -9 only the worker holding the run (its pid is in the
@@ -391,8 +355,8 @@ async def test_openai_agent_streams_and_parks_at_a_gate(own_server, cookie):
         server = start(
             AGENT_CLASS="openai", OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-test"
         )
-        c, sid = await _session(server, cookie)
-        await _send(c, "please write hi to ai.txt", "m1")
+        c, sid = await open_session(server, cookie)
+        await send_text(c, "please write hi to ai.txt", "m1")
         req = await c.wait_event(lambda f: f["kind"] == "approval.requested")
         assert req["data"]["tool"] == "write_file"
         assert req["data"]["args"] == {"path": "ai.txt", "text": "hi"}
@@ -429,8 +393,8 @@ async def test_anthropic_agent_streams_and_parks_at_a_gate(own_server, cookie):
         server = start(
             AGENT_CLASS="anthropic", ANTHROPIC_BASE_URL=fake.base_url, ANTHROPIC_API_KEY="k"
         )
-        c, sid = await _session(server, cookie)
-        await _send(c, "please write hi to ai.txt", "m1")
+        c, sid = await open_session(server, cookie)
+        await send_text(c, "please write hi to ai.txt", "m1")
         req = await c.wait_event(lambda f: f["kind"] == "approval.requested")
         assert req["data"]["args"] == {"path": "ai.txt", "text": "hi"}
         await c.request(
@@ -453,215 +417,12 @@ async def test_an_agent_message_is_cut_at_the_size_cap(own_server, cookie):
 
     start, _ = own_server
     d = start(AGENT_MAX_MESSAGE_CHARS="50")
-    c, _sid = await _session(d, cookie)
+    c, _sid = await open_session(d, cookie)
     text = "".join(f"w{i} " for i in range(60)).strip()
-    await _send(c, "/echo " + text, "m1")
+    await send_text(c, "/echo " + text, "m1")
     await c.wait_event(lambda f: f["kind"] == "run.finished")
     shown = text[:50] + cut_marker(50)
     deltas = "".join(e["data"]["text"] for e in c.events() if e["kind"] == "assistant.delta")
     messages = [e["data"]["text"] for e in c.events() if e["kind"] == "assistant.message"]
     assert deltas == shown and messages == [shown]
     await c.close()
-
-
-async def test_stop_and_send_stops_the_stream_and_starts_at_once(server, cookie):
-    """A send with interrupt during a long stream cancels it, saying why, and
-    its run starts at once, ahead of the input already queued (which stays
-    queued and runs after it); a repeat of its id stops nothing more."""
-    c, sid = await _session(server, cookie)
-    streaming = await _send(c, "/stream 500 20", "m1")
-    queued = await _send(c, "/stream 1 0", "m2")
-    await c.wait_event(lambda f: f["kind"] == "assistant.delta")
-    now = await c.request(
-        {"type": "send", "client_message_id": "m3", "text": "/stream 3 0", "interrupt": True}
-    )
-    assert now["type"] == "send_ok" and now["status"] == "started"
-    await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == queued["run_id"])
-    ends = {e["run_id"]: e["data"] for e in c.events() if e["kind"] == "run.finished"}
-    assert ends[streaming["run_id"]] == {
-        "stop_reason": "cancelled",
-        "message": "stopped for a newer message",
-    }
-    assert ends[now["run_id"]] == ends[queued["run_id"]] == {"stop_reason": "end_turn"}
-    started = [e["run_id"] for e in c.events() if e["kind"] == "run.started"]
-    assert started == [streaming["run_id"], now["run_id"], queued["run_id"]]
-    # The interrupting run started right after the cancel: nothing between.
-    kinds = [(e["kind"], e["run_id"]) for e in c.events()]
-    cut = kinds.index(("run.finished", streaming["run_id"]))
-    assert kinds[cut + 1 : cut + 3] == [
-        ("user.message", now["run_id"]),
-        ("run.started", now["run_id"]),
-    ]
-    assert not [e for e in c.events()[cut + 1 :] if e["run_id"] == streaming["run_id"]], (
-        "nothing of the stopped stream is logged after its end"
-    )
-    again = await c.request(
-        {"type": "send", "client_message_id": "m3", "text": "/stream 3 0", "interrupt": True}
-    )
-    assert again["status"] == "duplicate"
-    assert Run.objects.filter(session_id=sid, stop_reason="cancelled").count() == 1
-    bad = await c.request(
-        {"type": "send", "client_message_id": "m4", "text": "x", "interrupt": "yes"}
-    )
-    assert bad["type"] == "error" and bad["code"] == "bad_frame"
-    await c.close()
-
-
-async def test_stop_and_send_closes_a_waiting_gate_and_its_tool_never_runs(server, cookie):
-    """Stop and send while the run waits at a gate: the gate is denied by the
-    sender, its result logged, the new input starts, and approving the old gate
-    afterwards is refused (already decided): the tool never runs."""
-    c, sid = await _session(server, cookie)
-    gated = await _send(c, "/write stopped.txt never", "m1")
-    await c.wait_event(lambda f: f["kind"] == "run.paused")
-    approval_id = next(e for e in c.events() if e["kind"] == "approval.requested")["data"][
-        "approval_id"
-    ]
-    now = await c.request(
-        {"type": "send", "client_message_id": "m2", "text": "hi", "interrupt": True}
-    )
-    assert now["status"] == "started"
-    await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == now["run_id"])
-    gate_events = [e for e in c.events() if e["run_id"] == gated["run_id"]]
-    assert [e["kind"] for e in gate_events][-3:] == [
-        "approval.decided",
-        "tool.result",
-        "run.finished",
-    ]
-    assert gate_events[-3]["data"]["decided_by"] == "alice"
-    late = await c.request({"type": "decide", "approval_id": approval_id, "decision": "approve"})
-    assert late["type"] == "error" and late["code"] == "already_decided"
-    assert not (workspace_for(sid) / "stopped.txt").exists()
-    approval = ApprovalRequest.objects.get(id=approval_id)
-    assert approval.status == "denied" and approval.executed_at is not None
-    await c.close()
-
-
-async def test_the_handshake_says_interrupt_is_honoured(server, cookie):
-    """A client offering "interrupt" is told the server uses it; one that does
-    not sees plain version 1."""
-    c = await WsClient.connect(server.ws, cookie)
-    ok = await c.request({"type": "start", "protocol": 1, "features": ["interrupt"]})
-    assert ok["features"] == ["interrupt"]
-    await c.close()
-    d = await WsClient.connect(server.ws, cookie)
-    plain = await d.request({"type": "start", "protocol": 1})
-    assert "features" not in plain
-    await d.close()
-
-
-async def test_the_title_follows_by_push_to_every_tab_of_the_session(server, cookie, user):
-    """The first message names the session: every socket following it gets a
-    ``title`` frame at once, and a later resume_ok carries the title; a rename
-    over REST reaches them the same way."""
-    c = await WsClient.connect(server.ws, cookie)
-    started = await c.start()
-    sid = started["session_id"]
-    assert started["title"] == ""
-    watcher = await WsClient.connect(server.ws, cookie)
-    await watcher.resume(sid, 0)
-    await _send(c, "Plan the trip\nwith details", "m1")
-    for sock in (c, watcher):
-        frame = await sock.wait(lambda f: f.get("type") == "title")
-        assert frame == {"type": "title", "session_id": sid, "title": "Plan the trip"}
-    late = await WsClient.connect(server.ws, cookie)
-    ok = await late.resume(sid, 0)
-    assert ok["title"] == "Plan the trip"
-    status = await asyncio.to_thread(_patch_title, server, cookie, sid, "Renamed")
-    assert status == 200
-    for sock in (c, watcher, late):
-        await sock.wait(lambda f: f.get("type") == "title" and f["title"] == "Renamed")
-    for sock in (c, watcher, late):
-        await sock.close()
-
-
-def _patch_title(server, cookie, session_id: str, title: str) -> int:
-    """PATCH the title as the page's rename does (cookie, CSRF token, same origin)."""
-    token = "t" * 32
-    request = urllib.request.Request(
-        f"{server.http}/api/sessions/{session_id}/",
-        data=json.dumps({"title": title}).encode(),
-        method="PATCH",
-        headers={
-            "Content-Type": "application/json",
-            "Cookie": f"{cookie}; csrftoken={token}",
-            "X-CSRFToken": token,
-            "Origin": server.http,
-            "Referer": server.http + "/",
-        },
-    )
-    with urllib.request.urlopen(request, timeout=10) as r:
-        return r.status
-
-
-async def test_an_agent_catching_exception_cannot_swallow_a_cancel_or_a_park(
-    own_server, cookie, tmp_path
-):
-    """Stop signals (RunAborted, Parked) are BaseExceptions, as
-    asyncio.CancelledError is: an agent that wraps its streaming loop and its
-    tool request in ``except Exception`` is still stopped at once, by a cancel
-    and by its own gate, and never sees either in its except."""
-    start, _ = own_server
-    log = tmp_path / "careless.log"
-    server = start(AGENT_CLASS="tests.fakes.CarelessAgent", CARELESS_AGENT_LOG=str(log))
-    c, sid = await _session(server, cookie)
-    streaming = await _send(c, "stream", "m1")
-    await c.wait_event(lambda f: f["kind"] == "assistant.delta")
-    assert (await c.request({"type": "cancel", "run_id": streaming["run_id"]}))["type"] == (
-        "cancel_ok"
-    )
-    await wait_until(lambda: log.exists() and "stopped" in log.read_text())
-    gated = await _send(c, "/gate", "m2")
-    await c.wait_event(lambda f: f["kind"] == "run.paused" and f["run_id"] == gated["run_id"])
-    await wait_until(lambda: log.read_text().count("stopped") == 2)
-    assert log.read_text().splitlines() == ["stopped RunAborted", "stopped Parked"]
-    assert not [
-        e for e in c.events() if e["run_id"] == gated["run_id"] and e["kind"] == "assistant.message"
-    ], "nothing after the gate ran"
-    await c.close()
-
-
-async def test_a_worker_serves_its_metrics_and_health_on_its_own_port(own_server, cookie, tmp_path):
-    """With AGENT_WORKER_METRICS_PORT, each run worker serves /metrics (its own
-    appends, group commits and runs), /healthz and /readyz; /metrics needs the
-    token when one is set."""
-    if settings.AGENT_RUNNER != "worker":
-        pytest.skip("embedded profile: runs execute in the server, there is no worker")
-    import socket
-
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    start, procs = own_server
-    server = start()
-    for proc in [p for p in procs if isinstance(p, Worker)]:
-        proc.kill()  # one worker, so that it is the one that runs this
-    procs.append(
-        Worker(
-            tmp_path, AGENT_WORKER_METRICS_PORT=str(port), AGENT_METRICS_TOKEN="scrape-me"
-        ).start()
-    )
-    c, sid = await _session(server, cookie)
-    sent = await _send(c, "/stream 3 0", "m1")
-    await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == sent["run_id"])
-    await c.close()
-
-    def get(path: str, token: str | None = None) -> tuple[int, str]:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
-        if token:
-            request.add_header("Authorization", f"Bearer {token}")
-        try:
-            with urllib.request.urlopen(request, timeout=10) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-
-    assert await asyncio.to_thread(get, "/healthz") == (200, "ok")
-    assert await asyncio.to_thread(get, "/readyz") == (200, "ready")
-    assert (await asyncio.to_thread(get, "/metrics"))[0] == 404
-    status, text = await asyncio.to_thread(get, "/metrics", "scrape-me")
-    assert status == 200
-    appends = re.search(r"^agent_append_seconds_count (\S+)$", text, re.M)
-    assert appends and float(appends.group(1)) >= 1, "this worker's appends are counted"
-    assert re.search(r'^agent_runs\{status="finished"\} (\S+)$', text, re.M)
