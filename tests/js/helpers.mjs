@@ -1,5 +1,6 @@
 // Test doubles shared by the client tests: a fake clock, a fake WebSocket and
 // a fake sessionStorage. No npm dependencies.
+import assert from "node:assert/strict";
 
 export class FakeClock {
   constructor(start = 1_000_000) {
@@ -119,4 +120,16 @@ export function makeFakeWebSocket() {
 /** An event frame. */
 export function ev(seq, kind = "assistant.delta", data = { text: `t${seq} ` }, run_id = "run_1", session_id = "s_1") {
   return { type: "event", session_id, seq, kind, run_id, ts: "2026-01-01T00:00:00.000Z", data };
+}
+
+/**
+ * Every "from>to" step seen is a move `table` declares.
+ * @param {string[]} seen
+ * @param {Record<string, string[]>} table
+ */
+export function assertDeclared(seen, table) {
+  for (const step of seen) {
+    const [from, to] = step.split(">");
+    assert.ok(table[from].includes(to), step);
+  }
 }

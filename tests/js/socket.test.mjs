@@ -3,7 +3,7 @@ import { test } from "node:test";
 
 import { Backoff } from "../../static/js/backoff.js";
 import { attachBrowserSignals, Connection, SOCKET_STATE, SOCKET_TRANSITIONS, socketUrl } from "../../static/js/socket.js";
-import { FakeClock, makeFakeWebSocket } from "./helpers.mjs";
+import { assertDeclared, FakeClock, makeFakeWebSocket } from "./helpers.mjs";
 
 function make({ random = () => 0.5, config = {} } = {}) {
   const clock = new FakeClock();
@@ -241,10 +241,7 @@ test("the transport's state moves only along declared transitions, each one repo
     "connecting>handshaking",
     "handshaking>stopped",
   ]);
-  for (const step of seen) {
-    const [from, to] = step.split(">");
-    assert.ok(SOCKET_TRANSITIONS[from].includes(to), step);
-  }
+  assertDeclared(seen, SOCKET_TRANSITIONS);
   assert.throws(() => conn._to(SOCKET_STATE.READY), /stopped -> ready is not a declared transition/);
   assert.equal(conn.state, SOCKET_STATE.STOPPED, "a refused transition changes nothing");
 });

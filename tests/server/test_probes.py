@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
-
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from sessions_app.server import probes
+from tests.harness import http_get
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _get(port: int, path: str, token: str | None = None) -> tuple[int, str]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    return http_get(f"http://127.0.0.1:{port}{path}", token)
 
 
 def test_health_readiness_and_metrics_behind_the_token(settings):

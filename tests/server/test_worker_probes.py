@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-import urllib.error
-import urllib.parse
-import urllib.request
 
 import pytest
 from django.conf import settings
 
-from tests.harness import Worker
+from tests.harness import Worker, http_get
 from tests.runtime.common import open_session, send_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,14 +42,7 @@ async def test_a_worker_serves_its_metrics_and_health_on_its_own_port(own_server
     await c.close()
 
     def get(path: str, token: str | None = None) -> tuple[int, str]:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
-        if token:
-            request.add_header("Authorization", f"Bearer {token}")
-        try:
-            with urllib.request.urlopen(request, timeout=10) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
+        return http_get(f"http://127.0.0.1:{port}{path}", token)
 
     assert await asyncio.to_thread(get, "/healthz") == (200, "ok")
     assert await asyncio.to_thread(get, "/readyz") == (200, "ready")
