@@ -118,7 +118,7 @@ def test_the_probe_reads_a_tls_transport(tmp_path, cookie, user, transactional_d
     the socket's buffer (the review found it returned 0 there)."""
     from sessions_app.models import Connection
     from tests.harness import Daphne, client_frame, raw_socket_that_never_reads, wait_until
-    from tests.sockets.test_session import _big_log
+    from tests.sockets.test_session_limits import _big_log
 
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     subprocess.run(
