@@ -54,9 +54,16 @@ def application_for(django_asgi_app, *, websocket_routes=(), serve_static: bool 
     application = RuntimeStarter(
         ProtocolTypeRouter({"http": http, "websocket": websocket_application(websocket_routes)})
     )
-    patches.install(on_stop=executor.abort_all, drain=rows.flush)
+    install_patches()
     _import_channel_layer()
     return application
+
+
+def install_patches() -> None:
+    """Apply and check every third-party patch (``server.patches``), with the
+    graceful stop's hooks: stop the runs this process executes, then flush
+    the sockets' rows. Once per process; ``application_for`` calls it."""
+    patches.install(on_stop=executor.abort_all, drain=rows.flush)
 
 
 def _import_channel_layer() -> None:

@@ -128,15 +128,19 @@ def check_versions() -> list[str]:
     return drift
 
 
-def install(*, on_stop: Callable[[], None] = lambda: None, drain=None) -> None:
+def install(*, on_stop: Callable[[], None] | None = None, drain=None) -> None:
     """Under daphne: apply and check every patch. Elsewhere only the channel
     layer's members are checked (they matter wherever Redis is the layer).
 
     ``on_stop`` runs first at a graceful stop (the ASGI module passes the
     runtime's ``abort_all``) and ``drain``, a coroutine function, last, after
     the sockets' goodbyes (the socket rows' ``flush``): this module knows the
-    servers it patches, not the app's stages above it."""
-    _stop_hooks[:] = [on_stop, drain]
+    servers it patches, not the app's stages above it. A hook not given keeps
+    the one set before (``sessions_app.asgi.install_patches`` gives both)."""
+    if on_stop is not None:
+        _stop_hooks[0] = on_stop
+    if drain is not None:
+        _stop_hooks[1] = drain
     check_versions()
     check_channels_redis()
     check_in_memory_layer()

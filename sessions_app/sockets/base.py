@@ -1,7 +1,7 @@
 """What every WebSocket of the app needs, in one base (``AppSocket``).
 
-Both sockets, the session socket (``consumers.SessionConsumer``) and the list
-socket (``list_consumer.SessionListConsumer``), get from here, and only from
+Both sockets, the session socket (``session.SessionConsumer``) and the list
+socket (``listing.SessionListConsumer``), get from here, and only from
 here:
 
 - **Who it is.** The upgrade is answered first; the cookie's user is awaited

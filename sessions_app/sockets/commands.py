@@ -85,7 +85,9 @@ class Commands:
         async with self.send_lock:
             await self._send({"type": p.SYNC_OK, "request_id": rid, "after": after, "head": head})
             # The client asked for these, so they may repeat what it already has.
-            self.sequencer.sent(await self._send_range(after, head))
+            # Live delivery goes on after the head, whatever ``after`` said (a
+            # cursor past the head sends nothing and must not skip what follows).
+            self.sequencer.sent(min(await self._send_range(after, head), head))
 
 
 def error_frame_for(exc: SessionError, request_id: Any) -> dict[str, Any]:

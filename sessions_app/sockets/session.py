@@ -54,6 +54,12 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
     """Speaks the session protocol on one socket (its lifecycle, limits and
     flow control are ``AppSocket``'s)."""
 
+    # What ``cleanup`` stops exists from the start, whatever a close interrupted.
+    handshake_deadline: asyncio.TimerHandle | None = None
+    tail_timer: asyncio.TimerHandle | None = None
+    replay_task: asyncio.Task | None = None
+    tail_task: asyncio.Task | None = None
+
     async def connect(self) -> None:
         fanout.publisher.attach(asyncio.get_running_loop())
         # The order of delivery: last sent seq, live events held during a replay.
@@ -62,7 +68,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         # The handshake's "compact" feature: replays skip superseded stretches.
         self.compact = False
         # The handshake's "batch" feature: replayed frames go out several to a
-        # message; ``batch`` holds those not sent yet (None: not batching).
+        # message (``ReplaySender.batcher`` holds those not sent yet).
         self.batching = False
         # The handshake's "interrupt" feature: said back, so the client knows a
         # send's "interrupt" is honoured (it is on every socket).

@@ -2,9 +2,10 @@
 
 A frame is a dict until it leaves (``dumps``); the replay path never builds
 the dict at all: ``event_texts`` writes an ``event`` frame's text from a row's
-columns (the ``data`` column is already JSON text), and ``batch_text`` joins
-texts without parsing them again. A test holds ``event_texts`` to exactly
-what ``dumps(event_frame(...))`` gives.
+columns (the ``data`` column is already JSON text, in the database's own
+spacing and escaping), and ``batch_text`` joins texts without parsing them
+again. The texts are not byte for byte ``dumps``'s, but parse to the same
+frame (``tests/log/test_events.py`` holds them equal, parsed).
 """
 
 from __future__ import annotations

@@ -244,6 +244,22 @@ async def test_sync_replays_and_live_continues_after_head(server, cookie, user):
     await c.close()
 
 
+async def test_a_sync_past_the_head_skips_nothing_that_follows(server, cookie, user):
+    """A sync whose cursor is past the head sends nothing, and live delivery
+    still goes on after the head: the events after it are not taken for
+    repeats (a review found the cursor moving to the client's 'after')."""
+    s = create_session(user)
+    c = await _connect(server, cookie)
+    await c.resume(s.id, 0)
+    await c.wait_event(lambda f: f["seq"] == 1)
+    reply = await c.request({"type": "sync", "after": 9})
+    assert reply["type"] == "sync_ok" and reply["head"] == 1
+    await c.request({"type": "send", "client_message_id": "m", "text": "/stream 12 0"})
+    finished = await c.wait_event(lambda f: f["kind"] == "run.finished")
+    assert c.seqs() == list(range(1, finished["seq"] + 1))
+    await c.close()
+
+
 async def test_graceful_shutdown_closes_with_1012(cookie, tmp_path, transactional_db):
     """SIGTERM to daphne closes open sockets with 1012 (service restart), and
     the server waits for their consumers: each socket's row records the close."""
