@@ -283,7 +283,16 @@ export class Outbox {
    */
   answered(requestId) {
     const push = this.requests.get(requestId);
-    if (push) this._done(push);
+    if (!push) return push;
+    if (push.remember) {
+      // A decide or cancel the server took: never sent again, but busy until
+      // its outcome is in the log (settle), which may come after the reply.
+      this.requests.delete(requestId);
+      push.requestId = null;
+      push.remember = false;
+      return push;
+    }
+    this._done(push);
     return push;
   }
 

@@ -138,7 +138,7 @@ export class SessionClient {
       onOpen: () => this._onOpen(),
       onFrame: (frame) => this._onFrame(frame),
       onClose: (info) => this._onClose(info),
-      onWaiting: (delay) => this._setState(STATE.RECONNECTING, { retryAt: this.now() + delay }),
+      onWaiting: (delay) => this.state !== STATE.REJECTED && this._setState(STATE.RECONNECTING, { retryAt: this.now() + delay }),
       onConnecting: () => {
         if (this.state === STATE.REJECTED) return;
         this._setState(this.state === STATE.CONNECTING ? STATE.CONNECTING : STATE.RECONNECTING, {});

@@ -269,6 +269,7 @@ export class Connection {
     this.attempts += 1;
     this._resetLiveness();
     this.handlers.onConnecting?.(this.attempts);
+    if (this.state !== S.CONNECTING) return; // stopped by that handler
     let ws;
     try {
       ws = new this.WebSocketImpl(this.url);

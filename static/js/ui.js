@@ -12,7 +12,7 @@
  * @module ui
  */
 
-import * as P from "./constants.js";
+import { rejectionBadge, showRejection } from "./rejection.js";
 import { buildApproval, buildRow, pendingItem, queueItem, renderText } from "./rows.js";
 import { realTimers } from "./timers.js";
 import { activeRun, queuedRuns } from "./transcript.js";
@@ -26,47 +26,8 @@ const STATE_LABELS = {
   rejected: "Disconnected",
 };
 
-/**
- * What each rejection says and which actions it offers. (`epoch_mismatch` and
- * `cursor_expired` are not here: the client recovers from both, with a notice.)
- */
-export const REJECTIONS = {
-  [P.R_NOT_FOUND]: {
-    badge: "Session not found",
-    text: "This session does not exist, or it is not yours. Nothing was created in its place.",
-    actions: ["back-to-list"],
-  },
-  [P.R_CURSOR_AHEAD]: {
-    badge: "Out of step",
-    text: "This tab has seen more of the session than the server now has (it was restored from a backup). Reload it from the start.",
-    actions: ["reload-from-zero", "back-to-list"],
-  },
-  [P.R_BAD_REQUEST]: {
-    badge: "Client error",
-    text: "The server did not understand this tab's request to resume. Reload the page.",
-    actions: ["reload-page", "back-to-list"],
-  },
-  [P.R_UNSUPPORTED_PROTOCOL]: {
-    badge: "Update needed",
-    text: "The server speaks a newer protocol than this page. Reload the page to get the current version.",
-    actions: ["reload-page", "back-to-list"],
-  },
-  not_authenticated: {
-    badge: "Signed out",
-    text: "You are signed out. Sign in again to continue this session.",
-    actions: ["sign-in", "back-to-list"],
-  },
-  protocol_violation: {
-    badge: "Connection refused",
-    text: "The server refused this tab's connection (protocol error). Reload the page.",
-    actions: ["reload-page", "back-to-list"],
-  },
-};
-
 /** How soon a batch is rendered when no animation frame comes (hidden tab). */
 const FLUSH_FALLBACK_MS = 100;
-
-const ACTION_IDS = ["reload-from-zero", "sign-in", "reload-page", "back-to-list"];
 
 /** Animation frames from the document's window (none: the fallback timer renders). */
 function windowFrames(doc) {
@@ -416,7 +377,7 @@ export class SessionView {
         const s = Math.ceil((detail.retryAt - this.now()) / 1000);
         return s >= 1 ? `Reconnecting in ${s} s` : "Reconnecting…";
       }
-      if (state === STATE.REJECTED) return REJECTIONS[detail.reason]?.badge || STATE_LABELS.rejected;
+      if (state === STATE.REJECTED) return rejectionBadge(detail.reason) || STATE_LABELS.rejected;
       return STATE_LABELS[state] || state;
     };
     badge.textContent = label();
@@ -437,21 +398,7 @@ export class SessionView {
   }
 
   _rejection(detail) {
-    const panel = this.el.rejection;
-    if (!detail) {
-      panel.hidden = true;
-      return;
-    }
-    const info = REJECTIONS[detail.reason] || { text: "This session cannot be resumed.", actions: ["reload-page", "back-to-list"] };
-    let text = info.text;
-    if (detail.message && !text.includes(detail.message)) text += ` Server: “${detail.message}”`;
-    this.el.rejectionMessage.textContent = text;
-    for (const id of ACTION_IDS) {
-      const el = panel.querySelector(`[data-testid="${id}"]`);
-      if (el) el.hidden = !info.actions.includes(id);
-    }
-    panel.dataset.reason = detail.reason;
-    panel.hidden = false;
+    showRejection(this.el.rejection, this.el.rejectionMessage, detail);
   }
 
   // --- misc ------------------------------------------------------------------------------

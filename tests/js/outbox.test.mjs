@@ -128,8 +128,24 @@ test("one Push per request: a decide keeps its push across sockets, gets a new r
   assert.equal(again.length, 1);
   assert.equal(client.isBusy("approval", "ap1"), true);
   sock().receive({ type: "decide_ok", request_id: again[0].request_id, approval_id: "ap1", decision: "approve" });
+  // Taken, but its outcome is not in the log yet: still busy, never sent again.
+  assert.equal(client.isBusy("approval", "ap1"), true);
+  assert.equal(client.outbox.pushes.get("decide:ap1").remember, false);
+  sock().receive(ev(5, "approval.decided", { approval_id: "ap1", decision: "approve", decided_by: "alice" }, "run_1"));
   assert.equal(client.outbox.pushes.size, 0);
   assert.equal(client.isBusy("approval", "ap1"), false);
+});
+
+test("a cancel's button stays busy from cancel_ok until its run.finished", () => {
+  const { client, sock, resume } = setup();
+  client.start();
+  resume(4, parkedAtGate());
+  assert.ok(client.cancel());
+  const c = sock().framesOf("cancel")[0];
+  sock().receive({ type: "cancel_ok", request_id: c.request_id, run_id: "run_1" });
+  assert.equal(client.isBusy("cancel", "run_1"), true, "not clickable again before the log says");
+  sock().receive(ev(5, "run.finished", { stop_reason: "cancelled" }, "run_1"));
+  assert.equal(client.isBusy("cancel", "run_1"), false);
 });
 
 test("a decision whose outcome is logged before its reply still reports the reply (another tab won)", () => {

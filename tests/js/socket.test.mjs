@@ -259,3 +259,11 @@ test("a final close stops the transport; its handler sees it stopped, and no ret
   clock.advance(60000);
   assert.equal(sockets.length, 1);
 });
+
+test("stop() from the onConnecting handler opens no socket", () => {
+  const { conn, sockets } = make();
+  conn.handlers.onConnecting = () => conn.stop();
+  conn.start();
+  assert.equal(sockets.length, 0);
+  assert.equal(conn.state, SOCKET_STATE.STOPPED);
+});

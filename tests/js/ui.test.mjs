@@ -300,3 +300,14 @@ test("setTitle shows the server's title in the header and the document", () => {
   view.setTitle("");
   assert.equal(q("session-title").textContent, "Untitled session");
 });
+
+test("a cursor_expired from a server that sends no epoch says so and offers the list", () => {
+  const { view, q } = setup();
+  view.setConnection("rejected", { reason: "cursor_expired", earliest: 40 });
+  assert.equal(q("connection-state").textContent, "History expired");
+  assert.match(q("rejection-message").textContent, /no longer keeps.*#40/);
+  assert.deepEqual(
+    ACTIONS.filter((id) => !q(id).hidden),
+    ["back-to-list"],
+  );
+});
