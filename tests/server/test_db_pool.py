@@ -4,6 +4,8 @@ idle or failed connection, and every write, keep the check."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.db import connection, connections
 from django.db.utils import DatabaseError
@@ -13,15 +15,22 @@ from sessions_app.server import db_pool
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+# The pool's thread in these tests: only its checks are counted (another
+# thread of the test process, say one a previous test's async call left
+# closing its old connections, may check its own connection meanwhile).
+POOL_THREAD = "db-pool-test"
+
+
 @pytest.fixture
 def checks(monkeypatch):
-    """Counts the health checks (``is_usable``) of every thread's connection."""
+    """Counts the health checks (``is_usable``) of the pool thread's connection."""
     calls = []
     wrapper = type(connections["default"])
     real = wrapper.is_usable
 
     def counted(self):
-        calls.append(self.alias)
+        if threading.current_thread().name.startswith(POOL_THREAD):
+            calls.append(self.alias)
         return real(self)
 
     monkeypatch.setattr(wrapper, "is_usable", counted)
@@ -54,7 +63,7 @@ def executor():
     """A pool of one thread (the loop's would spread the calls over several)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = ThreadPoolExecutor(max_workers=1)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=POOL_THREAD)
     yield pool
     pool.submit(connections.close_all).result()
     pool.shutdown()
