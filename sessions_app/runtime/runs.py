@@ -42,6 +42,9 @@ from sessions_app.wire.errors import AlreadyDecided, NotFound, NotPending, TooMa
 
 log = logging.getLogger(__name__)
 
+# A run executing or parked at a gate: at most one a session.
+_EXECUTING = (Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL)
+
 
 @dataclass(frozen=True)
 class SendResult:
@@ -137,21 +140,18 @@ def _submit(
             return SendResult(
                 client_message_id, existing.message_seq, existing.id, p.SEND_DUPLICATE
             )
-        active = Run.objects.filter(
-            session_id=session_id, status__in=(Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL)
-        ).first()
-        if interrupt and active is not None:
-            # Under the same session lock: nothing starts in between, and the
-            # queued inputs are not started by the cancel (``start_next``).
-            _cancel_locked(active, by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
-        # Behind the session's active run, or its queue; an interrupt jumps
-        # the queue (the inputs queued before it run after it).
-        behind = Run.objects.filter(
-            session_id=session_id,
-            status__in=(Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL)
-            if interrupt
-            else Run.ACTIVE,
-        ).exists()
+        if interrupt:
+            active = Run.objects.filter(session_id=session_id, status__in=_EXECUTING).first()
+            if active is not None:
+                # Under the same session lock: nothing starts in between, and
+                # the queued inputs are not started by the cancel (``start_next``).
+                _cancel_locked(active, by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
+            # A session has one executing run at most, and it was just
+            # cancelled: an interrupt jumps the queue (what was queued runs after it).
+            behind = False
+        else:
+            # Behind the session's active run, or its queue.
+            behind = Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).exists()
         # Not behind a run of its own session, but over its user's limit: it
         # waits, visibly queued, for one of the user's runs to end.
         busy = behind or not _user_has_room(session.owner_id)
@@ -374,10 +374,7 @@ def _admit_quietly(owner_id: int) -> None:
 def _start_next(session: AgentSession) -> str | None:
     """Start the oldest queued run if nothing else is active and its user has
     room (caller holds the session lock). Returns the run started, if any."""
-    active = Run.objects.filter(
-        session_id=session.id, status__in=(Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL)
-    )
-    if active.exists():
+    if Run.objects.filter(session_id=session.id, status__in=_EXECUTING).exists():
         return None
     nxt = (
         Run.objects.filter(session_id=session.id, status=Run.Status.QUEUED)

@@ -120,10 +120,15 @@ def register_database_collector() -> None:
         _collector_registered = True
 
 
-def _allowed(request) -> bool:
+def bearer_ok(sent: str) -> bool:
+    """Whether an ``Authorization`` header carries ``AGENT_METRICS_TOKEN`` (never,
+    when none is set)."""
     token = getattr(settings, "AGENT_METRICS_TOKEN", "")
-    sent = request.headers.get("Authorization", "")
-    if token and hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+    return bool(token) and hmac.compare_digest(sent.encode(), f"Bearer {token}".encode())
+
+
+def _allowed(request) -> bool:
+    if bearer_ok(request.headers.get("Authorization", "")):
         return True
     user = getattr(request, "user", None)
     return bool(user and user.is_authenticated and user.is_staff)
@@ -141,7 +146,7 @@ async def readyz(request):
     """200 ``ready`` when the database and the channel layer work, else 503."""
     problems = []
     try:
-        await sync_to_async(_database_works, thread_sensitive=False)()
+        await sync_to_async(database_works, thread_sensitive=False)()
     except Exception:
         log.exception("readyz: the database does not answer")
         problems.append("database")
@@ -157,7 +162,7 @@ async def readyz(request):
     return HttpResponse("ready", content_type="text/plain")
 
 
-def _database_works() -> None:
+def database_works() -> None:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")

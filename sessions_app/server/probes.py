@@ -13,7 +13,6 @@ it touches the runs.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 from collections.abc import Callable
@@ -45,15 +44,15 @@ def serve(host: str, port: int, alive: Callable[[], bool]) -> ThreadingHTTPServe
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                sent = self.headers.get("Authorization", "")
-                if token and not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+                if token and not metrics.bearer_ok(self.headers.get("Authorization", "")):
                     return self._answer(404, "not found")
                 return self._answer(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
             if path == "/healthz":
-                return self._answer(200 if alive() else 503, "ok" if alive() else "stopped")
+                running = alive()
+                return self._answer(200 if running else 503, "ok" if running else "stopped")
             if path == "/readyz":
                 try:
-                    metrics._database_works()
+                    metrics.database_works()
                 except Exception:
                     log.exception("readyz: the database does not answer")
                     return self._answer(503, "not ready: database")

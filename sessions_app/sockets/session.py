@@ -406,10 +406,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
                 order.sent(await self._send_range(before.after, before.upto))
                 if self.closing:
                     return
-            if not await self._writable():
-                return
-            await self.send(text_data=text)
-            order.sent(seq)
+            await self._send_event(text, seq)
         self.last_live = asyncio.get_running_loop().time()
         self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
 
@@ -421,11 +418,16 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
                 return
             if isinstance(step, Refill):
                 self.sequencer.sent(await self._send_range(step.after, step.upto))
-                continue
-            if not await self._writable():
+            elif not await self._send_event(step.text, step.seq):
                 return
-            await self.send(text_data=step.text)
-            self.sequencer.sent(step.seq)
+
+    async def _send_event(self, text: str, seq: int) -> bool:
+        """One event's frame, under flow control; False if the socket closed."""
+        if not await self._writable():
+            return False
+        await self.send(text_data=text)
+        self.sequencer.sent(seq)
+        return True
 
     async def session_title(self, message: dict[str, Any]) -> None:
         """The session's title changed: its tabs show it at once."""

@@ -100,6 +100,6 @@ def test_readyz_says_what_failed(monkeypatch):
     def broken():
         raise ConnectionError("down")
 
-    monkeypatch.setattr(metrics, "_database_works", broken)
+    monkeypatch.setattr(metrics, "database_works", broken)
     r = Client().get("/readyz")
     assert r.status_code == 503 and r.content == b"not ready: database"
