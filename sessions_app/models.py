@@ -62,6 +62,9 @@ class AgentSession(models.Model):
     # that finished before this time.
     compacted_before = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.IDLE)
+    # The last run of the active path (docs/protocol.md, "Branches"): a new
+    # input follows it; "" before the first input.
+    leaf_run_id = models.CharField(max_length=40, blank=True, default="")
 
     class Meta:
         ordering = ["-updated_at"]
@@ -123,8 +126,14 @@ class Run(models.Model):
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="runs")
     client_message_id = models.CharField(max_length=128)
     text = models.TextField()
-    # seq of the run's user.message: the order runs start in.
+    # seq of the user.message it answers: the order runs start in. A
+    # regenerated answer shares the message of the run it regenerates.
     message_seq = models.PositiveBigIntegerField()
+    # The conversation tree (docs/protocol.md, "Branches"): the run whose turn
+    # this one follows (None: the first turn), and the run whose user.message
+    # it answers (None: its own; set for a regenerated answer).
+    parent_id = models.CharField(max_length=40, null=True, blank=True)  # noqa: DJ001
+    answers_id = models.CharField(max_length=40, null=True, blank=True)  # noqa: DJ001
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
     stop_reason = models.CharField(max_length=20, blank=True)
     error = models.TextField(blank=True)
@@ -161,6 +170,8 @@ class ApprovalRequest(models.Model):
         PENDING = "pending", "pending"
         APPROVED = "approved", "approved"
         DENIED = "denied", "denied"
+        # Closed undecided: its branch was left (a regenerate, an edit, a switch).
+        CANCELLED = "cancelled", "cancelled"
 
     id = models.CharField(primary_key=True, max_length=40, default=new_approval_id, editable=False)
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="approvals")

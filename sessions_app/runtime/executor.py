@@ -29,7 +29,7 @@ from django.utils import timezone
 from sessions_app.log.events import RunGuard
 from sessions_app.log.group_commit import append_event
 from sessions_app.models import ApprovalRequest, Event, Run
-from sessions_app.runtime import leases, runs
+from sessions_app.runtime import leases, runs, turns
 from sessions_app.runtime.agents import get_agent
 from sessions_app.runtime.base import AgentError, Parked, ToolOutcome
 from sessions_app.runtime.tools import execute, workspace_for
@@ -38,6 +38,9 @@ from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted, SessionGone
 
 log = logging.getLogger(__name__)
+
+# How many earlier messages of its path a run's agent sees, at most.
+HISTORY_MESSAGES = 50
 
 # The runs this process is executing (run id -> context), so a shutdown can
 # stop them promptly and hand them back.
@@ -110,7 +113,6 @@ class _Context:
         self.session_id = run.session_id
         self.text = run.text
         self.state: dict[str, Any] = dict(run.state.get("agent", {}))
-        self._message_seq = run.message_seq
         self._worker = worker
         self.guard = RunGuard(run.id, worker)
         self.aborted = threading.Event()
@@ -166,20 +168,26 @@ class _Context:
             raise RunAborted(self.run_id)
 
     def history(self) -> list[dict[str, str]]:
-        """Earlier turns of this session, oldest first (the last 50 messages)."""
-        rows = (
+        """Earlier turns of this run's path, oldest first (the last 50
+        messages): a branch left behind is not part of its conversation."""
+        path = turns.history_path(self.session_id, self.run_id, HISTORY_MESSAGES)
+        if not path:
+            return []
+        texts = dict(Run.objects.filter(id__in=path).values_list("id", "text"))
+        answers: dict[str, list[str]] = {}
+        for run_id, data in (
             Event.objects.filter(
-                session_id=self.session_id,
-                seq__lt=self._message_seq,
-                kind__in=(p.K_USER_MESSAGE, p.K_ASSISTANT_MESSAGE),
+                session_id=self.session_id, run_id__in=path, kind=p.K_ASSISTANT_MESSAGE
             )
-            .order_by("-seq")
-            .values_list("kind", "data")[:50]
-        )
-        return [
-            {"role": "user" if kind == p.K_USER_MESSAGE else "assistant", "content": data["text"]}
-            for kind, data in reversed(rows)
-        ]
+            .order_by("seq")
+            .values_list("run_id", "data")
+        ):
+            answers.setdefault(run_id, []).append(data["text"])
+        messages = []
+        for run_id in path:
+            messages.append({"role": "user", "content": texts.get(run_id, "")})
+            messages += [{"role": "assistant", "content": t} for t in answers.get(run_id, ())]
+        return messages[-HISTORY_MESSAGES:]
 
 
 def _drive(run_id: str, worker: str) -> None:

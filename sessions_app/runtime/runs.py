@@ -22,39 +22,33 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from sessions_app import fanout
 from sessions_app.log.events import NewEvent, append_event, append_events
-from sessions_app.log.sessions import title_from
-from sessions_app.models import AgentSession, ApprovalRequest, Run, new_run_id
+from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime.leases import pickup_deadline
-from sessions_app.runtime.locks import lock_session, lock_user, queued_runs, set_session_status
+from sessions_app.runtime.locks import lock_session, lock_user, set_session_status
 from sessions_app.wire import protocol as p
-from sessions_app.wire.errors import AlreadyDecided, NotFound, NotPending, TooManyRuns
+from sessions_app.wire.errors import (
+    AlreadyDecided,
+    ApprovalCancelled,
+    NotFound,
+    NotPending,
+)
 
 log = logging.getLogger(__name__)
 
 # A run executing or parked at a gate: at most one a session.
-_EXECUTING = (Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL)
+EXECUTING = (Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL)
 
 
-@dataclass(frozen=True)
-class SendResult:
-    client_message_id: str
-    seq: int
-    run_id: str
-    status: str
-
-
-def _user_has_room(owner_id: int) -> bool:
+def user_has_room(owner_id: int) -> bool:
     """May one more of this user's runs execute now? (Locks the user row.)"""
     cap = settings.AGENT_USER_MAX_RUNS
     if cap <= 0:
@@ -83,7 +77,7 @@ def admit_waiting(owner_id: int) -> list[str]:
                 session = lock_session(waiting)
             except NotFound:
                 continue
-            run_id = _start_next(session)
+            run_id = start_next_run(session)
         if run_id is None:
             return started
         started.append(run_id)
@@ -106,102 +100,6 @@ def admit_all_waiting() -> list[str]:
     return started
 
 
-def submit_message(
-    session_id: str,
-    client_message_id: str,
-    text: str,
-    *,
-    interrupt: bool = False,
-    by: str = "",
-) -> SendResult:
-    """Log a user input once per ``client_message_id`` and start or queue its
-    run. With ``interrupt`` ("stop and send") the session's active run is
-    cancelled first, saying why, and this input's run starts at once, ahead
-    of the inputs already queued (they stay queued). ``by``: who sent it (for
-    a gate the interrupt closes)."""
-    try:
-        return _submit(session_id, client_message_id, text, interrupt, by)
-    except IntegrityError:
-        # Only reachable if two writers bypassed the session lock; the
-        # unique constraint still guarantees one run per input.
-        run = Run.objects.get(session_id=session_id, client_message_id=client_message_id)
-        return SendResult(client_message_id, run.message_seq, run.id, p.SEND_DUPLICATE)
-
-
-def _submit(
-    session_id: str, client_message_id: str, text: str, interrupt: bool, by: str
-) -> SendResult:
-    with transaction.atomic():
-        session = lock_session(session_id)
-        existing = Run.objects.filter(
-            session_id=session_id, client_message_id=client_message_id
-        ).first()
-        if existing is not None:
-            return SendResult(
-                client_message_id, existing.message_seq, existing.id, p.SEND_DUPLICATE
-            )
-        if interrupt:
-            active = Run.objects.filter(session_id=session_id, status__in=_EXECUTING).first()
-            if active is not None:
-                # Under the same session lock: nothing starts in between, and
-                # the queued inputs are not started by the cancel (``start_next``).
-                _cancel_locked(active, by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
-            # A session has one executing run at most, and it was just
-            # cancelled: an interrupt jumps the queue (what was queued runs after it).
-            behind = False
-        else:
-            # Behind the session's active run, or its queue.
-            behind = Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).exists()
-        # Not behind a run of its own session, but over its user's limit: it
-        # waits, visibly queued, for one of the user's runs to end.
-        busy = behind or not _user_has_room(session.owner_id)
-        if busy and queued_runs(session.owner_id) >= settings.AGENT_USER_MAX_QUEUED_RUNS:
-            # Queued work is promised work (and spend, with a paid model):
-            # past the limit the input is refused, visibly, not queued.
-            raise TooManyRuns(limit=settings.AGENT_USER_MAX_QUEUED_RUNS)
-        run_id = new_run_id()
-        follow = NewEvent(
-            p.K_RUN_QUEUED if busy else p.K_RUN_STARTED,
-            {"client_message_id": client_message_id},
-            run_id,
-        )
-        user_event, _ = append_events(
-            session_id,
-            [
-                NewEvent(
-                    p.K_USER_MESSAGE, {"client_message_id": client_message_id, "text": text}, run_id
-                ),
-                follow,
-            ],
-        )
-        run = Run.objects.create(
-            id=run_id,
-            session_id=session_id,
-            client_message_id=client_message_id,
-            text=text,
-            message_seq=user_event.seq,
-            status=Run.Status.QUEUED if busy else Run.Status.RUNNING,
-            started_at=None if busy else timezone.now(),
-            lease_expires_at=None if busy else pickup_deadline(),
-        )
-        if not session.title:
-            # Named after its first message, unless its owner named it.
-            session.title = title_from(text)
-            AgentSession.objects.filter(id=session_id).update(title=session.title)
-            fanout.title_changed_on_commit(session.owner_id, session_id, session.title)
-        if not behind:
-            set_session_status(session, AgentSession.Status.RUNNING)
-        if not busy:
-            enqueue(run.id)
-        elif not behind:
-            # Held back by the user's limit alone: look again once this commits,
-            # in case room was freed meanwhile (the sweeper is only the net).
-            _admit_after_commit(session.owner_id)
-    return SendResult(
-        client_message_id, user_event.seq, run_id, p.SEND_QUEUED if busy else p.SEND_STARTED
-    )
-
-
 def decide(
     approval_id: str, decision: str, decided_by: str, *, session_id: str | None = None
 ) -> ApprovalRequest:
@@ -222,7 +120,7 @@ def decide(
         session = lock_session(found)
         approval = ApprovalRequest.objects.select_related("run").get(id=approval_id)
         if approval.status != ApprovalRequest.Status.PENDING:
-            raise AlreadyDecided(_decision_word(approval.status), approval.decided_by)
+            raise _decided_error(approval)
         _record_decision(approval, decision, decided_by)
         run = approval.run
         if run.status == Run.Status.AWAITING_APPROVAL:
@@ -237,21 +135,30 @@ def decide(
     return approval
 
 
-def _decision_word(status: str) -> str:
-    return p.APPROVE if status == ApprovalRequest.Status.APPROVED else p.DENY
+def _decided_error(approval: ApprovalRequest) -> AlreadyDecided | ApprovalCancelled:
+    """Why a gate that is no longer pending cannot be decided."""
+    if approval.status == ApprovalRequest.Status.CANCELLED:
+        return ApprovalCancelled(approval.decided_by)
+    word = p.APPROVE if approval.status == ApprovalRequest.Status.APPROVED else p.DENY
+    return AlreadyDecided(word, approval.decided_by)
+
+
+_GATE_STATUS = {
+    p.APPROVE: ApprovalRequest.Status.APPROVED,
+    p.DENY: ApprovalRequest.Status.DENIED,
+    p.GATE_CANCELLED: ApprovalRequest.Status.CANCELLED,
+}
 
 
 def _record_decision(approval: ApprovalRequest, decision: str, decided_by: str) -> None:
-    status = (
-        ApprovalRequest.Status.APPROVED if decision == p.APPROVE else ApprovalRequest.Status.DENIED
-    )
+    status = _GATE_STATUS[decision]
     now = timezone.now()
     updated = ApprovalRequest.objects.filter(
         id=approval.id, status=ApprovalRequest.Status.PENDING
     ).update(status=status, decided_by=decided_by, decided_at=now)
     if not updated:
         approval.refresh_from_db()
-        raise AlreadyDecided(_decision_word(approval.status), approval.decided_by)
+        raise _decided_error(approval)
     approval.status, approval.decided_by, approval.decided_at = status, decided_by, now
     append_event(
         approval.session_id,
@@ -274,19 +181,22 @@ def cancel(run_id: str, cancelled_by: str, *, session_id: str | None = None) -> 
         run = Run.objects.get(id=run_id)
         if run.status == Run.Status.FINISHED:
             raise NotPending()
-        _cancel_locked(run, cancelled_by)
+        cancel_locked(run, cancelled_by)
         run.refresh_from_db()
     return run
 
 
-def _cancel_locked(run: Run, cancelled_by: str, message: str = "", *, start_next=True) -> None:
+def cancel_locked(
+    run: Run, cancelled_by: str, message: str = "", *, start_next=True, gates: str = p.DENY
+) -> None:
     """Cancel ``run`` (not finished; the caller holds its session's lock):
-    its open gates denied with their results, then ``run.finished``."""
+    its open gates closed (``gates``: denied, or cancelled when their branch
+    was left) with their results, then ``run.finished``."""
     run_id = run.id
     for approval in ApprovalRequest.objects.filter(
         run_id=run_id, status=ApprovalRequest.Status.PENDING
     ):
-        _record_decision(approval, p.DENY, cancelled_by)
+        _record_decision(approval, gates, cancelled_by)
     # Every gate of the run whose tool never ran (denied just now, or
     # decided but its continuation not yet started) gets its result, and
     # the mark keeps a late continuation from running it.
@@ -296,15 +206,16 @@ def _cancel_locked(run: Run, cancelled_by: str, message: str = "", *, start_next
             executed_at=now
         ):
             # Re-read after the denials above: nothing is pending any more.
-            denied = approval.status != ApprovalRequest.Status.APPROVED
+            if gates == p.GATE_CANCELLED:
+                output = "cancelled: the conversation moved to another branch"
+            elif approval.status != ApprovalRequest.Status.APPROVED:
+                output = "denied"
+            else:
+                output = "cancelled before it ran"
             append_event(
                 run.session_id,
                 p.K_TOOL_RESULT,
-                {
-                    "tool_call_id": approval.tool_call_id,
-                    "ok": False,
-                    "output": "denied" if denied else "cancelled before it ran",
-                },
+                {"tool_call_id": approval.tool_call_id, "ok": False, "output": output},
                 run_id,
             )
     finish_run(run_id, p.STOP_CANCELLED, message, start_next=start_next)
@@ -352,12 +263,12 @@ def finish_run(
             data["message"] = message
         append_event(session_id, p.K_RUN_FINISHED, data, run_id)
         if start_next:
-            _start_next(session)
-        _admit_after_commit(session.owner_id)
+            start_next_run(session)
+        admit_after_commit(session.owner_id)
     return True
 
 
-def _admit_after_commit(owner_id: int) -> None:
+def admit_after_commit(owner_id: int) -> None:
     """A run of this user stopped executing: once that commits, start what waits."""
     if settings.AGENT_USER_MAX_RUNS > 0:
         transaction.on_commit(lambda: _admit_quietly(owner_id))
@@ -371,10 +282,10 @@ def _admit_quietly(owner_id: int) -> None:
         log.exception("admitting the waiting runs of user %s failed", owner_id)
 
 
-def _start_next(session: AgentSession) -> str | None:
+def start_next_run(session: AgentSession) -> str | None:
     """Start the oldest queued run if nothing else is active and its user has
     room (caller holds the session lock). Returns the run started, if any."""
-    if Run.objects.filter(session_id=session.id, status__in=_EXECUTING).exists():
+    if Run.objects.filter(session_id=session.id, status__in=EXECUTING).exists():
         return None
     nxt = (
         Run.objects.filter(session_id=session.id, status=Run.Status.QUEUED)
@@ -384,7 +295,7 @@ def _start_next(session: AgentSession) -> str | None:
     if nxt is None:
         set_session_status(session, AgentSession.Status.IDLE)
         return None
-    if not _user_has_room(session.owner_id):
+    if not user_has_room(session.owner_id):
         # Stays queued; admit_waiting starts it when one of the user's runs ends.
         set_session_status(session, AgentSession.Status.RUNNING)
         return None
@@ -438,7 +349,7 @@ def park(
             ],
         )
         set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
-        _admit_after_commit(session.owner_id)
+        admit_after_commit(session.owner_id)
     return approval.id
 
 

@@ -1,6 +1,6 @@
 """A session socket's commands after its handshake (``SessionConsumer``'s, in
-a class of its own): ``ping``, ``ack``, ``send``, ``decide``, ``cancel`` and
-``sync``. Each is parsed by the wire's ``protocol``, done through the
+a class of its own): ``ping``, ``ack``, ``send``, ``decide``, ``cancel``,
+``sync`` and ``switch``. Each is parsed by the wire's ``protocol``, done through the
 socket's queries (``queries``: the runtime's functions, on the sockets' pool,
 checked against the rights the socket was let in with) and answered with its
 ``*_ok`` frame; a failure becomes an ``error`` frame in ``SessionConsumer``.
@@ -72,6 +72,13 @@ class Commands:
         await db.cancel(self.session_id, run_id, self.user.get_username(), self.granted)
         await self._send({"type": p.CANCEL_OK, "request_id": rid, "run_id": run_id})
 
+    async def _on_switch(self, frame: dict[str, Any]) -> None:
+        rid, run_id = p.parse_switch(frame)
+        path = await db.switch(self.session_id, run_id, self.user.get_username(), self.granted)
+        await self._send(
+            {"type": p.SWITCH_OK, "request_id": rid, "run_id": run_id, "leaf_run_id": path[-1]}
+        )
+
     async def _on_sync(self, frame: dict[str, Any]) -> None:
         rid, after = p.parse_sync(frame)
         if self.replay_task is not None and not self.replay_task.done():
@@ -104,4 +111,5 @@ _HANDLERS = {
     p.DECIDE: Commands._on_decide,
     p.CANCEL: Commands._on_cancel,
     p.SYNC: Commands._on_sync,
+    p.SWITCH: Commands._on_switch,
 }

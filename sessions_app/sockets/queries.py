@@ -19,7 +19,8 @@ from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession
 from sessions_app.runtime.runs import cancel as cancel_run
 from sessions_app.runtime.runs import decide as decide_gate
-from sessions_app.runtime.runs import submit_message
+from sessions_app.runtime.turns import send as send_turn
+from sessions_app.runtime.turns import switch as switch_branch
 from sessions_app.server.db_pool import in_db_pool, reading_in_db_pool
 from sessions_app.wire import protocol as p
 
@@ -122,9 +123,14 @@ def tail_state(
 def submit(session_id: str, send: p.Send, username: str, granted: tuple[int, str]):
 
     require(granted)
-    return submit_message(
-        session_id, send.client_message_id, send.text, interrupt=send.interrupt, by=username
-    )
+    return send_turn(session_id, send, username)
+
+
+@in_db_pool
+def switch(session_id: str, run_id: str, username: str, granted: tuple[int, str]) -> list[str]:
+
+    require(granted)
+    return switch_branch(session_id, run_id, by=username)
 
 
 @in_db_pool

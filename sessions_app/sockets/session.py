@@ -73,6 +73,9 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         # The handshake's "interrupt" feature: said back, so the client knows a
         # send's "interrupt" is honoured (it is on every socket).
         self.interrupt = False
+        # The handshake's "branches" feature: said back likewise (regenerate,
+        # edit_of and switch work on every socket).
+        self.branches = False
         # The epoch the handshake answered with (see _rotated).
         self.epoch: str | None = None
         # Retention deleted superseded deltas up to here (as last read): a
@@ -218,6 +221,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         self.compact = p.FEATURE_COMPACT in start.features
         self.batching = p.FEATURE_BATCH in start.features
         self.interrupt = p.FEATURE_INTERRUPT in start.features
+        self.branches = p.FEATURE_BRANCHES in start.features
         self.epoch = session["epoch"]
         # Joined after creation: only this socket knows the new id, so nothing
         # can have been appended to it that we would miss.
@@ -272,6 +276,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         self.compact = p.FEATURE_COMPACT in resume.features
         self.batching = p.FEATURE_BATCH in resume.features
         self.interrupt = p.FEATURE_INTERRUPT in resume.features
+        self.branches = p.FEATURE_BRANCHES in resume.features
         self.epoch = head["epoch"]
         self.compacted_through = head["compacted_through"]
         await self._send(
@@ -299,6 +304,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
                 (p.FEATURE_COMPACT, self.compact),
                 (p.FEATURE_BATCH, self.batching),
                 (p.FEATURE_INTERRUPT, self.interrupt),
+                (p.FEATURE_BRANCHES, self.branches),
             )
             if on
         ]

@@ -14,7 +14,7 @@ from sessions_app.log.retention import rotate_epoch
 from sessions_app.models import AgentSession, ApprovalRequest, Connection, Event, Run
 from sessions_app.runtime import runs
 from sessions_app.wire import protocol as p
-from sessions_app.wire.errors import AlreadyDecided, NotPending
+from sessions_app.wire.errors import AlreadyDecided, ApprovalCancelled, NotPending
 
 
 class ReadOnlyMixin:
@@ -169,6 +169,9 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
                     f"{approval.id} was already decided: {exc.decision} by {exc.decided_by}",
                     messages.WARNING,
                 )
+            except ApprovalCancelled as exc:
+                # Its branch was left: refused, and its tool never runs.
+                self.message_user(request, f"{approval.id}: {exc.message}", messages.WARNING)
             else:
                 self.message_user(request, f"{approval.id}: {decision}")
 

@@ -32,7 +32,7 @@ from sessions_app import fanout
 from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, ApprovalRequest, Run
-from sessions_app.runtime import runs
+from sessions_app.runtime import runs, turns
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionError
 from sessions_app.wire.frames import event_frame
@@ -89,7 +89,27 @@ class MessageSerializer(serializers.Serializer):
     )
     text = serializers.CharField(
         max_length=p.MAX_TEXT_CHARS,
-        help_text="Not white space only; no NUL; over 32,000 characters is too_large.",
+        required=False,
+        help_text=(
+            "Not white space only; no NUL; over 32,000 characters is too_large. "
+            "Required, except with regenerate (which has none)."
+        ),
+    )
+    regenerate = serializers.CharField(
+        max_length=p.MAX_RUN_ID_CHARS,
+        required=False,
+        help_text=(
+            "A run id: answer that run's message again with a new run, its "
+            "sibling, which becomes the active path's leaf. Active runs stop first."
+        ),
+    )
+    edit_of = serializers.CharField(
+        max_length=p.MAX_RUN_ID_CHARS,
+        required=False,
+        help_text=(
+            "A run id: send text as a new version of that run's message (a sibling "
+            "of it, with a new run, now the leaf). Active runs stop first."
+        ),
     )
     interrupt = serializers.BooleanField(
         required=False,
@@ -273,17 +293,13 @@ class SessionMessages(OwnedSessions, generics.GenericAPIView):
                     "client_message_id": data.get("client_message_id"),
                     "text": data.get("text"),
                     "interrupt": data.get("interrupt", False),
+                    "regenerate": data.get("regenerate"),
+                    "edit_of": data.get("edit_of"),
                 }
             )
         except p.FrameError as exc:
             return Response({"code": exc.code, "message": exc.message}, status=400)
-        result = runs.submit_message(
-            session.id,
-            send.client_message_id,
-            send.text,
-            interrupt=send.interrupt,
-            by=request.user.get_username(),
-        )
+        result = turns.send(session.id, send, request.user.get_username())
         created = result.status != p.SEND_DUPLICATE
         return Response(
             {
@@ -294,6 +310,76 @@ class SessionMessages(OwnedSessions, generics.GenericAPIView):
             },
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
+
+
+class TreeRunSerializer(serializers.Serializer):
+    run_id = serializers.CharField()
+    parent_run_id = serializers.CharField(
+        allow_null=True, help_text="The run this turn follows (null: the first turn)."
+    )
+    answers_run_id = serializers.CharField(
+        help_text="The run whose user.message it answers (itself, unless regenerated)."
+    )
+    client_message_id = serializers.CharField()
+    message_seq = serializers.IntegerField(help_text="The seq of the user.message it answers.")
+    status = serializers.CharField()
+    stop_reason = serializers.CharField(allow_blank=True)
+
+
+class TreeSerializer(serializers.Serializer):
+    leaf_run_id = serializers.CharField(allow_null=True)
+    path = serializers.ListField(
+        child=serializers.CharField(), help_text="The active path's runs, root first."
+    )
+    runs = TreeRunSerializer(many=True, help_text="Every run, oldest first.")
+
+
+class SwitchSerializer(serializers.Serializer):
+    run_id = serializers.CharField(
+        max_length=p.MAX_RUN_ID_CHARS,
+        help_text="Show the branch through this run: the leaf becomes its subtree's newest run.",
+    )
+
+
+class SessionTree(OwnedSessions, generics.GenericAPIView):
+    """The conversation's tree and its active path (docs/protocol.md, "Branches")."""
+
+    serializer_class = TreeSerializer
+
+    def get(self, request, session_id: str):
+        return Response(turns.tree_of(self.get_object().id))
+
+
+class SessionBranch(OwnedSessions, generics.GenericAPIView):
+    """Switch the active path (the socket's ``switch``): every tab follows it;
+    the runs left behind stop, and their gates close as cancelled."""
+
+    spends = True
+    serializer_class = SwitchSerializer
+
+    @extend_schema(
+        request=SwitchSerializer,
+        responses={
+            200: inline_serializer(
+                "Switched",
+                {
+                    "leaf_run_id": serializers.CharField(),
+                    "path": serializers.ListField(child=serializers.CharField()),
+                },
+            ),
+            400: ErrorSerializer,
+            404: ErrorSerializer,
+        },
+    )
+    def post(self, request, session_id: str):
+        session = self.get_object()
+        data = request.data if isinstance(request.data, dict) else {}
+        try:
+            _, run_id = p.parse_switch({"type": p.SWITCH, "run_id": data.get("run_id")})
+        except p.FrameError as exc:
+            return Response({"code": exc.code, "message": exc.message}, status=400)
+        path = turns.switch(session.id, run_id, by=request.user.get_username())
+        return Response({"leaf_run_id": path[-1], "path": path})
 
 
 class ApprovalDecide(AppView, generics.GenericAPIView):

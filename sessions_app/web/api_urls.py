@@ -30,6 +30,8 @@ urlpatterns = [
     path("sessions/<str:session_id>/", api.SessionDetail.as_view(), name="api-session"),
     path("sessions/<str:session_id>/events/", api.SessionEvents.as_view(), name="api-events"),
     path("sessions/<str:session_id>/messages/", api.SessionMessages.as_view(), name="api-messages"),
+    path("sessions/<str:session_id>/tree/", api.SessionTree.as_view(), name="api-tree"),
+    path("sessions/<str:session_id>/branch/", api.SessionBranch.as_view(), name="api-branch"),
     path("approvals/<str:approval_id>/decide/", api.ApprovalDecide.as_view(), name="api-decide"),
     path("runs/<str:run_id>/cancel/", api.RunCancel.as_view(), name="api-cancel"),
     # OpenAPI 3 and its interactive docs (Swagger UI, its init script served

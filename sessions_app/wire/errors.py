@@ -80,3 +80,17 @@ class TooManyRuns(SessionError):
     code = "too_many_runs"
     status = 429
     message = "too many of your runs are waiting to start: wait for one to finish"
+
+
+class ApprovalCancelled(SessionError):
+    """A gate closed undecided because its branch was left (a regenerate, an
+    edit or a switch): no decision can open it again, and its tool never runs."""
+
+    code = "approval_cancelled"
+    status = 409
+
+    def __init__(self, cancelled_by: str = ""):
+        super().__init__(
+            "this approval was cancelled: the conversation moved to another branch",
+            cancelled_by=cancelled_by,
+        )

@@ -41,6 +41,7 @@ HANDSHAKE_TIMEOUT_SECONDS = 10.0
 MAX_TAB_ID_CHARS = 64
 MAX_ID_CHARS = 128
 MAX_TITLE_CHARS = 200
+MAX_RUN_ID_CHARS = 40  # a run id's column
 
 # --- Frame types ----------------------------------------------------------------
 # client -> server
@@ -51,6 +52,7 @@ SEND = "send"
 DECIDE = "decide"
 CANCEL = "cancel"
 SYNC = "sync"
+SWITCH = "switch"  # extension "branches": show another branch of the conversation
 PING = "ping"
 # server -> client
 START_OK = "start_ok"
@@ -61,6 +63,7 @@ SEND_OK = "send_ok"
 DECIDE_OK = "decide_ok"
 CANCEL_OK = "cancel_ok"
 SYNC_OK = "sync_ok"
+SWITCH_OK = "switch_ok"
 PONG = "pong"
 PRESENCE = "presence"
 TITLE = "title"  # the session's title changed (named after its first message, renamed)
@@ -78,7 +81,10 @@ FEATURE_BATCH = "batch"
 # "interrupt": a send may carry "interrupt": true (stop the active run and
 # start this one at once); without the feature a client sees plain queueing.
 FEATURE_INTERRUPT = "interrupt"
-FEATURES = (FEATURE_COMPACT, FEATURE_BATCH, FEATURE_INTERRUPT)
+# "branches": a send may carry "regenerate" or "edit_of", "switch" moves the
+# active path, and the log has branch.switched (docs/protocol.md, "Branches").
+FEATURE_BRANCHES = "branches"
+FEATURES = (FEATURE_COMPACT, FEATURE_BATCH, FEATURE_INTERRUPT, FEATURE_BRANCHES)
 MAX_FEATURES = 16
 
 # --- Error codes ----------------------------------------------------------------
@@ -89,6 +95,7 @@ E_UNSUPPORTED_PROTOCOL = "unsupported_protocol"
 E_NOT_FOUND = "not_found"
 E_ALREADY_DECIDED = "already_decided"
 E_NOT_PENDING = "not_pending"
+E_APPROVAL_CANCELLED = "approval_cancelled"
 E_TOO_LARGE = "too_large"
 E_INTERNAL = "internal_error"
 
@@ -108,6 +115,9 @@ SEND_DUPLICATE = "duplicate"
 APPROVE = "approve"
 DENY = "deny"
 DECISIONS = (APPROVE, DENY)
+# approval.decided's "decision" for a gate closed undecided because its
+# branch was left (never a client's decision).
+GATE_CANCELLED = "cancelled"
 
 STOP_END_TURN = "end_turn"
 STOP_CANCELLED = "cancelled"
@@ -116,6 +126,8 @@ STOP_INTERRUPTED = "interrupted"
 STOP_REQUIRES_APPROVAL = "requires_approval"
 # run.finished's "message" when a "stop and send" (send with interrupt) ended it.
 STOPPED_FOR_NEW_MESSAGE = "stopped for a newer message"
+# ... when a switch to another branch left it.
+STOPPED_FOR_BRANCH = "stopped: the conversation moved to another branch"
 
 # --- Event kinds ------------------------------------------------------------------
 K_SESSION_CREATED = "session.created"
@@ -130,6 +142,7 @@ K_APPROVAL_DECIDED = "approval.decided"
 K_TOOL_RESULT = "tool.result"
 K_RUN_FINISHED = "run.finished"
 K_RUN_PAUSED = "run.paused"
+K_BRANCH_SWITCHED = "branch.switched"
 
 
 class FrameError(Exception):
@@ -352,6 +365,10 @@ class Send:
     # Stop the session's active run and start this input at once ("stop and
     # send"); otherwise it queues behind the active run.
     interrupt: bool = False
+    # Extension "branches": answer run ``regenerate``'s message again (no
+    # text), or send ``text`` as a new version of run ``edit_of``'s message.
+    regenerate: str | None = None
+    edit_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -369,15 +386,28 @@ def parse_ack(frame: dict[str, Any]) -> int:
 def parse_send(frame: dict[str, Any]) -> Send:
     rid = request_id_of(frame, strict=True)
     cmid = _string(frame, "client_message_id")
+    regenerate = _string(frame, "regenerate", required=False, max_len=MAX_RUN_ID_CHARS)
+    edit_of = _string(frame, "edit_of", required=False, max_len=MAX_RUN_ID_CHARS)
+    interrupt = frame.get("interrupt", False)
+    if not isinstance(interrupt, bool):
+        raise FrameError(E_BAD_FRAME, "'interrupt' must be true or false", rid)
+    if regenerate is not None:
+        if edit_of is not None or frame.get("text") is not None:
+            raise FrameError(E_BAD_FRAME, "a 'regenerate' has no 'text' and no 'edit_of'", rid)
+        return Send(request_id=rid, client_message_id=cmid, text="", regenerate=regenerate)
     text = frame.get("text")
     if not isinstance(text, str) or not text.strip() or not is_unicode(text):
         raise FrameError(E_BAD_FRAME, "'text' must be a non-empty Unicode string", rid)
     if len(text) > MAX_TEXT_CHARS:
         raise FrameError(E_TOO_LARGE, f"'text' is longer than {MAX_TEXT_CHARS:,} characters", rid)
-    interrupt = frame.get("interrupt", False)
-    if not isinstance(interrupt, bool):
-        raise FrameError(E_BAD_FRAME, "'interrupt' must be true or false", rid)
-    return Send(request_id=rid, client_message_id=cmid, text=text, interrupt=interrupt)
+    return Send(
+        request_id=rid, client_message_id=cmid, text=text, interrupt=interrupt, edit_of=edit_of
+    )
+
+
+def parse_switch(frame: dict[str, Any]) -> tuple[Any, str]:
+    rid = request_id_of(frame, strict=True)
+    return rid, _string(frame, "run_id", max_len=MAX_RUN_ID_CHARS)
 
 
 def parse_decide(frame: dict[str, Any]) -> Decide:

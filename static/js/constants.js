@@ -32,6 +32,7 @@ export const HANDSHAKE_TIMEOUT_SECONDS = 10;
 export const MAX_TAB_ID_CHARS = 64;
 export const MAX_ID_CHARS = 128;
 export const MAX_TITLE_CHARS = 200;
+export const MAX_RUN_ID_CHARS = 40;
 export const MAX_QUOTED_CHARS = 40;
 
 // --- Frame types ---------------------------------------------------------------
@@ -43,6 +44,8 @@ export const SEND = "send";
 export const DECIDE = "decide";
 export const CANCEL = "cancel";
 export const SYNC = "sync";
+// extension "branches": show another branch of the conversation
+export const SWITCH = "switch";
 export const PING = "ping";
 // server -> client
 export const START_OK = "start_ok";
@@ -53,6 +56,7 @@ export const SEND_OK = "send_ok";
 export const DECIDE_OK = "decide_ok";
 export const CANCEL_OK = "cancel_ok";
 export const SYNC_OK = "sync_ok";
+export const SWITCH_OK = "switch_ok";
 export const PONG = "pong";
 export const PRESENCE = "presence";
 export const TITLE = "title";
@@ -68,7 +72,8 @@ export const HANDSHAKE_TYPES = ["start", "resume"];
 export const FEATURE_COMPACT = "compact";
 export const FEATURE_BATCH = "batch";
 export const FEATURE_INTERRUPT = "interrupt";
-export const FEATURES = ["compact", "batch", "interrupt"];
+export const FEATURE_BRANCHES = "branches";
+export const FEATURES = ["compact", "batch", "interrupt", "branches"];
 export const MAX_FEATURES = 16;
 
 // --- Error codes ---------------------------------------------------------------
@@ -79,6 +84,7 @@ export const E_UNSUPPORTED_PROTOCOL = "unsupported_protocol";
 export const E_NOT_FOUND = "not_found";
 export const E_ALREADY_DECIDED = "already_decided";
 export const E_NOT_PENDING = "not_pending";
+export const E_APPROVAL_CANCELLED = "approval_cancelled";
 export const E_TOO_LARGE = "too_large";
 export const E_INTERNAL = "internal_error";
 
@@ -98,6 +104,8 @@ export const SEND_DUPLICATE = "duplicate";
 export const APPROVE = "approve";
 export const DENY = "deny";
 export const DECISIONS = ["approve", "deny"];
+/** approval.decided's decision for a gate closed because its branch was left. */
+export const GATE_CANCELLED = "cancelled";
 
 export const STOP_END_TURN = "end_turn";
 export const STOP_CANCELLED = "cancelled";
@@ -105,6 +113,7 @@ export const STOP_ERROR = "error";
 export const STOP_INTERRUPTED = "interrupted";
 export const STOP_REQUIRES_APPROVAL = "requires_approval";
 export const STOPPED_FOR_NEW_MESSAGE = "stopped for a newer message";
+export const STOPPED_FOR_BRANCH = "stopped: the conversation moved to another branch";
 
 // --- Event kinds ---------------------------------------------------------------
 export const K_SESSION_CREATED = "session.created";
@@ -119,3 +128,4 @@ export const K_APPROVAL_DECIDED = "approval.decided";
 export const K_TOOL_RESULT = "tool.result";
 export const K_RUN_FINISHED = "run.finished";
 export const K_RUN_PAUSED = "run.paused";
+export const K_BRANCH_SWITCHED = "branch.switched";

@@ -129,12 +129,12 @@ def test_guarded_append_refuses_once_the_run_is_not_held(user, monkeypatch):
     """An append under a RunGuard succeeds while the worker holds the run and raises
     RunAborted, appending nothing, once it was cancelled or taken over."""
     from sessions_app.log.events import RunGuard
-    from sessions_app.runtime import leases, runs
+    from sessions_app.runtime import leases, runs, turns
     from sessions_app.wire.errors import RunAborted
 
     monkeypatch.setattr(runs, "enqueue", lambda run_id: None)
     s = create_session(user)
-    run_id = runs.submit_message(s.id, "m1", "/stream 1 0").run_id
+    run_id = turns.submit_message(s.id, "m1", "/stream 1 0").run_id
     assert leases.claim(run_id, "me")
     guard = RunGuard(run_id, "me")
     ev = append_event(s.id, "assistant.delta", {"text": "a"}, run_id, guard=guard)

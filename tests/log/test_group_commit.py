@@ -88,7 +88,7 @@ def test_a_refused_append_in_a_batch_fails_alone(user, published, no_enqueue):
     """In one batch: an append for a run this worker no longer holds gets
     RunAborted, one for a deleted session SessionGone, data that is not JSON a
     TypeError; the others are stored and published."""
-    from sessions_app.runtime.runs import submit_message
+    from sessions_app.runtime.turns import submit_message
 
     a, b = create_session(user, "a"), create_session(user, "b")
     gone = create_session(user, "gone")

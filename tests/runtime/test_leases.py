@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from sessions_app.log.sessions import create_session
 from sessions_app.models import Run
-from sessions_app.runtime import leases, runs
+from sessions_app.runtime import leases, runs, turns
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,7 +19,7 @@ def _running(user, n):
     ids = []
     for i in range(n):
         session = create_session(user)
-        ids.append(runs.submit_message(session.id, f"m{i}", "/stream 1 0").run_id)
+        ids.append(turns.submit_message(session.id, f"m{i}", "/stream 1 0").run_id)
     return ids
 
 

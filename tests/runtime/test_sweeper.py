@@ -12,7 +12,7 @@ from sessions_app.fanout.presence import close_stale_connections, touch_connecti
 from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import Connection, Run
-from sessions_app.runtime import runs
+from sessions_app.runtime import runs, turns
 from sessions_app.runtime.sweeper import interrupt_expired
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_expired_lease_is_interrupted_and_next_run_starts(user, no_enqueue):
     """A running run whose lease expired finishes 'interrupted'; the queued one starts."""
     s = create_session(user)
-    first = runs.submit_message(s.id, "a", "/stream 5 0")
-    second = runs.submit_message(s.id, "b", "/stream 1 0")
+    first = turns.submit_message(s.id, "a", "/stream 5 0")
+    second = turns.submit_message(s.id, "b", "/stream 1 0")
     Run.objects.filter(id=first.run_id).update(
         worker="dead:1:x", lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -37,7 +37,7 @@ def test_expired_lease_is_interrupted_and_next_run_starts(user, no_enqueue):
 def test_live_lease_and_parked_gates_are_untouched(user, no_enqueue):
     """A run with a live lease, and a run parked at a gate, are left alone."""
     s = create_session(user)
-    r = runs.submit_message(s.id, "a", "x")
+    r = turns.submit_message(s.id, "a", "x")
     Run.objects.filter(id=r.run_id).update(
         worker="w:1:x", lease_expires_at=timezone.now() + timedelta(seconds=30)
     )
@@ -76,7 +76,7 @@ def test_run_whose_task_was_lost_is_handed_over_again(user, no_enqueue):
     from sessions_app.runtime.sweeper import requeue_unclaimed
 
     s = create_session(user)
-    r = runs.submit_message(s.id, "a", "x")
+    r = turns.submit_message(s.id, "a", "x")
     assert requeue_unclaimed() == []
     Run.objects.filter(id=r.run_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert interrupt_expired() == []
@@ -89,7 +89,7 @@ def test_run_whose_task_was_lost_is_handed_over_again(user, no_enqueue):
 def test_sweep_does_not_interrupt_a_renewed_lease(user, no_enqueue):
     """finish_run on the sweeper path re-checks expiry under the lock."""
     s = create_session(user)
-    r = runs.submit_message(s.id, "a", "x")
+    r = turns.submit_message(s.id, "a", "x")
     Run.objects.filter(id=r.run_id).update(
         worker="w:1:x", lease_expires_at=timezone.now() + timedelta(seconds=30)
     )
@@ -103,7 +103,7 @@ def test_cancel_after_decision_before_continuation_logs_the_result(user, no_enqu
     from sessions_app.models import ApprovalRequest
 
     s = create_session(user)
-    r = runs.submit_message(s.id, "a", "/write f x")
+    r = turns.submit_message(s.id, "a", "/write f x")
     Run.objects.filter(id=r.run_id).update(worker="w:1:x")
     approval_id = runs.park(
         r.run_id,
@@ -131,9 +131,9 @@ def test_user_limit_queues_and_admits_across_sessions(user, other_user, no_enque
     when one of the user's runs finishes the oldest waiting one starts."""
     settings.AGENT_USER_MAX_RUNS = 1
     a, b = create_session(user), create_session(user)
-    first = runs.submit_message(a.id, "m1", "/stream 1 0")
-    second = runs.submit_message(b.id, "m2", "/stream 1 0")
-    theirs = runs.submit_message(create_session(other_user).id, "m3", "/stream 1 0")
+    first = turns.submit_message(a.id, "m1", "/stream 1 0")
+    second = turns.submit_message(b.id, "m2", "/stream 1 0")
+    theirs = turns.submit_message(create_session(other_user).id, "m3", "/stream 1 0")
     assert (first.status, second.status, theirs.status) == ("started", "queued", "started")
     assert [e.kind for e in read_events(b.id, 0)][-1] == "run.queued"
     assert no_enqueue == [first.run_id, theirs.run_id]
@@ -148,8 +148,8 @@ def test_sweeper_admits_a_waiting_run_whose_admission_was_lost(user, no_enqueue,
     started by the sweeper's pass."""
     settings.AGENT_USER_MAX_RUNS = 1
     a, b = create_session(user), create_session(user)
-    first = runs.submit_message(a.id, "m1", "/stream 1 0")
-    second = runs.submit_message(b.id, "m2", "/stream 1 0")
+    first = turns.submit_message(a.id, "m1", "/stream 1 0")
+    second = turns.submit_message(b.id, "m2", "/stream 1 0")
     Run.objects.filter(id=first.run_id).update(status="finished")  # no admission ran
     assert runs.admit_all_waiting() == []  # younger than a lease: being admitted
     # In one transaction: a test server's sweeper (another process on this
@@ -172,8 +172,8 @@ def test_a_run_finishing_during_a_submit_leaves_no_run_waiting_with_room(
 
     settings.AGENT_USER_MAX_RUNS = 1
     a, b = create_session(user), create_session(user)
-    first = runs.submit_message(a.id, "m1", "/stream 1 0")
-    real_has_room = runs._user_has_room
+    first = turns.submit_message(a.id, "m1", "/stream 1 0")
+    real_has_room = runs.user_has_room
     finishing = threading.Thread(target=runs.finish_run, args=(first.run_id, "end_turn"))
 
     def has_room_then_the_first_finishes(owner_id):
@@ -186,8 +186,8 @@ def test_a_run_finishing_during_a_submit_leaves_no_run_waiting_with_room(
         finishing.join(timeout=2)
         return room
 
-    monkeypatch.setattr(runs, "_user_has_room", has_room_then_the_first_finishes)
-    second = runs.submit_message(b.id, "m2", "/stream 1 0")
+    monkeypatch.setattr(runs, "user_has_room", has_room_then_the_first_finishes)
+    second = turns.submit_message(b.id, "m2", "/stream 1 0")
     finishing.join(timeout=30)
     assert second.status == "queued"
     assert Run.objects.get(id=second.run_id).status == "running"

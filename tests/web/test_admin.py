@@ -8,7 +8,7 @@ from django.test import Client
 
 from sessions_app.log.sessions import create_session
 from sessions_app.models import ApprovalRequest, Run
-from sessions_app.runtime import runs
+from sessions_app.runtime import turns
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,7 +58,7 @@ def test_staff_with_change_permission_decides(user, django_user_model, no_enqueu
 def test_view_only_staff_cannot_cancel_runs(user, django_user_model, no_enqueue):
     """Cancel needs the run change permission; with view only the run goes on."""
     session = create_session(user)
-    sent = runs.submit_message(session.id, "m1", "/stream 10 0")
+    sent = turns.submit_message(session.id, "m1", "/stream 10 0")
     viewer = _staff(django_user_model, "viewer", "view_run")
     _action(viewer, "run", "cancel_runs", sent.run_id)
     assert Run.objects.get(id=sent.run_id).status == "running"

@@ -59,10 +59,10 @@ def test_events_after_cursor(client_for, user):
 
 def parked_gate(owner):
     """A session of ``owner`` with a run parked at a real approval gate."""
-    from sessions_app.runtime import runs
+    from sessions_app.runtime import runs, turns
 
     s = create_session(owner)
-    sent = runs.submit_message(s.id, "m1", "/write a.txt x")
+    sent = turns.submit_message(s.id, "m1", "/write a.txt x")
     Run.objects.filter(id=sent.run_id).update(worker="w")
     approval_id = runs.park(
         sent.run_id,
@@ -120,9 +120,9 @@ def test_decide_through_the_api_then_409_with_the_standing_decision(client_for, 
 def test_cancel_through_the_api_then_409(client_for, user, no_enqueue):
     """The owner cancels a running run (200); cancelling it again is 409 not_pending."""
     s = create_session(user)
-    from sessions_app.runtime import runs
+    from sessions_app.runtime import turns
 
-    sent = runs.submit_message(s.id, "m1", "/stream 5 0")
+    sent = turns.submit_message(s.id, "m1", "/stream 5 0")
     c = client_for(user)
     ok = c.post(f"/api/runs/{sent.run_id}/cancel/")
     assert ok.status_code == 200 and ok.json() == {"run_id": sent.run_id}
@@ -324,6 +324,8 @@ def test_the_openapi_schema_matches_the_views(client_for, user, tmp_path):
         "/api/sessions/{session_id}/",
         "/api/sessions/{session_id}/events/",
         "/api/sessions/{session_id}/messages/",
+        "/api/sessions/{session_id}/tree/",
+        "/api/sessions/{session_id}/branch/",
         "/api/approvals/{approval_id}/decide/",
         "/api/runs/{run_id}/cancel/",
     }

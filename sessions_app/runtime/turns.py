@@ -1,0 +1,388 @@
+"""New turns of a conversation: a send (queued, or "stop and send"), a
+regenerated answer, an edited message, and switching the active path.
+
+A session's turns form a tree (docs/protocol.md, "Branches"). Each run is a
+turn: it follows its parent run (``Run.parent_id``) and answers one
+user.message (its own, or for a regenerated answer the one of the run it
+regenerates, ``Run.answers_id``). The session's leaf (``leaf_run_id``) ends the
+active path: a new input follows it, a regenerate or an edit makes its new run
+the leaf, and a switch moves it (``branch.switched``). A run that is not on the
+new path stops: it is cancelled, and its open gates close as cancelled, so a
+decision on them is refused and their tools never run. Every one of these is
+one transaction under the session's lock, like every run transition
+(``runs``), and its events commit with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from sessions_app import fanout
+from sessions_app.log.events import NewEvent, append_event, append_events
+from sessions_app.log.sessions import title_from
+from sessions_app.models import AgentSession, Run, new_run_id
+from sessions_app.runtime import runs
+from sessions_app.runtime.leases import pickup_deadline
+from sessions_app.runtime.locks import lock_session, queued_runs, set_session_status
+from sessions_app.wire import protocol as p
+from sessions_app.wire.errors import NotFound, TooManyRuns
+
+
+@dataclass(frozen=True)
+class SendResult:
+    client_message_id: str
+    seq: int
+    run_id: str
+    status: str
+
+
+def submit_message(
+    session_id: str,
+    client_message_id: str,
+    text: str,
+    *,
+    interrupt: bool = False,
+    by: str = "",
+) -> SendResult:
+    """Log a user input once per ``client_message_id`` and start or queue its
+    run. With ``interrupt`` ("stop and send") the session's active run is
+    cancelled first, saying why, and this input's run starts at once, ahead
+    of the inputs already queued (they stay queued). ``by``: who sent it (for
+    a gate the interrupt closes)."""
+    try:
+        return _submit(session_id, client_message_id, text, interrupt, by)
+    except IntegrityError:
+        # Only reachable if two writers bypassed the session lock; the
+        # unique constraint still guarantees one run per input.
+        run = Run.objects.get(session_id=session_id, client_message_id=client_message_id)
+        return SendResult(client_message_id, run.message_seq, run.id, p.SEND_DUPLICATE)
+
+
+def _submit(
+    session_id: str, client_message_id: str, text: str, interrupt: bool, by: str
+) -> SendResult:
+    with transaction.atomic():
+        session = lock_session(session_id)
+        existing = existing_send(session_id, client_message_id)
+        if existing is not None:
+            return existing
+        if interrupt:
+            active = Run.objects.filter(session_id=session_id, status__in=runs.EXECUTING).first()
+            if active is not None:
+                # Under the same session lock: nothing starts in between, and
+                # the queued inputs are not started by the cancel (``start_next``).
+                runs.cancel_locked(active, by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
+        # A new input continues the active path: it follows the session's leaf.
+        return open_turn(
+            session,
+            client_message_id,
+            text,
+            parent=session.leaf_run_id or None,
+            message={"client_message_id": client_message_id, "text": text},
+            jump=interrupt,
+        )
+
+
+def existing_send(session_id: str, client_message_id: str) -> SendResult | None:
+    """The answer to a repeated ``client_message_id`` (the caller holds the session lock)."""
+    existing = Run.objects.filter(
+        session_id=session_id, client_message_id=client_message_id
+    ).first()
+    if existing is None:
+        return None
+    return SendResult(client_message_id, existing.message_seq, existing.id, p.SEND_DUPLICATE)
+
+
+def open_turn(
+    session: AgentSession,
+    client_message_id: str,
+    text: str,
+    *,
+    parent: str | None,
+    message: dict | None,
+    answers: Run | None = None,
+    follow: dict | None = None,
+    jump: bool = False,
+) -> SendResult:
+    """Log a new turn and start or queue its run (the caller holds the session
+    lock). ``message``: the user.message's data, or None for a regenerated
+    answer (``answers``: the run whose message it answers again). ``follow``:
+    more data for its run.started / run.queued. ``jump``: start it at once,
+    ahead of the queued inputs (they stay queued), as after an interrupt. The
+    new run is the session's leaf: the active path ends with it."""
+    session_id = session.id
+    if jump:
+        # A session has one executing run at most, and the caller cancelled it.
+        behind = False
+    else:
+        # Behind the session's active run, or its queue.
+        behind = Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).exists()
+    # Not behind a run of its own session, but over its user's limit: it
+    # waits, visibly queued, for one of the user's runs to end.
+    busy = behind or not runs.user_has_room(session.owner_id)
+    if busy and queued_runs(session.owner_id) >= settings.AGENT_USER_MAX_QUEUED_RUNS:
+        # Queued work is promised work (and spend, with a paid model):
+        # past the limit the input is refused, visibly, not queued.
+        raise TooManyRuns(limit=settings.AGENT_USER_MAX_QUEUED_RUNS)
+    run_id = new_run_id()
+    started = NewEvent(
+        p.K_RUN_QUEUED if busy else p.K_RUN_STARTED,
+        {"client_message_id": client_message_id, **(follow or {})},
+        run_id,
+    )
+    if message is not None:
+        user_event, _ = append_events(
+            session_id, [NewEvent(p.K_USER_MESSAGE, message, run_id), started]
+        )
+        message_seq = user_event.seq
+    else:
+        append_events(session_id, [started])
+        message_seq = answers.message_seq
+    run = Run.objects.create(
+        id=run_id,
+        session_id=session_id,
+        client_message_id=client_message_id,
+        text=text,
+        message_seq=message_seq,
+        parent_id=parent,
+        answers_id=None if answers is None else (answers.answers_id or answers.id),
+        status=Run.Status.QUEUED if busy else Run.Status.RUNNING,
+        started_at=None if busy else timezone.now(),
+        lease_expires_at=None if busy else pickup_deadline(),
+    )
+    changed = {"leaf_run_id": run_id}
+    session.leaf_run_id = run_id
+    if not session.title:
+        # Named after its first message, unless its owner named it.
+        session.title = changed["title"] = title_from(text)
+        fanout.title_changed_on_commit(session.owner_id, session_id, session.title)
+    AgentSession.objects.filter(id=session_id).update(**changed)
+    if not behind:
+        set_session_status(session, AgentSession.Status.RUNNING)
+    if not busy:
+        runs.enqueue(run.id)
+    elif not behind:
+        # Held back by the user's limit alone: look again once this commits,
+        # in case room was freed meanwhile (the sweeper is only the net).
+        runs.admit_after_commit(session.owner_id)
+    return SendResult(
+        client_message_id, message_seq, run_id, p.SEND_QUEUED if busy else p.SEND_STARTED
+    )
+
+
+def send(session_id: str, send: p.Send, by: str) -> SendResult:
+    """Every kind of ``send`` (the socket's and ``POST …/messages/``): a new
+    input, a regenerate or an edit, once per ``client_message_id``."""
+    if send.regenerate is not None:
+        return _once(_branch, session_id, send.client_message_id, send.regenerate, None, by)
+    if send.edit_of is not None:
+        return _once(_branch, session_id, send.client_message_id, send.edit_of, send.text, by)
+    return submit_message(
+        session_id, send.client_message_id, send.text, interrupt=send.interrupt, by=by
+    )
+
+
+def regenerate(session_id: str, client_message_id: str, run_id: str, *, by: str = "") -> SendResult:
+    """Answer run ``run_id``'s message again, with a new run: a sibling of
+    ``run_id`` that becomes the leaf (``run_id``'s answer stays in the log)."""
+    return _once(_branch, session_id, client_message_id, run_id, None, by)
+
+
+def edit(
+    session_id: str, client_message_id: str, run_id: str, text: str, *, by: str = ""
+) -> SendResult:
+    """Send ``text`` as a new version of run ``run_id``'s message: a new
+    user.message and run beside it (its parent's child), now the leaf. The
+    turns that followed the old message stay on their branch."""
+    return _once(_branch, session_id, client_message_id, run_id, text, by)
+
+
+def _once(fn, session_id: str, client_message_id: str, *args) -> SendResult:
+    try:
+        return fn(session_id, client_message_id, *args)
+    except IntegrityError:
+        # Only reachable if two writers bypassed the session lock; the
+        # unique constraint still guarantees one run per input.
+        run = Run.objects.get(session_id=session_id, client_message_id=client_message_id)
+        return SendResult(client_message_id, run.message_seq, run.id, p.SEND_DUPLICATE)
+
+
+def _branch(
+    session_id: str, client_message_id: str, run_id: str, text: str | None, by: str
+) -> SendResult:
+    """A regenerate (``text`` None) or an edit of run ``run_id``."""
+    with transaction.atomic():
+        session = lock_session(session_id)
+        existing = existing_send(session_id, client_message_id)
+        if existing is not None:
+            return existing
+        target = Run.objects.filter(session_id=session_id, id=run_id).first()
+        if target is None:
+            raise NotFound("no such run in this session")
+        # The new turn's path is the target's, without the target: every run
+        # not on it stops, and so does the executing run wherever it is (as a
+        # "stop and send" does): no two runs of a session ever execute at once.
+        keep = set(path_to(_tree(session_id), target.parent_id))
+        _leave(session, keep, by, p.STOPPED_FOR_NEW_MESSAGE, executing_too=True)
+        if text is None:
+            return open_turn(
+                session,
+                client_message_id,
+                target.text,
+                parent=target.parent_id,
+                message=None,
+                answers=target,
+                follow={"regenerates": target.id, "parent_run_id": target.parent_id},
+                jump=True,
+            )
+        answered = target.answers_id or target.id
+        return open_turn(
+            session,
+            client_message_id,
+            text,
+            parent=target.parent_id,
+            message={
+                "client_message_id": client_message_id,
+                "text": text,
+                "edits": answered,
+                "parent_run_id": target.parent_id,
+            },
+            jump=True,
+        )
+
+
+def switch(session_id: str, run_id: str, *, by: str = "") -> list[str]:
+    """Make the active path go through run ``run_id``: the leaf becomes the
+    newest run of its subtree (``branch.switched``), and the runs left behind
+    stop (their gates close as cancelled). Returns the new path, root first;
+    switching to the path already shown changes nothing and logs nothing."""
+    with transaction.atomic():
+        session = lock_session(session_id)
+        tree = _tree(session_id)
+        if run_id not in tree:
+            raise NotFound("no such run in this session")
+        leaf = newest_leaf(tree, run_id)
+        path = path_to(tree, leaf)
+        if leaf == session.leaf_run_id:
+            return path
+        _leave(session, set(path), by, p.STOPPED_FOR_BRANCH, executing_too=False)
+        append_event(session_id, p.K_BRANCH_SWITCHED, {"leaf_run_id": leaf})
+        AgentSession.objects.filter(id=session_id).update(leaf_run_id=leaf)
+        session.leaf_run_id = leaf
+        # What the new path still has queued may start now.
+        runs.start_next_run(session)
+    return path
+
+
+def _leave(
+    session: AgentSession, keep: set[str], by: str, message: str, *, executing_too: bool
+) -> None:
+    """Stop every active run of the session not in ``keep`` (and, with
+    ``executing_too``, the executing one wherever it is); their open gates
+    close as cancelled. Nothing queued starts from this: the caller decides."""
+    for run in Run.objects.filter(session_id=session.id, status__in=Run.ACTIVE).order_by(
+        "message_seq"
+    ):
+        if run.id in keep and not (executing_too and run.status in runs.EXECUTING):
+            continue
+        runs.cancel_locked(run, by, message, start_next=False, gates=p.GATE_CANCELLED)
+
+
+# --- the tree -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One run as a node of the session's tree."""
+
+    parent_id: str | None
+    answers_id: str | None
+    order: int  # creation order in the session (0 first)
+
+
+def _tree(session_id: str) -> dict[str, Turn]:
+    """Every run of the session as a node, by id (one query; the columns are small)."""
+    rows = Run.objects.filter(session_id=session_id).order_by("created_at", "message_seq")
+    return {
+        run_id: Turn(parent, answers, i)
+        for i, (run_id, parent, answers) in enumerate(
+            rows.values_list("id", "parent_id", "answers_id")
+        )
+    }
+
+
+def path_to(tree: dict[str, Turn], leaf: str | None) -> list[str]:
+    """The runs from the root to ``leaf``, root first ([] for None)."""
+    path: list[str] = []
+    seen: set[str] = set()
+    while leaf is not None and leaf in tree and leaf not in seen:
+        seen.add(leaf)
+        path.append(leaf)
+        leaf = tree[leaf].parent_id
+    path.reverse()
+    return path
+
+
+def newest_leaf(tree: dict[str, Turn], run_id: str) -> str:
+    """The newest run whose path goes through ``run_id`` (itself if none):
+    the newest of a subtree has no children, so it is a leaf."""
+    children: dict[str, list[str]] = {}
+    for node, turn in tree.items():
+        if turn.parent_id is not None:
+            children.setdefault(turn.parent_id, []).append(node)
+    best, todo = run_id, [run_id]
+    while todo:
+        node = todo.pop()
+        if tree[node].order > tree[best].order:
+            best = node
+        todo.extend(children.get(node, ()))
+    return best
+
+
+def tree_of(session_id: str) -> dict:
+    """The session's tree and active path, as ``GET …/tree/`` returns them."""
+    session = AgentSession.objects.filter(id=session_id).values_list("leaf_run_id").first()
+    if session is None:
+        raise NotFound("this session no longer exists")
+    runs = list(
+        Run.objects.filter(session_id=session_id)
+        .order_by("created_at", "message_seq")
+        .values(
+            "id",
+            "parent_id",
+            "answers_id",
+            "client_message_id",
+            "message_seq",
+            "status",
+            "stop_reason",
+        )
+    )
+    tree = {r["id"]: Turn(r["parent_id"], r["answers_id"], i) for i, r in enumerate(runs)}
+    leaf = session[0] or None
+    return {
+        "leaf_run_id": leaf,
+        "path": path_to(tree, leaf),
+        "runs": [
+            {
+                "run_id": r["id"],
+                "parent_run_id": r["parent_id"],
+                "answers_run_id": r["answers_id"] or r["id"],
+                "client_message_id": r["client_message_id"],
+                "message_seq": r["message_seq"],
+                "status": r["status"],
+                "stop_reason": r["stop_reason"],
+            }
+            for r in runs
+        ],
+    }
+
+
+def history_path(session_id: str, run_id: str, turns: int) -> list[str]:
+    """The last ``turns`` runs before ``run_id`` on its path, oldest first
+    (what its agent sees as the conversation so far)."""
+    tree = _tree(session_id)
+    return path_to(tree, tree[run_id].parent_id if run_id in tree else None)[-turns:]
