@@ -128,3 +128,30 @@ def test_send_interrupt_is_a_boolean_and_defaults_to_queueing():
             p.parse_send({**base, "interrupt": bad})
         assert err.value.code == p.E_BAD_FRAME and "'interrupt'" in err.value.message
     assert p.FEATURE_INTERRUPT in p.FEATURES
+
+
+def test_branch_fields_of_send_and_the_switch_frame_are_checked():
+    """A send carries a regenerate (run id, no text, no edit_of) or an edit_of
+    (with text); a switch names a run id of at most a run id's length."""
+    regen = p.parse_send({"type": "send", "client_message_id": "m", "regenerate": "run_1"})
+    assert (regen.regenerate, regen.text, regen.edit_of) == ("run_1", "", None)
+    edit = p.parse_send({"type": "send", "client_message_id": "m", "text": "t", "edit_of": "run_1"})
+    assert (edit.edit_of, edit.text, edit.regenerate) == ("run_1", "t", None)
+    for bad in (
+        {"regenerate": "run_1", "text": "t"},
+        {"regenerate": "run_1", "edit_of": "run_2"},
+        {"regenerate": ""},
+        {"regenerate": 5},
+        {"edit_of": "run_1"},
+        {"edit_of": "r" * 41, "text": "t"},
+    ):
+        with pytest.raises(p.FrameError) as err:
+            p.parse_send({"type": "send", "client_message_id": "m", **bad})
+        assert err.value.code == p.E_BAD_FRAME, bad
+    assert p.parse_switch({"type": "switch", "request_id": "r", "run_id": "run_1"}) == (
+        "r",
+        "run_1",
+    )
+    for bad in ({}, {"run_id": ""}, {"run_id": ["x"]}, {"run_id": "r" * 41}):
+        with pytest.raises(p.FrameError):
+            p.parse_switch({"type": "switch", **bad})
