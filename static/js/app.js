@@ -5,6 +5,7 @@
  * @module app
  */
 
+import { openEditor } from "./editor.js";
 import { Failpoints, hooksEnabled, installTestHooks, wrapFailpoints } from "./hooks.js";
 import { attachRename } from "./rename.js";
 import { SessionClient } from "./session.js";
@@ -114,6 +115,16 @@ export function startSessionPage() {
     } else if (action === "stop-and-send") {
       submit({ interrupt: true });
       composer.focus();
+    } else if (action === "edit") {
+      const row = btn.closest("[data-testid=user-message]");
+      if (row) openEditor(document, row, (text) => client.edit(btn.dataset.runId, text));
+    } else if (action === "regenerate") {
+      // Once: the new answer replaces this button when it starts.
+      btn.disabled = true;
+      client.regenerate(btn.dataset.runId);
+      view.stick = true;
+    } else if (action === "branch") {
+      client.switchTo(btn.dataset.runId);
     }
   });
 

@@ -43,6 +43,8 @@ export function newClientMessageId() {
  * @property {string} [error]   error code when failed
  * @property {string} [message] error message when failed
  * @property {boolean} [interrupt] "stop and send": stop the active run for it
+ * @property {string} [regenerate] a regenerate of this run's answer (no text)
+ * @property {string} [editOf] a new version of this run's message
  */
 
 export class Ledger {
@@ -94,12 +96,15 @@ export class Ledger {
   /**
    * Record a new input: its id is made and persisted before anything is sent.
    * @param {string} text
-   * @param {{interrupt?: boolean}} [options] interrupt: "stop and send" (kept for every re-send)
+   * @param {{interrupt?: boolean, regenerate?: string, editOf?: string}} [options]
+   *   kept for every re-send: "stop and send", a regenerate, an edit (see LedgerEntry)
    * @returns {LedgerEntry} a copy of the new entry (state "prepared")
    */
-  prepare(text, { interrupt = false } = {}) {
+  prepare(text, { interrupt = false, regenerate = null, editOf = null } = {}) {
     const entry = { id: this._newId(), text, state: PREPARED, created: this._now(), attempts: 0 };
     if (interrupt) entry.interrupt = true;
+    if (regenerate) entry.regenerate = regenerate;
+    if (editOf) entry.editOf = editOf;
     this._entries.push(entry);
     this._save();
     return { ...entry };

@@ -173,14 +173,16 @@ export class Outbox {
   /**
    * A new input: validated, recorded in the ledger (stored) before anything
    * is written, sent now if the session is live.
-   * @param {string} text
-   * @param {{interrupt?: boolean}} [options] interrupt: stop the active run and start this at once
+   * @param {string} text ("" for a regenerate)
+   * @param {{interrupt?: boolean, regenerate?: string, editOf?: string}} [options]
+   *   interrupt: stop the active run and start this at once; regenerate: answer
+   *   that run's message again; editOf: a new version of that run's message
    * @returns {{ok: true, id: string}|{ok: false, error: string}}
    */
   submit(text, options = {}) {
-    const problem = validateInput(text);
+    const problem = options.regenerate ? null : validateInput(text);
     if (problem) return { ok: false, error: problem };
-    const entry = this.ledger.prepare(text, { interrupt: !!options.interrupt });
+    const entry = this.ledger.prepare(text, options);
     this._showLedger();
     this.flushLedger();
     return { ok: true, id: entry.id };
@@ -200,6 +202,38 @@ export class Outbox {
     this.view.setLedger(this.ledger.entries(), this._model());
   }
 
+  /**
+   * A reply to a command: send_ok, decide_ok, cancel_ok or switch_ok. A card
+   * or run changes with its event (approval.decided, run.finished,
+   * branch.switched), not with the reply.
+   * @param {object} frame
+   */
+  reply(frame) {
+    if (frame.type === P.SEND_OK) return this.sendOk(frame);
+    this.answered(frame.request_id);
+    if (frame.type === P.SWITCH_OK) this.settle(P.SWITCH, frame.run_id);
+  }
+
+  /**
+   * What an applied event settles: the input it logs (its user.message, or a
+   * regenerate's run.started / run.queued) is confirmed; a decision or
+   * cancel whose outcome it is goes no more.
+   * @param {{kind: string, run_id?: string|null, seq: number, data?: object}} ev
+   */
+  logged(ev) {
+    const d = ev.data || {};
+    const regenerated = (ev.kind === P.K_RUN_STARTED || ev.kind === P.K_RUN_QUEUED) && d.regenerates;
+    if ((ev.kind === P.K_USER_MESSAGE || regenerated) && d.client_message_id) {
+      this.ledger.confirm(d.client_message_id, { seq: ev.seq, run_id: ev.run_id });
+      this.pruneLedger();
+      this._showLedger();
+    } else if (ev.kind === P.K_APPROVAL_DECIDED && d.approval_id) {
+      this.settle(P.DECIDE, d.approval_id);
+    } else if (ev.kind === P.K_RUN_FINISHED && ev.run_id) {
+      this.settle(P.CANCEL, ev.run_id);
+    }
+  }
+
   /** @param {object} frame a `send_ok` */
   sendOk(frame) {
     this.answered(frame.request_id);
@@ -215,10 +249,13 @@ export class Outbox {
     for (const entry of this.ledger.unconfirmed()) {
       if (!this._live()) return;
       if (this.pushes.get(`${P.SEND}:${entry.id}`)?.requestId) continue;
-      const frame = { type: P.SEND, client_message_id: entry.id, text: entry.text };
+      const frame = entry.regenerate
+        ? { type: P.SEND, client_message_id: entry.id, regenerate: entry.regenerate }
+        : { type: P.SEND, client_message_id: entry.id, text: entry.text };
       // Sent again with it after a drop: the server stops a run for it once
       // (a repeat of the id is a duplicate and stops nothing).
       if (entry.interrupt) frame.interrupt = true;
+      if (entry.editOf) frame.edit_of = entry.editOf;
       const push = new Push(P.SEND, entry.id, frame, false);
       if (!this._write(push, () => this.written(entry))) return;
     }
@@ -338,7 +375,9 @@ export class Outbox {
       this.ledger.fail(push.target, String(frame.code || "error"), message);
       this._showLedger();
     } else if (push.kind === P.DECIDE) {
-      if (frame.code === P.E_ALREADY_DECIDED) {
+      if (frame.code === P.E_APPROVAL_CANCELLED) {
+        this.view.notify("This approval was cancelled: the conversation moved to another branch.", "info");
+      } else if (frame.code === P.E_ALREADY_DECIDED) {
         const verb = frame.decision === P.APPROVE ? "approved" : "denied";
         this.view.notify(`Already ${verb}${frame.decided_by ? ` by ${frame.decided_by}` : ""}.`, "info");
       } else {
@@ -346,6 +385,8 @@ export class Outbox {
       }
     } else if (push.kind === P.CANCEL && frame.code !== P.E_NOT_PENDING) {
       this.view.notify(`Could not cancel: ${message}`, "error");
+    } else if (push.kind === P.SWITCH) {
+      this.view.notify(`Could not switch branches: ${message}`, "error");
     }
   }
 

@@ -91,17 +91,37 @@ function row(doc, item, ctx) {
           "data-run-id": item.runId || "",
           "aria-label": "You",
         },
-        [item.text],
+        [
+          h(d, "div", { class: "msg-body", text: item.text }),
+          // Controls carry no text of their own (their labels are CSS and
+          // aria-label): the message's text is its element's text.
+          h(d, "div", { class: "msg-tools" }, [
+            h(d, "button", {
+              class: "icon-btn icon-edit",
+              type: "button",
+              "data-testid": "edit-message",
+              "data-action": "edit",
+              "data-run-id": item.runId || "",
+              "aria-label": "Edit this message",
+              title: "Edit",
+            }),
+          ]),
+        ],
       );
     case "assistant": {
-      const el = h(d, "article", {
-        class: "row msg msg-assistant",
-        "data-seq": item.seq,
-        "data-testid": "assistant-message",
-        "data-run-id": item.runId || "",
-        "data-final": item.final ? "true" : "false",
-        "aria-label": "Agent",
-      });
+      const el = h(
+        d,
+        "article",
+        {
+          class: "row msg msg-assistant",
+          "data-seq": item.seq,
+          "data-testid": "assistant-message",
+          "data-run-id": item.runId || "",
+          "data-final": item.final ? "true" : "false",
+          "aria-label": "Agent",
+        },
+        [h(d, "div", { class: "msg-body" })],
+      );
       renderText(doc, el, item);
       return el;
     }
@@ -172,7 +192,7 @@ function row(doc, item, ctx) {
  */
 export function renderText(doc, el, item) {
   if (!el) return;
-  if (!el.markdown) el.markdown = new MarkdownView(doc, el);
+  if (!el.markdown) el.markdown = new MarkdownView(doc, el.querySelector(":scope > .msg-body") || el);
   el.sourceText = item.text;
   // While it streams only its open chunk is lexed (markdown.js).
   el.markdown.render(item.text, { final: item.final !== false });
@@ -201,8 +221,10 @@ export function buildApproval(doc, item, ctx) {
   });
   approve.disabled = deny.disabled = !canAct;
   approve.hidden = deny.hidden = !pending;
+  const cancelled = item.status === "cancelled";
   let statusText = "";
   if (pending) statusText = busy ? "Sending your decision…" : ctx.live ? "Waiting for your decision" : "Waiting for the connection to decide";
+  else if (cancelled) statusText = "Cancelled: the conversation moved to another branch";
   else statusText = `${item.status === "approved" ? "Approved" : "Denied"}${item.decidedBy ? ` by ${item.decidedBy}` : ""}`;
   return h(
     d,
@@ -224,7 +246,8 @@ export function buildApproval(doc, item, ctx) {
       argsBlock(d, item.tool, item.args),
       h(d, "div", { class: "approval-foot" }, [
         h(d, "p", { class: "approval-status", "data-testid": "approval-decision", "data-decided-by": item.decidedBy || null, text: statusText }),
-        h(d, "div", { class: "approval-actions" }, [deny, approve]),
+        // A gate closed with its branch can never be decided: no buttons at all.
+        h(d, "div", { class: "approval-actions" }, cancelled ? [] : [deny, approve]),
       ]),
     ],
   );
@@ -277,4 +300,60 @@ export function pendingItem(d, e, live) {
       ]),
     ],
   );
+}
+
+/**
+ * The "‹ i/n ›" of a message with siblings (paths.js `branchControls`); its
+ * buttons name the run to switch to. The "i/n" is CSS (attr), not text.
+ * @param {Document} d
+ * @param {import("./paths.js").Control} c
+ * @returns {HTMLElement}
+ */
+export function branchNav(d, c) {
+  const button = (testid, target, label) => {
+    const b = h(d, "button", {
+      class: `icon-btn icon-${testid}`,
+      type: "button",
+      "data-testid": testid,
+      "data-action": "branch",
+      "data-run-id": target || "",
+      "aria-label": label,
+      title: label,
+    });
+    b.disabled = !target;
+    return b;
+  };
+  return h(
+    d,
+    "span",
+    {
+      class: "branch-nav",
+      "data-testid": "branch-nav",
+      "data-branch": c.kind,
+      "data-index": c.index,
+      "data-count": c.count,
+      "data-run-id": c.runId,
+      role: "group",
+      "aria-label": `${c.kind === "user" ? "Version" : "Answer"} ${c.index} of ${c.count}`,
+    },
+    [button("branch-prev", c.prev, "Previous version"), button("branch-next", c.next, "Next version")],
+  );
+}
+
+/**
+ * "Regenerate" for the last answer of a finished run.
+ * @param {Document} d
+ * @param {string} runId
+ * @returns {HTMLElement}
+ */
+export function regenerateButton(d, runId) {
+  return h(d, "button", {
+    class: "icon-btn icon-regenerate",
+    type: "button",
+    "data-testid": "regenerate",
+    "data-action": "regenerate",
+    "data-run-id": runId,
+    "aria-label": "Regenerate this answer",
+    title: "Regenerate",
+  });
 }

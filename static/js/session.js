@@ -8,16 +8,7 @@
  *   each) is outbox.js's `Outbox`.
  *
  * Its connection state is one field, `state`, written only by `_setState`,
- * which refuses any move `TRANSITIONS` does not declare:
- *
- *   connecting   -> resuming     a socket opened: the `resume` is sent
- *   resuming     -> replaying    `resume_ok`: the events up to its head follow
- *   resuming     -> live         `resume_ok` with nothing to replay
- *   replaying    -> live         the cursor reached that head
- *   any          -> reconnecting the socket closed (the transport retries)
- *   any          -> rejected     `resume_rejected` this tab cannot recover from,
- *                                or a close that is final (4400, 4401)
- *   any          -> connecting   reloadFromZero(): the cache dropped, a new socket
+ * which refuses any move view.js's `TRANSITIONS` does not declare.
  *
  * `epoch_mismatch` and `cursor_expired` are recovered from, on the same
  * socket, with a notice: the cache is dropped and the session reloaded from
@@ -36,24 +27,10 @@ import { Outbox } from "./outbox.js";
 import { Persister } from "./store.js";
 import { checkTransition, realTimers } from "./timers.js";
 import { activeRun, applyCompacted, applyEvent, emptyModel, isModel } from "./transcript.js";
-import { completeView, NULL_VIEW, REASON_NOT_AUTHENTICATED, REASON_PROTOCOL_VIOLATION, STATE, shownState } from "./view.js";
+import * as V from "./view.js";
+import { completeView, NULL_VIEW, STATE, shownState, TRANSITIONS } from "./view.js";
 
-export { NULL_VIEW, REASON_NOT_AUTHENTICATED, REASON_PROTOCOL_VIOLATION, STATE, shownState };
-
-const S = STATE;
-/** From each state, the states it may move to (see the module's comment). */
-export const TRANSITIONS = Object.freeze({
-  [S.CONNECTING]: [S.RESUMING, S.RECONNECTING, S.REJECTED],
-  [S.RESUMING]: [S.REPLAYING, S.LIVE, S.RECONNECTING, S.REJECTED, S.CONNECTING],
-  [S.REPLAYING]: [S.LIVE, S.RECONNECTING, S.REJECTED, S.CONNECTING],
-  [S.LIVE]: [S.RECONNECTING, S.REJECTED, S.CONNECTING],
-  [S.RECONNECTING]: [S.RESUMING, S.REJECTED, S.CONNECTING],
-  [S.REJECTED]: [S.CONNECTING],
-});
-
-/** What the person is told when the tab rebuilt its transcript from the server. */
-export const NOTICE_EPOCH_RELOAD = "This session's history was rebuilt on the server: this tab reloaded it from the start.";
-export const NOTICE_EXPIRED_RELOAD = "The server no longer keeps the start of this session: this tab shows what it still has.";
+export { NULL_VIEW, STATE, TRANSITIONS };
 
 /**
  * One tab's view of one session: the cursor and transcript (restored from the
@@ -231,7 +208,7 @@ export class SessionClient {
       request_id: this._requestId(),
       session_id: this.sessionId,
       after,
-      features: [P.FEATURE_COMPACT, P.FEATURE_BATCH, P.FEATURE_INTERRUPT],
+      features: [P.FEATURE_COMPACT, P.FEATURE_BATCH, P.FEATURE_INTERRUPT, P.FEATURE_BRANCHES],
     };
     if (after > 0) frame.epoch = this.epoch;
     this.resumeRequestId = frame.request_id;
@@ -252,7 +229,7 @@ export class SessionClient {
     this._resetSocket();
     this.persistNow();
     if (info.fatal) {
-      const reason = info.code === P.CLOSE_NOT_AUTHENTICATED ? REASON_NOT_AUTHENTICATED : REASON_PROTOCOL_VIOLATION;
+      const reason = info.code === P.CLOSE_NOT_AUTHENTICATED ? V.REASON_NOT_AUTHENTICATED : V.REASON_PROTOCOL_VIOLATION;
       const message =
         info.code === P.CLOSE_NOT_AUTHENTICATED
           ? "You are signed out. Sign in again to continue this session."
@@ -282,11 +259,10 @@ export class SessionClient {
         }
         return;
       case P.SEND_OK:
-        return this.outbox.sendOk(frame);
       case P.DECIDE_OK:
       case P.CANCEL_OK:
-        this.outbox.answered(frame.request_id);
-        return; // the card or run changes with its approval.decided / run.finished event
+      case P.SWITCH_OK:
+        return this.outbox.reply(frame);
       case P.SYNC_OK:
         this.outbox.answered(frame.request_id);
         return this.loop.onSyncOk(frame);
@@ -331,7 +307,7 @@ export class SessionClient {
       // The log was rebuilt (an operator rotated the epoch): what this tab
       // shows means nothing now. Reload from 0 on this socket, and say so.
       this._rebuild(0, null);
-      this.view.notify(NOTICE_EPOCH_RELOAD, "info");
+      this.view.notify(V.NOTICE_EPOCH_RELOAD, "info");
       this._sendResume();
       return;
     }
@@ -339,7 +315,7 @@ export class SessionClient {
       // The events after our cursor are gone for good: rebuild from what the
       // server still keeps, never an empty restart, and say so.
       this._rebuild(frame.earliest - 1, frame.epoch);
-      this.view.notify(NOTICE_EXPIRED_RELOAD, "info");
+      this.view.notify(V.NOTICE_EXPIRED_RELOAD, "info");
       this._sendResume();
       return;
     }
@@ -401,16 +377,7 @@ export class SessionClient {
     }
     const changes = applyEvent(this.model, ev);
     this.view.applyChanges(changes, this.model);
-    const d = ev.data || {};
-    if (ev.kind === P.K_USER_MESSAGE && d.client_message_id) {
-      this.ledger.confirm(d.client_message_id, { seq: ev.seq, run_id: ev.run_id });
-      this.outbox.pruneLedger();
-      this.view.setLedger(this.ledger.entries(), this.model);
-    } else if (ev.kind === P.K_APPROVAL_DECIDED && d.approval_id) {
-      this.outbox.settle(P.DECIDE, d.approval_id);
-    } else if (ev.kind === P.K_RUN_FINISHED && ev.run_id) {
-      this.outbox.settle(P.CANCEL, ev.run_id);
-    }
+    this.outbox.logged(ev);
   }
 
   _onCommit(seq) {
@@ -467,6 +434,36 @@ export class SessionClient {
   decide(approvalId, decision) {
     if (this.state !== STATE.LIVE || !P.DECISIONS.includes(decision)) return false;
     return this.outbox.command({ type: P.DECIDE, approval_id: approvalId, decision }, approvalId);
+  }
+
+  /**
+   * Answer run `runId`'s message again (a sibling answer, then shown): an
+   * input of the ledger like any other, sent once by its id.
+   * @param {string} runId
+   * @returns {{ok: true, id: string}|{ok: false, error: string}}
+   */
+  regenerate(runId) {
+    return this.submit("", { regenerate: runId });
+  }
+
+  /**
+   * Send `text` as a new version of run `runId`'s message (a new branch).
+   * @param {string} runId
+   * @param {string} text
+   * @returns {{ok: true, id: string}|{ok: false, error: string}}
+   */
+  edit(runId, text) {
+    return this.submit(text, { editOf: runId });
+  }
+
+  /**
+   * Show the branch through run `runId`: every tab follows (branch.switched).
+   * @param {string} runId
+   * @returns {boolean} whether the command was sent (else it goes once live)
+   */
+  switchTo(runId) {
+    if (this.state === STATE.REJECTED || !runId) return false;
+    return this.outbox.command({ type: P.SWITCH, run_id: runId }, runId);
   }
 
   /**

@@ -16,12 +16,19 @@
  *   result     tool.result                     {toolCallId, ok, output, runId}
  *   notice     run.finished other than end_turn {runId, stop, message}
  *
+ * The conversation's tree (docs/protocol.md, "Branches"): every run has a
+ * `parent` (the run its turn follows; null for the first) and `answers` (the
+ * run whose user.message it answers: itself, or the one a regenerate
+ * answers again); `leaf` ends the active path. A plain user.message follows
+ * the leaf before it, and a new run becomes the leaf; branch.switched moves
+ * it. What is shown is the path (paths.js); every item stays in the model.
+ *
  * @module transcript
  */
 
 import * as P from "./constants.js";
 
-export const MODEL_VERSION = 1;
+export const MODEL_VERSION = 2;
 
 /** @returns {object} a model with nothing applied (cursor 0) */
 export function emptyModel() {
@@ -30,6 +37,8 @@ export function emptyModel() {
     title: "",
     items: [],
     runs: {},
+    leaf: null,
+    order: 0,
     idx: { user: {}, seg: {}, tool: {}, approval: {}, lastOfRun: {} },
   };
 }
@@ -45,6 +54,7 @@ export function isModel(model) {
     typeof model === "object" &&
     model.v === MODEL_VERSION &&
     Array.isArray(model.items) &&
+    Number.isInteger(model.order) &&
     !!model.runs &&
     !!model.idx &&
     ["user", "seg", "tool", "approval", "lastOfRun"].every((k) => model.idx[k] && typeof model.idx[k] === "object")
@@ -65,8 +75,21 @@ function addItem(model, item, changes) {
 
 function runOf(model, runId) {
   if (!runId) return null;
-  if (!model.runs[runId]) model.runs[runId] = { status: "running", cmid: null, seq: 0, stop: null };
+  if (!model.runs[runId]) {
+    model.order += 1;
+    model.runs[runId] = { status: "running", cmid: null, seq: 0, stop: null, parent: null, answers: runId, order: model.order };
+  }
   return model.runs[runId];
+}
+
+/** A new turn: `run` follows `parent` and is the leaf now. */
+function growTree(model, runId, run, parent, answers, changes) {
+  if (run.grown) return;
+  run.grown = true;
+  run.parent = parent && parent !== runId ? parent : null;
+  run.answers = answers || runId;
+  model.leaf = runId;
+  changes.push({ op: "path" });
 }
 
 /**
@@ -110,11 +133,14 @@ export function applyEvent(model, ev) {
       const item = { key: `u${ev.seq}`, seq: ev.seq, type: "user", cmid, text: str(d.text), runId };
       const i = addItem(model, item, changes);
       if (cmid) model.idx.user[cmid] = i;
+      const leaf = model.leaf;
       const run = runOf(model, runId);
       if (run) {
         run.cmid = cmid;
         run.status = "pending";
         run.seq = ev.seq;
+        // An edit names its parent; a plain input follows the leaf before it.
+        growTree(model, runId, run, "parent_run_id" in d ? d.parent_run_id : leaf, runId, changes);
       }
       break;
     }
@@ -124,6 +150,14 @@ export function applyEvent(model, ev) {
       if (!run) break;
       if (d.client_message_id) run.cmid = str(d.client_message_id);
       if (!run.seq) run.seq = ev.seq;
+      if (typeof d.regenerates === "string" && model.runs[d.regenerates]) {
+        // A regenerated answer: no user.message of its own, it answers the
+        // one of the run it regenerates (which is what shows its input).
+        const answers = model.runs[d.regenerates].answers || d.regenerates;
+        growTree(model, runId, run, d.parent_run_id ?? null, answers, changes);
+        const ui = model.idx.user[model.runs[answers]?.cmid];
+        if (run.cmid && ui !== undefined && model.idx.user[run.cmid] === undefined) model.idx.user[run.cmid] = ui;
+      }
       if (run.status !== "finished") run.status = ev.kind === P.K_RUN_QUEUED ? "queued" : "running";
       changes.push({ op: "runs" });
       break;
@@ -178,7 +212,7 @@ export function applyEvent(model, ev) {
       if (i === undefined) break;
       const item = model.items[i];
       item.decision = str(d.decision);
-      item.status = d.decision === P.APPROVE ? "approved" : "denied";
+      item.status = d.decision === P.APPROVE ? "approved" : d.decision === P.GATE_CANCELLED ? "cancelled" : "denied";
       item.decidedBy = str(d.decided_by);
       changes.push({ op: "update", item });
       break;
@@ -227,6 +261,13 @@ export function applyEvent(model, ev) {
           message: str(d.message),
         };
         addItem(model, item, changes);
+      }
+      break;
+    }
+    case P.K_BRANCH_SWITCHED: {
+      if (typeof d.leaf_run_id === "string" && model.runs[d.leaf_run_id]) {
+        model.leaf = d.leaf_run_id;
+        changes.push({ op: "path" });
       }
       break;
     }

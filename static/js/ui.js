@@ -12,6 +12,7 @@
  * @module ui
  */
 
+import { BranchView } from "./branchview.js";
 import { rejectionBadge, showRejection } from "./rejection.js";
 import { buildApproval, buildRow, pendingItem, queueItem, renderText } from "./rows.js";
 import { realTimers } from "./timers.js";
@@ -75,6 +76,8 @@ export class SessionView {
     };
     /** item key -> element */
     this.rows = new Map();
+    /** the active path's rows and their branch controls */
+    this.branches = new BranchView(doc, this.rows);
     /** changes taken, not yet rendered (see flush) */
     this._pending = [];
     this._pendingCursor = null;
@@ -127,6 +130,7 @@ export class SessionView {
     this.model = model;
     this._ledgerModel = model;
     this.rows.clear();
+    this.branches.reset();
     const frag = this.doc.createDocumentFragment();
     const ctx = this._ctx();
     for (const item of model.items) {
@@ -135,6 +139,7 @@ export class SessionView {
       frag.append(el);
     }
     this.el.transcript.replaceChildren(frag);
+    this.branches.update(model, [], true);
     this._pendingCursor = cursor;
     this.flush();
     this._title(model);
@@ -191,9 +196,12 @@ export class SessionView {
     const ctx = this._ctx();
     let runs = false;
     let title = false;
+    let path = false;
+    const built = [];
     for (const c of changes) {
       if (c.op === "add") {
         added.add(c.item.key);
+        built.push(c.item);
         const el = buildRow(this.doc, c.item, ctx);
         this.rows.set(c.item.key, el);
         frag.append(el);
@@ -208,6 +216,8 @@ export class SessionView {
         runs = true;
       } else if (c.op === "title") {
         title = true;
+      } else if (c.op === "path") {
+        path = true;
       }
     }
     for (const [key, item] of grown) renderText(this.doc, this.rows.get(key), item);
@@ -221,10 +231,13 @@ export class SessionView {
       }
       const el = buildRow(this.doc, item, ctx);
       this.rows.set(key, el);
+      built.push(item);
       if (old) old.replaceWith(el);
       else frag.append(el);
     }
     if (frag.childNodes.length) this.el.transcript.append(frag);
+    // Hidden off the path, and the branch controls where rows or runs changed.
+    if (this.model && (built.length || path || runs)) this.branches.update(this.model, built, true);
     if (this.model && runs) this._runs(this.model);
     if (this.model && title) this._title(this.model);
     if (this._ledgerDirty) {
@@ -246,6 +259,7 @@ export class SessionView {
       if (!old) continue;
       const hadFocus = old.contains(this.doc.activeElement) ? this.doc.activeElement.dataset.action : null;
       const el = buildApproval(this.doc, item, this._ctx());
+      el.hidden = old.hidden;
       old.replaceWith(el);
       this.rows.set(item.key, el);
       if (hadFocus) el.querySelector(`[data-action="${hadFocus}"]`)?.focus();

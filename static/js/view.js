@@ -17,6 +17,34 @@ export const STATE = Object.freeze({
   REJECTED: "rejected",
 });
 
+/*
+ * A SessionClient's state moves only as `TRANSITIONS` declares (its
+ * `_setState` refuses any other move):
+ *
+ *   connecting   -> resuming     a socket opened: the `resume` is sent
+ *   resuming     -> replaying    `resume_ok`: the events up to its head follow
+ *   resuming     -> live         `resume_ok` with nothing to replay
+ *   replaying    -> live         the cursor reached that head
+ *   any          -> reconnecting the socket closed (the transport retries)
+ *   any          -> rejected     `resume_rejected` this tab cannot recover from,
+ *                                or a close that is final (4400, 4401)
+ *   any          -> connecting   reloadFromZero(): the cache dropped, a new socket
+ */
+const S = STATE;
+/** From each state, the states it may move to (see above). */
+export const TRANSITIONS = Object.freeze({
+  [S.CONNECTING]: [S.RESUMING, S.RECONNECTING, S.REJECTED],
+  [S.RESUMING]: [S.REPLAYING, S.LIVE, S.RECONNECTING, S.REJECTED, S.CONNECTING],
+  [S.REPLAYING]: [S.LIVE, S.RECONNECTING, S.REJECTED, S.CONNECTING],
+  [S.LIVE]: [S.RECONNECTING, S.REJECTED, S.CONNECTING],
+  [S.RECONNECTING]: [S.RESUMING, S.REJECTED, S.CONNECTING],
+  [S.REJECTED]: [S.CONNECTING],
+});
+
+/** What the person is told when the tab rebuilt its transcript from the server. */
+export const NOTICE_EPOCH_RELOAD = "This session's history was rebuilt on the server: this tab reloaded it from the start.";
+export const NOTICE_EXPIRED_RELOAD = "The server no longer keeps the start of this session: this tab shows what it still has.";
+
 /** `data-reason` values for fatal closes (resume rejections use the protocol's reasons). */
 export const REASON_NOT_AUTHENTICATED = "not_authenticated";
 export const REASON_PROTOCOL_VIOLATION = "protocol_violation";

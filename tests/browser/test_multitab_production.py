@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import scenarios
+from tests.browser import branching, scenarios
 
 pytestmark = pytest.mark.postgres
 
@@ -59,3 +59,20 @@ def test_the_session_list_updates_across_servers(server, server_b, ctx):
 def test_stop_and_send_across_servers(server, server_b, ctx):
     """Stop and send from tab A while tab B, on the other server, watches."""
     scenarios.stop_and_send(ctx, server, server_b)
+
+
+def test_regenerate_watched_across_servers(server, server_b, ctx):
+    """A regenerate on one server; the tab on the other follows, refreshes, switches."""
+    branching.regenerate_watched(ctx, server, server_b)
+
+
+def test_a_gate_on_an_edited_branch_is_refused_across_servers(server, server_b, ctx):
+    """The edit on one server closes the gate in the tab on the other; its
+    approval from there and from REST is refused; the tool never runs."""
+    branching.gate_on_edited_branch(ctx, server, server_b)
+
+
+def test_a_restart_of_both_servers_during_a_regenerate(daphnes, ctx):
+    """Both daphnes are killed -9 and restarted while the regenerated answer
+    streams in its worker."""
+    branching.restart_during_regenerate(ctx, daphnes(), daphnes())

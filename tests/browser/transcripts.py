@@ -28,7 +28,7 @@ SHOWN_TEXT_JS = """
   if (!el.markdown) return "NOT RENDERED: " + el.textContent;
   const probe = document.createElement("div");
   new el.markdown.constructor(document, probe).render(el.sourceText);
-  if (el.markdown.text !== el.sourceText || probe.innerHTML !== el.innerHTML) {
+  if (el.markdown.text !== el.sourceText || probe.innerHTML !== el.markdown.container.innerHTML) {
     return "RENDERING DIFFERS FROM THE TEXT: " + el.textContent;
   }
   return el.sourceText;
@@ -55,7 +55,9 @@ TRANSCRIPT_JS = (
     + SHOWN_TEXT_JS
     + r""";
   const t = document.querySelector("[data-testid=transcript]");
-  const items = Array.from(t.querySelectorAll(":scope > [data-seq]")).map((el) => {
+  // What the tab shows: the rows of the active path (the others are hidden).
+  const rows = Array.from(t.querySelectorAll(":scope > [data-seq]")).filter((el) => !el.hidden);
+  const items = rows.map((el) => {
     const d = el.dataset;
     const kind = d.testid || "note";
     const item = { seq: Number(d.seq), kind };
@@ -112,13 +114,17 @@ def expected_transcript(session_id: str, upto: int | None = None) -> dict[str, A
     """What a tab must show after applying the session's log up to ``upto``:
     one item per row, the way the protocol defines the events (a run's text
     between tool calls is one assistant element, deltas appended, the final
-    message replacing them; notices for runs that did not end normally)."""
+    message replacing them; notices for runs that did not end normally), of
+    the active path only (docs/protocol.md, "Branches")."""
     items: list[dict[str, Any]] = []
     segment: dict[str, int] = {}  # run -> index of its current text element
     last_of_run: dict[str, int] = {}
     users: set[str] = set()
     approvals: dict[str, int] = {}
     last = 0
+    # The tree: run -> (parent, the run whose message it answers); the leaf.
+    tree: dict[str, tuple[str | None, str]] = {}
+    leaf: str | None = None
 
     def add(item: dict[str, Any]) -> int:
         items.append(item)
@@ -144,6 +150,9 @@ def expected_transcript(session_id: str, upto: int | None = None) -> dict[str, A
             if d["client_message_id"] in users:
                 continue
             users.add(d["client_message_id"])
+            if run not in tree:
+                tree[run] = (d.get("parent_run_id", leaf), run)
+                leaf = run
             add(
                 {
                     "seq": e.seq,
@@ -153,6 +162,13 @@ def expected_transcript(session_id: str, upto: int | None = None) -> dict[str, A
                     "text": d["text"],
                 }
             )
+        elif e.kind in ("run.started", "run.queued") and "regenerates" in d:
+            if run not in tree and d["regenerates"] in tree:
+                tree[run] = (d.get("parent_run_id"), tree[d["regenerates"]][1])
+                leaf = run
+        elif e.kind == "branch.switched":
+            if d["leaf_run_id"] in tree:
+                leaf = d["leaf_run_id"]
         elif e.kind == "assistant.delta":
             text_element(e)["text"] += d["text"]
         elif e.kind == "assistant.message":
@@ -184,7 +200,9 @@ def expected_transcript(session_id: str, upto: int | None = None) -> dict[str, A
         elif e.kind == "approval.decided":
             index = approvals.get(d["approval_id"])
             if index is not None:
-                status = "approved" if d["decision"] == "approve" else "denied"
+                status = {"approve": "approved", "cancelled": "cancelled"}.get(
+                    d["decision"], "denied"
+                )
                 items[index].update(status=status, decided_by=d["decided_by"])
         elif e.kind == "tool.result":
             add(
@@ -202,7 +220,20 @@ def expected_transcript(session_id: str, upto: int | None = None) -> dict[str, A
                 items[index]["final"] = True
             if d["stop_reason"] != "end_turn":
                 add({"seq": e.seq, "kind": "run-notice", "run": run, "stop": d["stop_reason"]})
-    return {"session": session_id, "cursor": last, "items": items}
+    path: set[str] = set()
+    answered: set[str] = set()
+    node = leaf
+    while node is not None and node in tree and node not in path:
+        path.add(node)
+        answered.add(tree[node][1])
+        node = tree[node][0]
+
+    def shown(item: dict[str, Any]) -> bool:
+        if not item.get("run") or not path:
+            return True
+        return item["run"] in (answered if item["kind"] == "user-message" else path)
+
+    return {"session": session_id, "cursor": last, "items": [i for i in items if shown(i)]}
 
 
 def assert_shows_log(page: Page, session_id: str) -> dict[str, Any]:

@@ -83,6 +83,12 @@ export class FakeNode {
       this.children.push(child);
     }
   }
+  prepend(...nodes) {
+    const rest = this.children;
+    this.children = [];
+    this.append(...nodes);
+    for (const c of rest) this.children.push(c);
+  }
   replaceChildren(...nodes) {
     for (const c of this.children) c.parent = null;
     this.children = [];
@@ -126,6 +132,11 @@ export class FakeNode {
     }
   }
   querySelectorAll(selector) {
+    const scoped = /^:scope\s*>\s*(.+)$/.exec(selector.trim());
+    if (scoped) {
+      const child = compile(scoped[1]);
+      return this.children.filter((n) => n.tagName !== "#TEXT" && child(n));
+    }
     const match = compile(selector);
     return Array.from(this.descendants()).filter((n) => n.tagName !== "#TEXT" && match(n));
   }

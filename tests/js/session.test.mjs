@@ -25,7 +25,7 @@ test("first connection: resume after 0, replay, then live; cursor, ack and cache
       request_id: undefined,
       session_id: SID,
       after: 0,
-      features: ["compact", "batch", "interrupt"],
+      features: ["compact", "batch", "interrupt", "branches"],
     },
   );
   assert.equal(view.state, "resuming");
