@@ -4,7 +4,6 @@ regenerate, edit and resend, switching branches, and what they stop."""
 from __future__ import annotations
 
 import pytest
-from asgiref.sync import sync_to_async
 
 from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import turns
@@ -33,9 +32,6 @@ async def edit(c: WsClient, run_id: str, text: str, cmid: str) -> dict:
     return reply
 
 
-tree_of = sync_to_async(turns.tree_of)
-
-
 async def test_regenerate_answers_the_same_message_again_as_a_sibling(server, cookie):
     """A regenerate of a finished answer starts a new run that answers the same
     user.message (none is logged again): the old answer stays in the log, the
@@ -58,7 +54,7 @@ async def test_regenerate_answers_the_same_message_again_as_a_sibling(server, co
     assert [e["data"]["text"] for e in c.events() if e["kind"] == "user.message"] == ["hello"]
     answers = [e["run_id"] for e in c.events() if e["kind"] == "assistant.message"]
     assert answers == [first["run_id"], again["run_id"]]
-    tree = await tree_of(sid)
+    tree = turns.tree_of(sid)
     assert tree["leaf_run_id"] == again["run_id"] and tree["path"] == [again["run_id"]]
     assert [(r["run_id"], r["parent_run_id"], r["answers_run_id"]) for r in tree["runs"]] == [
         (first["run_id"], None, first["run_id"]),
@@ -66,7 +62,7 @@ async def test_regenerate_answers_the_same_message_again_as_a_sibling(server, co
     ]
     repeat = await regenerate(c, first["run_id"], "r1")
     assert repeat["status"] == "duplicate" and repeat["run_id"] == again["run_id"]
-    assert await sync_to_async(Run.objects.filter(session_id=sid).count)() == 2
+    assert Run.objects.filter(session_id=sid).count() == 2
     await c.close()
 
 
@@ -92,7 +88,7 @@ async def test_an_edit_branches_and_a_switch_brings_the_original_back(server, co
         "edits": one["run_id"],
         "parent_run_id": None,
     }
-    assert (await tree_of(sid))["path"] == [edited["run_id"]]
+    assert (turns.tree_of(sid))["path"] == [edited["run_id"]]
     back = await c.request({"type": "switch", "run_id": one["run_id"]})
     assert back == {
         "type": "switch_ok",
@@ -102,15 +98,15 @@ async def test_an_edit_branches_and_a_switch_brings_the_original_back(server, co
     }
     switched = await watcher.wait_event(lambda f: f["kind"] == "branch.switched")
     assert switched["data"] == {"leaf_run_id": two["run_id"]} and switched["run_id"] is None
-    assert (await tree_of(sid))["path"] == [one["run_id"], two["run_id"]]
-    head = await sync_to_async(lambda: AgentSession.objects.get(id=sid).head)()
+    assert (turns.tree_of(sid))["path"] == [one["run_id"], two["run_id"]]
+    head = AgentSession.objects.get(id=sid).head
     same = await c.request({"type": "switch", "run_id": two["run_id"]})
     assert same["leaf_run_id"] == two["run_id"]
-    assert await sync_to_async(lambda: AgentSession.objects.get(id=sid).head)() == head
+    assert AgentSession.objects.get(id=sid).head == head
     # The next input continues the path shown: it follows "two".
     three = await send_text(c, "three", "m4")
     await c.wait_event(finished(three["run_id"]))
-    assert (await tree_of(sid))["path"] == [one["run_id"], two["run_id"], three["run_id"]]
+    assert (turns.tree_of(sid))["path"] == [one["run_id"], two["run_id"], three["run_id"]]
     missing = await c.request({"type": "switch", "run_id": "run_nope"})
     assert missing["type"] == "error" and missing["code"] == "not_found"
     await watcher.close()
@@ -127,6 +123,7 @@ async def test_regenerating_during_a_stream_stops_it_first(server, cookie):
     assert again["status"] == "started"
     end = await c.wait_event(finished(streaming["run_id"]))
     assert end["data"] == {"stop_reason": "cancelled", "message": "stopped for a newer message"}
+    await c.wait_event(lambda f: f["kind"] == "run.started" and f["run_id"] == again["run_id"])
     kinds = [(e["kind"], e["run_id"]) for e in c.events()]
     assert kinds.index(("run.finished", streaming["run_id"])) + 1 == kinds.index(
         ("run.started", again["run_id"])
@@ -160,7 +157,7 @@ async def test_a_gate_on_a_branch_left_is_cancelled_and_its_tool_never_runs(serv
     assert closing[2]["data"]["stop_reason"] == "cancelled"
     late = await c.request({"type": "decide", "approval_id": approval_id, "decision": "approve"})
     assert late["type"] == "error" and late["code"] == "approval_cancelled"
-    approval = await sync_to_async(ApprovalRequest.objects.get)(id=approval_id)
+    approval = ApprovalRequest.objects.get(id=approval_id)
     assert approval.status == "cancelled" and approval.executed_at is not None
     assert not (workspace_for(sid) / "branch.txt").exists()
     await c.close()
@@ -178,6 +175,7 @@ async def test_a_switch_away_from_a_parked_run_cancels_its_gate(server, cookie):
     assert ok["leaf_run_id"] == first["run_id"]
     end = await c.wait_event(finished(gated["run_id"]))
     assert end["data"]["message"] == "stopped: the conversation moved to another branch"
+    await c.wait_event(lambda f: f["kind"] == "branch.switched")
     decided = next(e for e in c.events() if e["kind"] == "approval.decided")
     assert decided["data"]["decision"] == "cancelled"
     kinds = [e["kind"] for e in c.events()]
@@ -201,7 +199,7 @@ async def test_the_agent_sees_only_its_own_path(server, cookie):
         run = Run.objects.get(id=edited["run_id"])
         return _Context(run, "w").history()
 
-    seen = await sync_to_async(history)()
+    seen = history()
     assert [m["role"] for m in seen] == ["user", "assistant"]
     assert seen[0]["content"] == "one"
     assert one["run_id"] != edited["run_id"]
