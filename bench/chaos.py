@@ -134,9 +134,13 @@ from tests.harness import Daphne, Worker, session_cookie  # noqa: E402
 SCRIPT = [
     "/stream 80 40",
     "/write chaos/{cmid}.txt {cmid}",
+    "@regenerate",
     "/stream 15 20",
+    "@switch",
     "/write chaos/{cmid}.txt {cmid}",
+    "@edit",
     "hello",
+    "@switch",
 ]
 SESSIONS_PER_USER = 5
 # Short leases so a killed worker's runs are finished within seconds.

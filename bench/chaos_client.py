@@ -11,6 +11,12 @@ aborting the transport, as a dropped network does.
 It checks the protocol's promises as it goes, never trusting the server to
 report them: each event must be ``cursor + 1`` (a lower seq is a duplicate,
 a higher one a gap), and every close must be one its client retries after.
+
+Its script holds messages and conversation control: ``@regenerate`` (the
+answer of its last run), ``@edit`` (a new version of one of its messages)
+and ``@switch`` (show the branch through one of its runs). A regenerate or
+an edit is an input of the ledger like a message; a switch is sent once and
+may be lost with a cut (it is idempotent, and nothing waits on it).
 """
 
 from __future__ import annotations
@@ -47,7 +53,10 @@ class ChaosTab:
         self.script, self.rng, self.cuts_left = list(script), rng, cuts
         self.cursor = 0
         self.log: dict[int, tuple[str, Any]] = {}
-        self.ledger: dict[str, str] = {}
+        # client_message_id -> the send frame's fields (re-sent until acknowledged)
+        self.ledger: dict[str, dict[str, Any]] = {}
+        self.run_order: list[str] = []
+        self.switches = 0
         self.acked: set[str] = set()
         self.sent_index = 0
         self.pending_decisions: dict[str, str] = {}
@@ -176,6 +185,8 @@ class ChaosTab:
                         cmid = frame["client_message_id"]
                         self.ledger.pop(cmid, None)
                         self.acked.add(cmid)
+                        if frame["run_id"] not in self.my_runs:
+                            self.run_order.append(frame["run_id"])
                         self.my_runs.add(frame["run_id"])
                     elif kind == "decide_ok":
                         self.pending_decisions.pop(frame["approval_id"], None)
@@ -229,8 +240,8 @@ class ChaosTab:
             self.finished_runs.add(frame["run_id"])
 
     async def _resend(self, ws) -> None:
-        for cmid, text in list(self.ledger.items()):
-            await self._send_message(ws, cmid, text)
+        for cmid, fields in list(self.ledger.items()):
+            await self._send_message(ws, cmid, fields)
         for approval_id, decision in list(self.pending_decisions.items()):
             await self._send_decide(ws, approval_id, decision)
 
@@ -240,16 +251,30 @@ class ChaosTab:
         if self.ledger or self.sent_index >= len(self.script) or now < self.next_send_at:
             return False
         cmid = f"{self.name}-m{self.sent_index}"
-        text = self.script[self.sent_index].format(cmid=cmid)
+        step = self.script[self.sent_index]
         self.sent_index += 1
-        self.ledger[cmid] = text
         # Spread over the cuts, so faults find runs streaming and gates waiting.
         self.next_send_at = now + self.rng.uniform(0.5, 4.0)
-        await self._send_message(ws, cmid, text)
+        if step.startswith("@") and not self.run_order:
+            step = "hello"  # nothing of its own to branch from yet
+        if step == "@switch":
+            self.switches += 1
+            target = self.rng.choice(self.run_order)
+            switch = {"type": "switch", "request_id": f"w-{cmid}", "run_id": target}
+            await ws.send(json.dumps(switch))
+            return True
+        if step == "@regenerate":
+            fields = {"regenerate": self.run_order[-1]}
+        elif step == "@edit":
+            fields = {"text": f"edited {cmid}", "edit_of": self.rng.choice(self.run_order)}
+        else:
+            fields = {"text": step.format(cmid=cmid)}
+        self.ledger[cmid] = fields
+        await self._send_message(ws, cmid, fields)
         return True
 
-    async def _send_message(self, ws, cmid: str, text: str) -> None:
-        frame = {"type": "send", "request_id": f"s-{cmid}", "client_message_id": cmid, "text": text}
+    async def _send_message(self, ws, cmid: str, fields: dict[str, Any]) -> None:
+        frame = {"type": "send", "request_id": f"s-{cmid}", "client_message_id": cmid, **fields}
         await ws.send(json.dumps(frame))
 
     async def _decide(self, ws, approval_id: str) -> None:
@@ -272,13 +297,21 @@ class ChaosTab:
 
     def _error(self, frame: dict[str, Any]) -> None:
         rid = str(frame.get("request_id") or "")
+        if frame.get("code") == "internal_error" and rid.startswith("w-"):
+            self.internal_errors += 1  # a switch is not retried: nothing waits on it
+            return
         if frame.get("code") == "internal_error" and rid[:2] in ("s-", "d-"):
             # The server failed on it (its database restarting) and did nothing.
             self.internal_errors += 1
             self.retry_at = asyncio.get_running_loop().time() + 1.0
             return
-        if rid.startswith("d-") and frame.get("code") in ("already_decided", "not_pending"):
-            # Another tab (or this one, before a cut) decided it first.
+        if rid.startswith("d-") and frame.get("code") in (
+            "already_decided",
+            "not_pending",
+            "approval_cancelled",
+        ):
+            # Another tab (or this one, before a cut) decided it first, or a
+            # regenerate, an edit or a switch left its branch.
             self.pending_decisions.pop(rid[2:], None)
             return
         self.violations.append(f"{self.name}: error {frame}")

@@ -79,6 +79,13 @@ async def wait_quiet(session_ids, timeout: float = 120) -> bool:
 # --- verification ----------------------------------------------------------------------
 
 
+def _input(event) -> bool:
+    """Does ``event`` log an input (a message, an edit, or a regenerate's run)?"""
+    if event.kind == "user.message":
+        return True
+    return event.kind in ("run.started", "run.queued") and "regenerates" in event.data
+
+
 def _server_truth(session_id: str):
     events = list(read_events(session_id, 0))
     approvals = list(ApprovalRequest.objects.filter(session_id=session_id))
@@ -110,7 +117,7 @@ async def verify(tabs, sessions, report: Report, elapsed: float) -> None:
     report.check(not violations, f"0 gaps, 0 duplicates, 0 final closes: {violations[:5]}")
     mismatched, events_checked = [], 0
     cmid_twice, lost, tools_bad = [], [], []
-    approved = denied = executed = interrupted = 0
+    approved = denied = cancelled = executed = interrupted = 0
     for tab in tabs:
         events, *_ = truths[tab.session_id]
         expected = {e.seq: (e.kind, e.data) for e in events}
@@ -119,39 +126,46 @@ async def verify(tabs, sessions, report: Report, elapsed: float) -> None:
             seqs = set(expected) | set(tab.log)
             wrong = sorted(s for s in seqs if tab.log.get(s) != expected.get(s))
             mismatched.append(f"{tab.name}: seqs {wrong[:5]}")
-        logged = {e.data.get("client_message_id") for e in events if e.kind == "user.message"}
+        logged = {e.data.get("client_message_id") for e in events if _input(e)}
         lost += sorted(tab.acked - logged)
     for sid, (events, approvals, _head, active, n_interrupted) in truths.items():
         interrupted += n_interrupted
-        cmids = collections.Counter(
-            e.data["client_message_id"] for e in events if e.kind == "user.message"
-        )
+        cmids = collections.Counter(e.data["client_message_id"] for e in events if _input(e))
         cmid_twice += [c for c, n in cmids.items() if n > 1]
         results = collections.Counter(
             e.data["tool_call_id"] for e in events if e.kind == "tool.result"
         )
+        ok_results = collections.Counter(
+            e.data["tool_call_id"] for e in events if e.kind == "tool.result" and e.data.get("ok")
+        )
+        # A regenerate or an edit may ask for the same write again (a new
+        # gate on the same file): the file's lines are counted against the
+        # gates that target it. Each ran at most once: a gate approved with
+        # an ok result wrote exactly one line, and no other gate wrote one.
+        by_file: dict[str, list] = collections.defaultdict(list)
         for a in approvals:
-            target = workspace_for(sid) / a.args.get("path", "")
-            lines = target.read_text().splitlines() if target.is_file() else []
-            ok_result = any(
-                e.kind == "tool.result"
-                and e.data["tool_call_id"] == a.tool_call_id
-                and e.data.get("ok")
-                for e in events
-            )
             if results[a.tool_call_id] > 1:
                 tools_bad.append(f"{a.id}: {results[a.tool_call_id]} results")
+            by_file[a.args.get("path", "")].append(a)
             if a.status == "approved":
                 approved += 1
-                executed += len(lines)
-                if len(lines) > 1 or (ok_result and len(lines) != 1):
-                    tools_bad.append(f"{a.id} approved: ran {len(lines)} times")
             elif a.status == "denied":
                 denied += 1
-                if lines:
-                    tools_bad.append(f"{a.id} denied: ran {len(lines)} times")
+            elif a.status == "cancelled":
+                cancelled += 1
             else:
                 tools_bad.append(f"{a.id} still {a.status}")
+        for path, gates in by_file.items():
+            target = workspace_for(sid) / path
+            lines = len(target.read_text().splitlines()) if target.is_file() else 0
+            executed += lines
+            approved_here = [a for a in gates if a.status == "approved"]
+            ran = sum(1 for a in approved_here if ok_results[a.tool_call_id])
+            if not ran <= lines <= len(approved_here):
+                tools_bad.append(
+                    f"{path}: {lines} lines for {len(approved_here)} approved gates "
+                    f"({ran} with an ok result) of {len(gates)}"
+                )
         if active:
             tools_bad.append(f"session {sid}: {active} runs active")
     report.check(
@@ -164,7 +178,13 @@ async def verify(tabs, sessions, report: Report, elapsed: float) -> None:
     report.check(
         not tools_bad,
         f"approved tools ran at most once ({approved} approved, {executed} executions), "
-        f"denied never ({denied} denied), no run left active: {tools_bad[:5]}",
+        f"denied or cancelled with their branch never ({denied} denied, {cancelled} "
+        f"cancelled), no run left active: {tools_bad[:5]}",
+    )
+    switched = sum(1 for evs, *_ in truths.values() for e in evs if e.kind == "branch.switched")
+    report.figure(
+        f"conversation control: {sum(t.switches for t in tabs)} switches sent "
+        f"({switched} changed a path), regenerates and edits in every tab's script"
     )
     report.figure(f"runs finished 'interrupted' by the faults: {interrupted}")
 
@@ -313,6 +333,17 @@ def _load(page, url: str) -> None:
             page.wait_for_timeout(500)  # a person pressing reload again
 
 
+BROWSER_ACTIONS = (
+    "drop",
+    "after-receive",
+    "after-render",
+    "after-send",
+    "reload",
+    "offline",
+    "branch",
+)
+
+
 def browser_phase(cluster, sessions, user, args, report: Report) -> None:
     """Chromium tabs following the cut sessions, themselves cut by the test hooks."""
     from playwright.sync_api import sync_playwright
@@ -340,9 +371,7 @@ def browser_phase(cluster, sessions, user, args, report: Report) -> None:
             pages.append((page, session, server))
         for _ in range(args.browser_cuts):
             page, session, server = rng.choice(pages)
-            action = rng.choice(
-                ["drop", "after-receive", "after-render", "after-send", "reload", "offline"]
-            )
+            action = rng.choice(BROWSER_ACTIONS)
             actions[action] += 1
             try:
                 expect_live(page, timeout=60_000)
@@ -350,6 +379,14 @@ def browser_phase(cluster, sessions, user, args, report: Report) -> None:
                     page.evaluate("() => window.__test.dropSocket()")
                 elif action == "reload":
                     _load(page, page.url)
+                elif action == "branch":
+                    # Another version where the path shows one, else a regenerate.
+                    other = page.locator("[data-testid=branch-nav]:visible button:enabled")
+                    regenerate = page.locator("[data-testid=regenerate]:visible")
+                    if other.count():
+                        other.nth(rng.randrange(other.count())).click()
+                    elif regenerate.count():
+                        regenerate.last.click()
                 elif action == "offline":
                     context.set_offline(True)
                     # How long the network stays away is the fault itself.
@@ -392,7 +429,9 @@ def browser_phase(cluster, sessions, user, args, report: Report) -> None:
         f"{len(pages)} Chromium tabs, {sum(actions.values())} cuts "
         f"({', '.join(f'{k} {v}' for k, v in sorted(actions.items()))})"
     )
-    report.check(not bad, f"every Chromium tab shows the server's log exactly: {bad[:3]}")
+    report.check(
+        not bad, f"every Chromium tab shows the active path of the server's log exactly: {bad[:3]}"
+    )
 
 
 # --- fuzz --------------------------------------------------------------------------------

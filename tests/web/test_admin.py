@@ -55,6 +55,23 @@ def test_staff_with_change_permission_decides(user, django_user_model, no_enqueu
     assert (approval.status, approval.decided_by) == ("approved", "editor")
 
 
+def test_the_admin_cannot_approve_a_gate_closed_with_its_branch(
+    user, django_user_model, no_enqueue
+):
+    """A gate whose branch was left (its message edited) is refused in the
+    admin too, with its reason; it stays cancelled and nothing is enqueued."""
+    run, approval = _parked(user)
+    turns.edit(run.session_id, "e1", run.id, "hello instead", by="alice")
+    enqueued = list(no_enqueue)
+    editor = _staff(django_user_model, "editor", "view_approvalrequest", "change_approvalrequest")
+    page = _action(editor, "approvalrequest", "approve", approval.id)
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("cancelled", "alice")
+    assert no_enqueue == enqueued
+    shown = editor.get(page["Location"]).content.decode()
+    assert "this approval was cancelled: the conversation moved to another branch" in shown
+
+
 def test_view_only_staff_cannot_cancel_runs(user, django_user_model, no_enqueue):
     """Cancel needs the run change permission; with view only the run goes on."""
     session = create_session(user)

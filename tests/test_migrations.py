@@ -1,0 +1,55 @@
+"""Schema migrations that move data (sessions_app/migrations/)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BEFORE = [("sessions_app", "0008_connection_opened_at_default")]
+AFTER = [("sessions_app", "0009_branches")]
+
+
+def test_runs_before_branches_become_one_path_in_the_order_they_were_sent(user):
+    """0009: each existing run follows the run sent before it in its session,
+    and the session's leaf is its last run; sessions do not mix."""
+    executor = MigrationExecutor(connection)
+    executor.migrate(BEFORE)
+    old = executor.loader.project_state(BEFORE).apps
+    Session, Run = (
+        old.get_model("sessions_app", "AgentSession"),
+        old.get_model("sessions_app", "Run"),
+    )
+    made = {}
+    for name in ("a", "b"):
+        s = Session.objects.create(id=f"s_{name}", owner_id=user.id)
+        # Created out of order: the path follows message_seq, not creation.
+        for seq in (5, 2, 9):
+            Run.objects.create(
+                id=f"run_{name}{seq}",
+                session=s,
+                client_message_id=f"m{seq}",
+                text="x",
+                message_seq=seq,
+                status="finished",
+            )
+        made[name] = s
+    executor = MigrationExecutor(connection)
+    executor.migrate(AFTER)
+    new = executor.loader.project_state(AFTER).apps
+    Session, Run = (
+        new.get_model("sessions_app", "AgentSession"),
+        new.get_model("sessions_app", "Run"),
+    )
+    for name in ("a", "b"):
+        parents = dict(Run.objects.filter(session_id=f"s_{name}").values_list("id", "parent_id"))
+        assert parents == {
+            f"run_{name}2": None,
+            f"run_{name}5": f"run_{name}2",
+            f"run_{name}9": f"run_{name}5",
+        }
+        assert Session.objects.get(id=f"s_{name}").leaf_run_id == f"run_{name}9"
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
