@@ -10,6 +10,11 @@ opens each session in Debian's Chromium:
   complete (every turn's text, the last one exact);
 - refresh: the same page reloaded (its cache), until the same.
 
+With ``--branched`` every turn's answer is regenerated once (two sibling
+answers) and every fifth message is edited (a second version of it, with its
+own answer, on which the conversation goes on): about 230 events a turn, of
+which the tab shows the active path, one answer a turn.
+
 It prints, per size, the median of ``--repeat`` opens: the time from
 navigation start to caught up, the bytes of WebSocket frames received, and the
 longest main-thread task (the Long Tasks API; "<50" when none was that long).
@@ -94,6 +99,63 @@ def build_session(user, turns: int) -> tuple[str, int]:
     return session.id, AgentSession.objects.get(id=session.id).head
 
 
+def _turn_events(run: Run, first: NewEvent | None, started: dict) -> list[NewEvent]:
+    text = "".join(f"tok{i} " for i in range(TURN_DELTAS))
+    return [
+        *([first] if first else []),
+        NewEvent(p.K_RUN_STARTED, started, run.id),
+        *(NewEvent(p.K_ASSISTANT_DELTA, {"text": f"tok{i} "}, run.id) for i in range(100)),
+        NewEvent(p.K_ASSISTANT_MESSAGE, {"text": text}, run.id),
+        NewEvent(p.K_RUN_FINISHED, {"stop_reason": p.STOP_END_TURN}, run.id),
+    ]
+
+
+def build_branched_session(user, turns: int) -> tuple[str, int]:
+    """A session of ``turns`` turns with many branches (see the module's
+    comment); the active path is one answer a turn. Returns its id and head."""
+    session = create_session(user, f"{turns} branched turns")
+    now = timezone.now()
+    leaf = None
+    text = f"/stream {TURN_DELTAS} 0"
+
+    def run(cmid: str, message_seq: int, **tree) -> Run:
+        return Run.objects.create(
+            session=session,
+            client_message_id=cmid,
+            text=text,
+            message_seq=message_seq,
+            status=Run.Status.FINISHED,
+            stop_reason=p.STOP_END_TURN,
+            started_at=now,
+            finished_at=now,
+            parent_id=leaf,
+            **tree,
+        )
+
+    def append(events: list[NewEvent]) -> None:
+        with transaction.atomic():
+            append_events(session.id, events)
+        session.head += len(events)
+
+    for t in range(turns):
+        first = run(f"m{t}", session.head + 1)
+        message = NewEvent(p.K_USER_MESSAGE, {"client_message_id": f"m{t}", "text": text}, first.id)
+        append(_turn_events(first, message, {"client_message_id": f"m{t}"}))
+        again = run(f"g{t}", first.message_seq, answers_id=first.id)
+        regenerated = {"client_message_id": f"g{t}", "regenerates": first.id, "parent_run_id": leaf}
+        append(_turn_events(again, None, regenerated))
+        last = again
+        if t % 5 == 4:
+            edited = run(f"e{t}", session.head + 1)
+            data = {"client_message_id": f"e{t}", "text": text, "edits": first.id}
+            message = NewEvent(p.K_USER_MESSAGE, {**data, "parent_run_id": leaf}, edited.id)
+            append(_turn_events(edited, message, {"client_message_id": f"e{t}"}))
+            last = edited
+        leaf = last.id
+    AgentSession.objects.filter(id=session.id).update(leaf_run_id=leaf)
+    return session.id, AgentSession.objects.get(id=session.id).head
+
+
 def open_once(page, url: str, head: int, turns: int, received: list[int], reload=False):
     received.clear()
     if reload:
@@ -103,7 +165,8 @@ def open_once(page, url: str, head: int, turns: int, received: list[int], reload
     page.wait_for_function(CAUGHT_UP_JS, arg=head, timeout=120_000, polling=50)
     probe = page.evaluate("() => window.__probe")
     texts = page.eval_on_selector_all(
-        "[data-testid=assistant-message]", "els => els.map(e => e.textContent)"
+        "[data-testid=assistant-message]",
+        "els => els.filter(e => !e.hidden).map(e => e.textContent)",
     )
     want = "".join(f"tok{i} " for i in range(TURN_DELTAS))
     assert len(texts) == turns and texts[-1].endswith(want), (len(texts), texts[-1][-80:])
@@ -114,7 +177,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", default="10,96,962", help="turns per session (104 events each)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--branched", action="store_true", help="regenerates and edits (default turns 4,42,430)"
+    )
     args = parser.parse_args()
+    if args.branched and args.turns == parser.get_default("turns"):
+        args.turns = "4,42,430"
+    build = build_branched_session if args.branched else build_session
     from playwright.sync_api import sync_playwright
 
     call_command("migrate", verbosity=0)
@@ -123,7 +192,7 @@ def main() -> None:
     built = []
     for turns in sizes:
         began = time.monotonic()
-        sid, head = build_session(user, turns)
+        sid, head = build(user, turns)
         built.append((turns, sid, head))
         print(f"built {head} events in {time.monotonic() - began:.1f} s", flush=True)
     log_dir = Path(tempfile.mkdtemp(prefix="agent-bench-open-"))
