@@ -291,7 +291,7 @@ export function pendingItem(d, e, live) {
     "li",
     { class: `row msg msg-user pending pending-${e.state}`, "data-testid": "pending-message", "data-client-message-id": e.id, "data-state": e.state },
     [
-      h(d, "div", { class: "pending-text", text: e.text }),
+      h(d, "div", { class: "pending-text", text: e.regenerate ? "Regenerate the answer" : e.text }),
       h(d, "div", { class: "pending-meta" }, [
         h(d, "span", { text: status }),
         e.state === FAILED
