@@ -121,8 +121,8 @@ from chaos_phases import (  # noqa: E402
     fault_loop,
     fuzz_phase,
     raw_tabs_done,
-    verify,
 )
+from chaos_verify import verify  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
