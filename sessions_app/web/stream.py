@@ -212,9 +212,13 @@ class _Stream:
         for group in groups:
             await layer.group_add(group, channel)
         try:
-            opening = {"session_id": self.session_id, "epoch": row["epoch"], "head": row["head"]}
+            # The head once joined: what is appended from here on also comes
+            # live (a repeat is dropped by its seq), so nothing falls between.
+            state, _ = await _tail(self.session_id, self.granted)
+            head = row["head"] if state is None else state[0]
+            opening = {"session_id": self.session_id, "epoch": row["epoch"], "head": head}
             yield sse("stream", frames.dumps(opening), retry=1000)
-            async for chunk in self._replay(row["head"]):
+            async for chunk in self._replay(head):
                 yield chunk
             async for chunk in self._live(layer, channel, row["epoch"]):
                 yield chunk

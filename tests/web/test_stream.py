@@ -226,3 +226,24 @@ def test_compact_skips_the_superseded_deltas_of_a_finished_run(server, user):
             else [frame["seq"]]
         )
     assert covered == list(range(1, head + 1))
+
+
+def test_streams_past_the_users_limit_wait_and_a_closed_one_frees_its_place(own_server, user):
+    """At most ``AGENT_USER_MAX_SOCKETS`` streams of a user on a server: one
+    more is 429 with Retry-After; a client that goes away frees its place."""
+    start, _ = own_server
+    server = start(AGENT_USER_MAX_SOCKETS="2")
+    s = create_session(user)
+    url = f"/api/sessions/{s.id}/stream/"
+    with client_for(server, user) as c:
+        with c.stream("GET", url) as one, c.stream("GET", url) as two:
+            assert (one.status_code, two.status_code) == (200, 200)
+            third = c.get(url)
+            assert third.status_code == 429 and third.headers["Retry-After"] == "5"
+        deadline = time.monotonic() + 10
+        while True:
+            with c.stream("GET", url) as again:
+                if again.status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "a closed stream kept its place"
+            poll_pause()
