@@ -246,6 +246,7 @@ if AGENT_PATCH_FAILURES not in ("refuse", "warn"):
 # (4408, retryable) a client that read nothing for this long.
 AGENT_SEND_BUFFER_BYTES = _app("AGENT_SEND_BUFFER_BYTES")
 AGENT_SLOW_CONSUMER_SECONDS = _app("AGENT_SLOW_CONSUMER_SECONDS")
+AGENT_SSE_HEARTBEAT_SECONDS = _app("AGENT_SSE_HEARTBEAT_SECONDS")
 
 # Retention (docs/architecture.md, "Retention"). Off when unset or 0. The streamed
 # deltas of a run whose text is in its assistant.message are deleted this many
@@ -305,7 +306,8 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Agent sessions API",
     "DESCRIPTION": (
         "Sessions, their event logs, messages, approval decisions and cancels. "
-        "The live stream is the WebSocket protocol at /ws/sessions/ (docs/protocol.md)."
+        "Live: the WebSocket protocol at /ws/sessions/ (docs/protocol.md), or the "
+        "read-only Server-Sent Events stream at …/stream/."
     ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
@@ -313,6 +315,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The SSE stream is a plain async view: its path is added by a hook.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "sessions_app.web.stream.add_to_schema",
+    ],
 }
 
 # HTTPS=1 when the site is served over HTTPS (directly or behind a proxy):

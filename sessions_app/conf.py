@@ -77,6 +77,9 @@ DEFAULTS: dict[str, object] = {
     "AGENT_PATCH_FAILURES": "refuse",
     "AGENT_SEND_BUFFER_BYTES": 1024 * 1024,
     "AGENT_SLOW_CONSUMER_SECONDS": 10.0,
+    # The SSE stream (GET …/stream/): a comment this often while idle (under
+    # a proxy's read timeout), with a check of the head and the user's rights.
+    "AGENT_SSE_HEARTBEAT_SECONDS": 15.0,
     "AGENT_RETAIN_DELTAS_DAYS": 0.0,
     "AGENT_RETAIN_SESSIONS_DAYS": 0.0,
     "AGENT_RETENTION_INTERVAL_SECONDS": 3600.0,

@@ -259,14 +259,16 @@ def _install_send_buffer_probe() -> None:
     original = Server.create_application
 
     def create_application(self, protocol, scope):
-        if scope.get("type") == "websocket":
+        if scope.get("type") in ("websocket", "http"):
+            # (HTTP: the SSE stream's flow control, ``web.stream``.)
             probe = functools.partial(transport_buffered, weakref.ref(protocol))
             scope.setdefault("extensions", {})[SEND_BUFFER_EXTENSION] = probe
-            # Daphne leaves a WebSocket scope's scheme out (ASGI then means
-            # "ws"), under its own TLS too: the Origin check would refuse
-            # every https page's socket.
-            if "scheme" not in scope and ISSLTransport.providedBy(protocol.transport):
-                scope["scheme"] = "wss"
+        # Daphne leaves a WebSocket scope's scheme out (ASGI then means
+        # "ws"), under its own TLS too: the Origin check would refuse every
+        # https page's socket.
+        tls = ISSLTransport.providedBy(protocol.transport)
+        if scope.get("type") == "websocket" and "scheme" not in scope and tls:
+            scope["scheme"] = "wss"
         return original(self, protocol, scope)
 
     create_application._sessions_app = True

@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import BasePermission
 
-from sessions_app.web import api
+from sessions_app.web import api, stream
 
 
 class DocsAllowed(BasePermission):
@@ -30,6 +30,7 @@ urlpatterns = [
     path("sessions/<str:session_id>/", api.SessionDetail.as_view(), name="api-session"),
     path("sessions/<str:session_id>/events/", api.SessionEvents.as_view(), name="api-events"),
     path("sessions/<str:session_id>/messages/", api.SessionMessages.as_view(), name="api-messages"),
+    path("sessions/<str:session_id>/stream/", stream.session_stream, name="api-stream"),
     path("sessions/<str:session_id>/tree/", api.SessionTree.as_view(), name="api-tree"),
     path("sessions/<str:session_id>/branch/", api.SessionBranch.as_view(), name="api-branch"),
     path("approvals/<str:approval_id>/decide/", api.ApprovalDecide.as_view(), name="api-decide"),

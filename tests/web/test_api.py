@@ -325,6 +325,7 @@ def test_the_openapi_schema_matches_the_views(client_for, user, tmp_path):
         "/api/sessions/{session_id}/events/",
         "/api/sessions/{session_id}/messages/",
         "/api/sessions/{session_id}/tree/",
+        "/api/sessions/{session_id}/stream/",
         "/api/sessions/{session_id}/branch/",
         "/api/approvals/{approval_id}/decide/",
         "/api/runs/{run_id}/cancel/",
