@@ -17,7 +17,7 @@ and no repeat at the boundary. While idle it sends a comment every
 ``AGENT_SSE_HEARTBEAT_SECONDS`` and checks the head and the user's rights.
 It ends with ``event: reset`` (data: a ``resume_rejected`` frame) when the
 cursor cannot be honoured or the log was rebuilt, and a client then starts
-again as that reason says (docs/protocol.md, "Server-Sent Events"). A client
+again as that reason says (docs/sse.md). A client
 that stops reading is dropped as a slow socket is, and may come back.
 
 Auth and ownership are the REST API's: the session cookie or an
@@ -352,7 +352,7 @@ def add_to_schema(result, generator, request, public):
                 "<the event frame>`. It opens with `event: stream` (`session_id`, `epoch`, "
                 "`head`), resumes after `Last-Event-ID` (or `?after=N`), sends a comment "
                 "while idle and ends with `event: reset` (a resume_rejected frame) when the "
-                "cursor cannot be honoured. See docs/protocol.md, Server-Sent Events."
+                "cursor cannot be honoured. See docs/sse.md."
             ),
             "tags": ["sessions"],
             "parameters": [
