@@ -32,6 +32,8 @@ def _app(name: str):
     default = DEFAULTS[name]
     if isinstance(default, bool):
         return _env_bool(name, default)
+    if isinstance(default, list):
+        return list(default)  # a list is read with _env_list
     raw = os.environ.get(name, "")
     return type(default)(raw) if raw != "" else default
 
@@ -189,6 +191,8 @@ else:
 
 AGENT_CLASS = _app("AGENT_CLASS")
 AGENT_SYSTEM_PROMPT = _app("AGENT_SYSTEM_PROMPT")
+# Comma-separated dotted paths of Tool classes (docs/agents.md, "Adding a tool").
+AGENT_TOOLS = _env_list("AGENT_TOOLS", _app("AGENT_TOOLS"))
 AGENT_WORKER_METRICS_PORT = _app("AGENT_WORKER_METRICS_PORT")
 AGENT_WORKER_METRICS_HOST = _app("AGENT_WORKER_METRICS_HOST")
 AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))

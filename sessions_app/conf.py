@@ -43,6 +43,11 @@ DEFAULTS: dict[str, object] = {
     "AGENT_CLASS": "scripted",
     # The system prompt of the model backends (openai, anthropic).
     "AGENT_SYSTEM_PROMPT": DEFAULT_SYSTEM_PROMPT,
+    # The tools agents may ask for: Tool classes by dotted path (runtime.registry).
+    "AGENT_TOOLS": [
+        "sessions_app.runtime.tools.WriteFile",
+        "sessions_app.runtime.tools.Terminal",
+    ],
     "AGENT_LEASE_SECONDS": 10.0,
     "AGENT_SWEEP_SECONDS": 3.0,
     "AGENT_PICKUP_SECONDS": 120.0,

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from sessions_app.runtime.base import Parked, ToolOutcome
+from sessions_app.runtime.registry import Tool
 
 
 class FakeContext:
@@ -330,3 +331,25 @@ class CarelessAgent:
 
     def resume(self, ctx, outcome) -> None:
         ctx.message("resumed")
+
+
+class Shout(Tool):
+    """A third tool, added through the registry (``AGENT_TOOLS``) by the
+    tests, without editing the app: answers its text in capitals, in a file
+    of the workspace too, so a test can count its executions."""
+
+    name = "shout"
+    description = "Say TEXT in capitals."
+    parameters = {
+        "type": "object",
+        "properties": {"text": {"type": "string"}, "times": {"type": "integer"}},
+        "required": ["text"],
+        "additionalProperties": False,
+    }
+    display = [{"arg": "text", "label": "what", "as": "code"}]
+
+    def execute(self, args, workspace):
+        said = args["text"].upper() * args.get("times", 1)
+        with open(workspace / "shouts.txt", "a") as out:
+            out.write(said + "\n")
+        return True, said

@@ -29,10 +29,11 @@ from django.utils import timezone
 from sessions_app.log.events import RunGuard
 from sessions_app.log.group_commit import append_event
 from sessions_app.models import ApprovalRequest, Event, Run
-from sessions_app.runtime import leases, runs, turns
+from sessions_app.runtime import leases, registry, runs, turns
 from sessions_app.runtime.agents import get_agent
 from sessions_app.runtime.base import AgentError, Parked, ToolOutcome
-from sessions_app.runtime.tools import execute, workspace_for
+from sessions_app.runtime.registry import execute
+from sessions_app.runtime.tools import workspace_for
 from sessions_app.server.identity import worker_id
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted, SessionGone
@@ -147,6 +148,10 @@ class _Context:
         self.append(p.K_ASSISTANT_MESSAGE, {"text": text})
 
     def request_tool(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> None:
+        problem = registry.validate_args(tool, args)
+        if problem:
+            # No gate for a call no tool can take (an unknown tool, bad arguments).
+            raise AgentError(problem)
         tool_call_id = "call_" + secrets.token_urlsafe(9)
         approval_id = runs.park(
             self.run_id,

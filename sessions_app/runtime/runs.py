@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from sessions_app.log.events import NewEvent, append_event, append_events
 from sessions_app.models import AgentSession, ApprovalRequest, Run
+from sessions_app.runtime import registry
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session, lock_user, set_session_status
 from sessions_app.wire import protocol as p
@@ -336,6 +337,9 @@ def park(
             session_id=session_id, run_id=run_id, tool_call_id=tool_call_id, tool=tool, args=args
         )
         call = {"tool_call_id": tool_call_id, "tool": tool, "args": args}
+        # How the cards show the arguments (the tool's own ``display``).
+        if display := registry.display_of(tool):
+            call["display"] = display
         append_events(
             session_id,
             [

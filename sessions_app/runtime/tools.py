@@ -1,11 +1,12 @@
-"""The two tools an agent may ask for, and the session workspaces they act in.
+"""The two built-in tools (entries of the registry, ``runtime.registry``),
+and the session workspaces every tool acts in.
 
-The runtime, never an agent, calls ``execute`` once a call is approved. Both
-tools are confined to the session's workspace directory: ``write_file`` only
+The runtime, never an agent, executes a call once it is approved. Both tools
+are confined to the session's workspace directory: ``write_file`` only
 appends inside it, ``terminal`` only runs a fixed list of harmless programs
 there, without a shell. Anything that could leave the workspace is refused
-before anything is touched, and ``execute`` reports bad input as
-``(False, reason)`` instead of raising.
+before anything is touched, and bad input is reported as ``(False, reason)``
+instead of raised.
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ from typing import Any
 
 from django.conf import settings
 
+from sessions_app.runtime.registry import Tool
 from sessions_app.wire.protocol import is_session_id
-
-TOOLS = ("write_file", "terminal")
 
 ALLOWED_PROGRAMS = frozenset({"echo", "ls", "cat", "wc", "date", "pwd"})
 TERMINAL_TIMEOUT = 10.0
@@ -126,57 +126,77 @@ def workspace_for(session_id: str) -> Path:
     return path
 
 
-def validate_args(tool: str, args: Any) -> str | None:
-    """Why ``args`` are not well-formed for ``tool``, or None when they are."""
-    if tool not in TOOLS:
-        return f"unknown tool: {tool!r}"
-    if not isinstance(args, dict):
-        return "arguments must be an object"
-    expected = {"write_file": ("path", "text"), "terminal": ("command",)}[tool]
-    for key in expected:
-        if not isinstance(args.get(key), str):
-            return f"{tool} needs a string argument {key!r}"
-    extra = sorted(set(args) - set(expected))
-    if extra:
-        return f"unexpected arguments for {tool}: {', '.join(map(str, extra))}"
-    if tool == "write_file":
+class WriteFile(Tool):
+    """``write_file``: append a line of text to a file inside the workspace."""
+
+    name = "write_file"
+    description = "Append TEXT and a newline to a file in the workspace."
+    parameters = {
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "string",
+                "description": "Relative path inside the workspace, e.g. notes.txt",
+            },
+            "text": {"type": "string", "description": "The text to append."},
+        },
+        "required": ["path", "text"],
+        "additionalProperties": False,
+    }
+    display = [{"arg": "path", "label": "path", "as": "code"}, {"arg": "text", "as": "block"}]
+
+    def validate(self, args: Any) -> str | None:
+        problem = super().validate(args)
+        if problem:
+            return problem
         if not args["path"]:
             return "path is empty"
         if len(args["path"]) > MAX_PATH_CHARS:
             return "path is too long"
         if len(args["text"]) > MAX_TEXT_CHARS:
             return "text is too long"
-        if "\x00" in args["path"]:
-            return "path contains a NUL character"
-    else:
+        return None
+
+    def execute(self, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
+        try:
+            return _write_file(args["path"], args["text"], workspace)
+        except _Refused as refused:
+            return False, str(refused)
+
+
+class Terminal(Tool):
+    """``terminal``: one harmless command in the workspace, without a shell."""
+
+    name = "terminal"
+    description = (
+        "Run one command (echo, ls, cat, wc, date or pwd) in the workspace, "
+        "without a shell. Returns its output."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "e.g. ls -l or cat notes.txt"},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    }
+    display = [{"arg": "command", "as": "command"}]
+
+    def validate(self, args: Any) -> str | None:
+        problem = super().validate(args)
+        if problem:
+            return problem
         if not args["command"].strip():
             return "command is empty"
         if len(args["command"]) > MAX_COMMAND_CHARS:
             return "command is too long"
-        if "\x00" in args["command"]:
-            return "command contains a NUL character"
-    return None
+        return None
 
-
-def execute(tool: str, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
-    """Run an approved tool call in ``workspace``; returns ``(ok, output)``."""
-    error = validate_args(tool, args)
-    if error:
-        return False, error
-    try:
-        root = Path(workspace).resolve(strict=True)
-    except OSError:
-        return False, "the session workspace is missing"
-    if not root.is_dir():
-        return False, "the session workspace is missing"
-    try:
-        if tool == "write_file":
-            return _write_file(args["path"], args["text"], root)
-        return _terminal(args["command"], root)
-    except _Refused as refused:
-        return False, str(refused)
-    except OSError as exc:
-        return False, f"{tool} failed: {exc.strerror or exc.__class__.__name__}"
+    def execute(self, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
+        try:
+            return _terminal(args["command"], workspace)
+        except _Refused as refused:
+            return False, str(refused)
 
 
 # --- write_file -----------------------------------------------------------

@@ -14,17 +14,21 @@ page read) and return what to do next, as actions the socket carries out:
 (``sockets.base.AppSocket.to`` refuses any other). ``Sequencer`` keeps a
 session socket's order: replay after the cursor, live events parked meanwhile,
 then live with no gap and no repeat. ``Batcher`` packs replayed frames into
-``batch`` messages. ``interleave`` and ``contiguous`` walk pages of the log
-for a compacted and a plain replay.
+``batch`` messages. ``interleave`` (``wire.ranges``) and ``contiguous`` walk
+pages of the log for a compacted and a plain replay.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 
 from sessions_app.wire import frames
+from sessions_app.wire.ranges import Action, Compacted, Refill, Send, interleave
+
+# The actions and the compacted walk are the wire's (``wire.ranges``: the SSE
+# stream replays with them too); named here as well, where the socket looks.
+__all__ = ["Action", "Compacted", "Refill", "Send", "interleave"]
 
 
 class Phase(enum.Enum):
@@ -59,30 +63,6 @@ def check_transition(current: Phase, new: Phase) -> bool:
         raise PhaseError(f"{current.value} -> {new.value} is not a declared transition")
     return True
 
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    text: str
-    seq: int
-
-
-@dataclass(frozen=True, slots=True)
-class Refill:
-    after: int
-    upto: int
-
-
-@dataclass(frozen=True, slots=True)
-class Compacted:
-    first: int
-    last: int
-    run_id: str
-
-    def text(self, session_id: str) -> str:
-        return frames.dumps(frames.compacted_frame(session_id, self.first, self.last, self.run_id))
-
-
-Action = Send | Refill | Compacted
 
 # ``Sequencer.before``'s answer for an event sent already.
 REPEAT = True
@@ -209,26 +189,5 @@ def contiguous(cursor: int, page: Iterable[tuple[str, int]]) -> Iterator[Send]:
     for text, seq in page:
         if seq != cursor + 1:
             raise LogHole(cursor)
-        yield Send(text, seq)
-        cursor = seq
-
-
-def interleave(
-    cursor: int,
-    page: Iterable[tuple[str, int]],
-    superseded: Mapping[int, tuple[int, str]],
-) -> Iterator[Action]:
-    """A compacted replay's steps over one page of the skeleton (the events that
-    are not deltas): between two of its frames either one ``Compacted`` (the
-    gap is exactly a superseded stretch, ``superseded[first] = (last, run_id)``)
-    or a ``Refill`` (the deltas kept: a run still streaming, or a stretch the
-    plan did not cover)."""
-    for text, seq in page:
-        if seq > cursor + 1:
-            stretch = superseded.get(cursor + 1)
-            if stretch is not None and stretch[0] == seq - 1:
-                yield Compacted(cursor + 1, seq - 1, stretch[1])
-            else:
-                yield Refill(cursor, seq - 1)
         yield Send(text, seq)
         cursor = seq

@@ -47,9 +47,9 @@ from sessions_app.log.events import check_resume_cursor, read_frames
 from sessions_app.models import AgentSession
 from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.server.patches import send_buffer_probe
-from sessions_app.sockets.delivery import Compacted, Refill, Send, interleave
 from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
+from sessions_app.wire.ranges import Compacted, Refill, Send, interleave
 
 PAGE = 500
 _ROW = ("epoch", "head", "earliest", "compacted_through")

@@ -26,29 +26,46 @@ function pretty(value) {
   }
 }
 
-/** The arguments of a tool call, readable: known tools get labelled fields. */
-function argsBlock(doc, tool, args) {
+/**
+ * The arguments of a tool call, readable: as its tool says to show them (the
+ * registry's `display`, sent with the call), else as JSON. A field is shown
+ * as text, never as markup: whatever a model put in an argument stays inert.
+ */
+function argsBlock(doc, display, args) {
   const a = args && typeof args === "object" ? args : {};
-  if (tool === "terminal" && typeof a.command === "string") {
-    return h(doc, "pre", { class: "code code-cmd" }, [h(doc, "code", { text: `$ ${a.command}` })]);
-  }
-  if (tool === "write_file" && typeof a.path === "string") {
-    return h(doc, "div", { class: "tool-args" }, [
-      h(doc, "div", { class: "kv" }, [h(doc, "span", { class: "k", text: "path" }), h(doc, "code", { class: "v", text: a.path })]),
-      h(doc, "pre", { class: "code" }, [h(doc, "code", { text: pretty(a.text ?? "") })]),
-    ]);
-  }
-  return h(doc, "pre", { class: "code" }, [h(doc, "code", { text: pretty(a) })]);
+  if (!display) return h(doc, "pre", { class: "code" }, [h(doc, "code", { text: pretty(a) })]);
+  return h(
+    doc,
+    "div",
+    { class: "tool-args" },
+    display.map((f) => {
+      const value = pretty(a[f.arg] ?? "");
+      if (f.as === "command") return h(doc, "pre", { class: "code code-cmd" }, [h(doc, "code", { text: `$ ${value}` })]);
+      if (f.as === "block") return h(doc, "pre", { class: "code" }, [h(doc, "code", { text: value })]);
+      return h(doc, "div", { class: "kv" }, [h(doc, "span", { class: "k", text: f.label || f.arg }), h(doc, "code", { class: "v", text: value })]);
+    }),
+  );
 }
 
-/** A one-line summary of a tool call's arguments. */
-function argsSummary(tool, args) {
+/** A one-line summary of a tool call's arguments: its first shown field, or its JSON. */
+function argsSummary(display, args) {
   const a = args && typeof args === "object" ? args : {};
-  let text;
-  if (tool === "terminal" && typeof a.command === "string") text = a.command;
-  else if (tool === "write_file" && typeof a.path === "string") text = a.path;
-  else text = pretty(a).replace(/\s+/g, " ");
+  const first = display ? a[display[0].arg] : undefined;
+  const text = (first !== undefined ? pretty(first) : pretty(a)).replace(/\s+/g, " ");
   return text.length > 80 ? `${text.slice(0, 79)}…` : text;
+}
+
+/** The built-in tools' display, for calls logged before tools sent their own. */
+const BUILTIN_DISPLAY = {
+  write_file: [
+    { arg: "path", label: "path", as: "code" },
+    { arg: "text", label: "", as: "block" },
+  ],
+  terminal: [{ arg: "command", label: "", as: "command" }],
+};
+
+function legacyDisplay(item) {
+  return item.display || BUILTIN_DISPLAY[item.tool] || null;
 }
 
 const NOTICE_TEXT = {
@@ -141,9 +158,9 @@ function row(doc, item, ctx) {
           h(d, "header", { class: "card-head" }, [
             h(d, "span", { class: "chip chip-tool", text: "Tool call" }),
             h(d, "strong", { text: item.tool }),
-            h(d, "code", { class: "tool-summary", text: argsSummary(item.tool, item.args) }),
+            h(d, "code", { class: "tool-summary", text: argsSummary(legacyDisplay(item), item.args) }),
           ]),
-          h(d, "details", { class: "tool-details" }, [h(d, "summary", { text: "Arguments" }), argsBlock(d, item.tool, item.args)]),
+          h(d, "details", { class: "tool-details" }, [h(d, "summary", { text: "Arguments" }), argsBlock(d, legacyDisplay(item), item.args)]),
         ],
       );
     case "approval":
@@ -243,7 +260,7 @@ export function buildApproval(doc, item, ctx) {
         h(d, "span", { class: "chip chip-approval", text: pending ? "Approval needed" : "Approval" }),
         h(d, "strong", { text: item.tool }),
       ]),
-      argsBlock(d, item.tool, item.args),
+      argsBlock(d, legacyDisplay(item), item.args),
       h(d, "div", { class: "approval-foot" }, [
         h(d, "p", { class: "approval-status", "data-testid": "approval-decision", "data-decided-by": item.decidedBy || null, text: statusText }),
         // A gate closed with its branch can never be decided: no buttons at all.

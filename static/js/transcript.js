@@ -65,6 +65,13 @@ function str(value) {
   return typeof value === "string" ? value : value == null ? "" : String(value);
 }
 
+/** A tool's own way of showing its arguments (the registry's `display`), or null. */
+function displayOf(d) {
+  if (!Array.isArray(d.display)) return null;
+  const fields = d.display.filter((f) => f && typeof f === "object" && typeof f.arg === "string");
+  return fields.length ? fields.map((f) => ({ arg: f.arg, label: str(f.label), as: str(f.as) || "code" })) : null;
+}
+
 function addItem(model, item, changes) {
   const i = model.items.length;
   model.items.push(item);
@@ -182,7 +189,7 @@ export function applyEvent(model, ev) {
     }
     case P.K_TOOL_CALL: {
       const id = str(d.tool_call_id);
-      const item = { key: `t${ev.seq}`, seq: ev.seq, type: "tool", toolCallId: id, tool: str(d.tool), args: d.args ?? {}, runId };
+      const item = { key: `t${ev.seq}`, seq: ev.seq, type: "tool", toolCallId: id, tool: str(d.tool), args: d.args ?? {}, display: displayOf(d), runId };
       const i = addItem(model, item, changes);
       if (id) model.idx.tool[id] = i;
       break;
@@ -198,6 +205,7 @@ export function applyEvent(model, ev) {
         toolCallId: str(d.tool_call_id),
         tool: str(d.tool),
         args: d.args ?? {},
+        display: displayOf(d),
         status: "pending",
         decision: null,
         decidedBy: null,

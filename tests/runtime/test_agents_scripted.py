@@ -9,7 +9,8 @@ from sessions_app.runtime.agents import get_agent
 from sessions_app.runtime.agents.openai import OpenAIAgent
 from sessions_app.runtime.agents.scripted import ScriptedAgent
 from sessions_app.runtime.base import AgentError, Parked
-from sessions_app.runtime.tools import execute, workspace_for
+from sessions_app.runtime.registry import execute
+from sessions_app.runtime.tools import workspace_for
 from tests.fakes import FakeContext
 
 

@@ -89,6 +89,7 @@ async def test_gate_events_and_denial(server, cookie):
         "tool_call_id": req["data"]["tool_call_id"],
         "tool": "write_file",
         "args": {"path": "x.txt", "text": "nope"},
+        "display": [{"arg": "path", "label": "path", "as": "code"}, {"arg": "text", "as": "block"}],
     }
     assert paused["data"]["stop_reason"] == "requires_approval"
     presence = await c.wait(lambda f: f["type"] == "presence" and f["running"] is True)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from sessions_app.runtime import tools
-from sessions_app.runtime.tools import execute, validate_args, workspace_for
+from sessions_app.runtime.registry import execute, validate_args
+from sessions_app.runtime.tools import workspace_for
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from typing import Any
 
 from django.conf import settings
 
+from sessions_app.runtime import registry
 from sessions_app.runtime.agents import streaming
-from sessions_app.runtime.agents.openai import TOOL_SCHEMAS as OPENAI_TOOL_SCHEMAS
 from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
 
 API_VERSION = "2023-06-01"
@@ -31,15 +31,13 @@ MAX_MODEL_CALLS = 8
 # Seconds to wait for the endpoint: to connect and between streamed bytes.
 REQUEST_TIMEOUT = 60.0
 
-# The same two tools, in this API's shape.
-TOOL_SCHEMAS = [
-    {
-        "name": tool["function"]["name"],
-        "description": tool["function"]["description"],
-        "input_schema": tool["function"]["parameters"],
-    }
-    for tool in OPENAI_TOOL_SCHEMAS
-]
+
+def tool_schemas() -> list[dict[str, Any]]:
+    """The registry's tools in this API's shape (``AGENT_TOOLS``)."""
+    return [
+        {"name": t.name, "description": t.description, "input_schema": t.parameters}
+        for t in registry.tools().values()
+    ]
 
 
 class AnthropicAgent:
@@ -222,7 +220,7 @@ def _open(messages: list[dict[str, Any]]) -> Any:
         "max_tokens": int(settings.ANTHROPIC_MAX_TOKENS),
         "system": settings.AGENT_SYSTEM_PROMPT,
         "messages": messages,
-        "tools": TOOL_SCHEMAS,
+        "tools": tool_schemas(),
         "stream": True,
     }
     headers = {"anthropic-version": API_VERSION}

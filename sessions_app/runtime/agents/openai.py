@@ -22,6 +22,7 @@ from typing import Any
 
 from django.conf import settings
 
+from sessions_app.runtime import registry
 from sessions_app.runtime.agents import streaming
 from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
 
@@ -31,45 +32,9 @@ MAX_MODEL_CALLS = 8
 REQUEST_TIMEOUT = 60.0
 
 
-TOOL_SCHEMAS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "write_file",
-            "description": "Append TEXT and a newline to a file in the workspace.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "path": {
-                        "type": "string",
-                        "description": "Relative path inside the workspace, e.g. notes.txt",
-                    },
-                    "text": {"type": "string", "description": "The text to append."},
-                },
-                "required": ["path", "text"],
-                "additionalProperties": False,
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "terminal",
-            "description": (
-                "Run one command (echo, ls, cat, wc, date or pwd) in the workspace, "
-                "without a shell. Returns its output."
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "command": {"type": "string", "description": "e.g. ls -l or cat notes.txt"},
-                },
-                "required": ["command"],
-                "additionalProperties": False,
-            },
-        },
-    },
-]
+def tool_schemas() -> list[dict[str, Any]]:
+    """The registry's tools in this API's shape (``AGENT_TOOLS``)."""
+    return [{"type": "function", "function": tool.schema()} for tool in registry.tools().values()]
 
 
 class OpenAIAgent:
@@ -210,7 +175,7 @@ def _open(messages: list[dict[str, Any]]) -> Any:
     body = {
         "model": settings.OPENAI_MODEL,
         "messages": messages,
-        "tools": TOOL_SCHEMAS,
+        "tools": tool_schemas(),
         "stream": True,
     }
     headers = {}

@@ -4,12 +4,14 @@ It implements the commands in docs/protocol.md, "The demo agent's commands":
 plain text gets a short streamed reply, ``/stream N [MS]`` is a load
 generator, ``/echo TEXT`` streams TEXT back as written (Markdown, payloads),
 ``/markdown`` streams a sample answer in Markdown, ``/write`` and ``/sh`` go
-through an approval gate, ``/fail`` ends the run with an error. It holds
+through an approval gate (as does ``/tool NAME JSON``, any tool of the
+registry), ``/fail`` ends the run with an error. It holds
 nothing between calls: what ``resume`` needs is in ``ctx.state``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
@@ -22,6 +24,7 @@ STREAM_USAGE = "usage: /stream N [MS]"
 WRITE_USAGE = "usage: /write PATH TEXT"
 SH_USAGE = "usage: /sh CMD"
 ECHO_USAGE = "usage: /echo TEXT"
+TOOL_USAGE = "usage: /tool NAME [JSON ARGUMENTS]"
 # /echo and /markdown stream their text in this many deltas, this far apart.
 ECHO_DELTAS = 12
 ECHO_DELTA_PAUSE = 0.03
@@ -82,6 +85,8 @@ class ScriptedAgent:
             self._write(ctx, rest)
         elif command == "/sh":
             self._sh(ctx, rest)
+        elif command == "/tool":
+            self._tool(ctx, rest)
         elif command == "/fail":
             raise AgentError("the scripted agent was asked to fail (/fail)")
         else:
@@ -106,7 +111,13 @@ class ScriptedAgent:
             else:
                 ctx.message(f"The command `{command}` failed:\n{outcome.output}")
         else:
-            raise AgentError(f"the scripted agent never asks for tool {outcome.tool!r}")
+            # Any other tool of the registry (asked for with /tool).
+            if not outcome.approved:
+                ctx.message(f"The call to {outcome.tool} was denied.")
+            elif outcome.ok:
+                ctx.message(f"{outcome.tool}: {outcome.output}")
+            else:
+                ctx.message(f"{outcome.tool} failed: {outcome.output}")
 
     # --- commands ---------------------------------------------------------
 
@@ -164,6 +175,16 @@ class ScriptedAgent:
             {"path": path, "text": text},
             state={"tool": "write_file", "path": path},
         )
+
+    def _tool(self, ctx: RunContext, rest: str) -> None:
+        parts = rest.split(None, 1)
+        if not parts:
+            raise AgentError(TOOL_USAGE)
+        try:
+            args = json.loads(parts[1]) if len(parts) == 2 else {}
+        except json.JSONDecodeError as exc:
+            raise AgentError(f"the arguments are not JSON ({exc.msg}); {TOOL_USAGE}") from None
+        ctx.request_tool(parts[0], args, state={"tool": parts[0]})
 
     def _sh(self, ctx: RunContext, rest: str) -> None:
         if not rest:

@@ -19,8 +19,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from sessions_app.runtime import registry
 from sessions_app.runtime.base import AgentError, RunContext
-from sessions_app.runtime.tools import TOOLS, validate_args
 
 # Text fragments arriving within this long of the first buffered one go out
 # as one delta, so a fast model is not one event per token.
@@ -169,13 +169,14 @@ def parse_tool_call(call: dict[str, str], what: str) -> tuple[dict[str, Any] | N
     unknown tool, arguments that are not JSON or not valid for the tool):
     such a call never reaches a person's approval card."""
     name = call.get("name", "")
-    if name not in TOOLS:
-        return None, f"error: unknown tool {name!r}; the tools are {', '.join(TOOLS)}"
+    if name not in registry.names():
+        known = ", ".join(registry.names())
+        return None, f"error: unknown tool {name!r}; the tools are {known}"
     try:
         args = json.loads(call.get("arguments") or "{}")
     except json.JSONDecodeError as exc:
         return None, f"error: {what} not valid JSON ({exc.msg})"
-    problem = validate_args(name, args)
+    problem = registry.validate_args(name, args)
     if problem:
         return None, f"error: {problem}"
     return args, None
