@@ -191,6 +191,7 @@ else:
 
 AGENT_CLASS = _app("AGENT_CLASS")
 AGENT_SYSTEM_PROMPT = _app("AGENT_SYSTEM_PROMPT")
+AGENT_WEBSOCKET_PREFIX = _app("AGENT_WEBSOCKET_PREFIX")
 # Comma-separated dotted paths of Tool classes (docs/agents.md, "Adding a tool").
 AGENT_TOOLS = _env_list("AGENT_TOOLS", _app("AGENT_TOOLS"))
 AGENT_WORKER_METRICS_PORT = _app("AGENT_WORKER_METRICS_PORT")

@@ -15,12 +15,21 @@ from pathlib import Path
 from django.conf import settings
 
 # The app's pages (all under templates/sessions_app/, so they never shadow a
-# project's own base.html or login page) and its browser client live beside
-# the package, at the repository's top level: a project embedding the app adds
-# these to TEMPLATES' DIRS and STATICFILES_DIRS.
-_REPOSITORY = Path(__file__).resolve().parent.parent
-TEMPLATES_DIR = _REPOSITORY / "templates"
-STATIC_DIR = _REPOSITORY / "static"
+# project's own base.html or login page) and its browser client: at the
+# repository's top level in a checkout, inside the package in an installed
+# wheel (``bundled_templates``, ``bundled_static``: pyproject.toml maps them).
+# A project embedding the app adds these to TEMPLATES' DIRS and
+# STATICFILES_DIRS.
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _bundled(name: str, checkout: str) -> Path:
+    installed = _PACKAGE / name
+    return installed if installed.is_dir() else _PACKAGE.parent / checkout
+
+
+TEMPLATES_DIR = _bundled("bundled_templates", "templates")
+STATIC_DIR = _bundled("bundled_static", "static")
 
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -43,6 +52,9 @@ DEFAULTS: dict[str, object] = {
     "AGENT_CLASS": "scripted",
     # The system prompt of the model backends (openai, anthropic).
     "AGENT_SYSTEM_PROMPT": DEFAULT_SYSTEM_PROMPT,
+    # Where the app's sockets are mounted: "" serves /ws/sessions/ and
+    # /ws/list/; "agents/" serves /agents/ws/sessions/ (the pages say so).
+    "AGENT_WEBSOCKET_PREFIX": "",
     # The tools agents may ask for: Tool classes by dotted path (runtime.registry).
     "AGENT_TOOLS": [
         "sessions_app.runtime.tools.WriteFile",

@@ -1,9 +1,14 @@
 """sessions_app in a second Django project, installed the way docs/embedding.md
-says: its own settings, URLs and asgi.py, its own pages beside the app's, its
-own database; daphne, a real socket, a run through an approval gate."""
+says: from its wheel (built here: templates, static files and migrations
+come from it, not from this checkout), mounted under a prefix, with its own
+settings, URLs and asgi.py, its own pages beside the app's, its own
+database; daphne, a real socket, a run through an approval gate."""
 
 from __future__ import annotations
 
+import html
+import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -102,6 +107,8 @@ USE_TZ = True
 
 # The app's own settings: only what differs from its defaults (sessions_app/conf.py).
 AGENT_WORKSPACES = BASE_DIR / "agent-workspaces"
+# The app's sockets under the same prefix as its pages (urls.py).
+AGENT_WEBSOCKET_PREFIX = "agents/"
 """
 
 URLS = """
@@ -114,8 +121,10 @@ urlpatterns = [
     path("shop/", shop),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
-    path("api/", include("sessions_app.web.api_urls")),
-    path("", include("sessions_app.urls")),
+    # The app under a prefix of the project's choosing: its pages and the
+    # client find every route from what the pages say.
+    path("agents/api/", include("sessions_app.web.api_urls")),
+    path("agents/", include("sessions_app.urls")),
 ]
 """
 
@@ -184,22 +193,65 @@ def _write(base: Path, files: dict[str, str]) -> None:
         path.write_text(textwrap.dedent(text).lstrip())
 
 
-def _env(base: Path) -> dict[str, str]:
+@pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory) -> Path:
+    """The app built as a wheel and installed (without its dependencies,
+    which this environment has) into a directory of its own."""
+    out = tmp_path_factory.mktemp("wheel")
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(out / "dist"),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = (out / "dist").glob("agent_sessions-*.whl")
+    site = out / "site"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return site
+
+
+def _env(base: Path, site: Path) -> dict[str, str]:
     import os
 
-    # Only the host project's settings: nothing of agentsite's environment.
+    # Only the host project's settings: nothing of agentsite's environment,
+    # and the app from the wheel (first on the path), never from this checkout.
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
     env = {k: v for k, v in os.environ.items() if k in keep}
     return {
         **env,
-        "PYTHONPATH": f"{base}{os.pathsep}{ROOT}",
+        "PYTHONPATH": f"{base}{os.pathsep}{site}",
         "DJANGO_SETTINGS_MODULE": "hostsite.settings",
         "PYTHONUNBUFFERED": "1",
     }
 
 
 @pytest.fixture
-def host_project(tmp_path):
+def host_project(tmp_path, installed_wheel):
     base = tmp_path / "host"
     _write(
         base,
@@ -215,7 +267,18 @@ def host_project(tmp_path):
             "templates/registration/login.html": HOST_LOGIN,
         },
     )
-    env = _env(base)
+    env = _env(base, installed_wheel)
+    where = subprocess.run(
+        [sys.executable, "-c", "import sessions_app.conf as c; print(c.__file__, c.STATIC_DIR)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=base,
+    )
+    assert where.stdout.split() == [
+        str(installed_wheel / "sessions_app" / "conf.py"),
+        str(installed_wheel / "sessions_app" / "bundled_static"),
+    ], where.stderr
     for args in (["-m", "django", "migrate", "--noinput"], ["-m", "django", "check"]):
         done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -251,14 +314,24 @@ async def test_a_second_project_runs_a_session_through_an_approval(host_project)
     base, http, cookie = host_project
     assert _get(http + "/shop/") == (200, "the host project's own page")
     assert "the shop's own sign-in page" in _get(http + "/accounts/login/")[1]
-    status, page = _get(http + "/", cookie)
+    status, page = _get(http + "/agents/", cookie)
     assert status == 200 and 'data-testid="new-session"' in page
     assert "/static/js/list.js" in page and "/static/css/app.css" in page
     assert "the shop's base" not in page
+    # The client's routes, as the page gives them: every one under the prefix.
+    urls = json.loads(html.unescape(re.search(r'data-urls="([^"]*)"', page).group(1)))
+    assert urls == {
+        "list": "/agents/",
+        "session": "/agents/s/SESSION_ID/",
+        "api_session": "/agents/api/sessions/SESSION_ID/",
+        "ws_sessions": "/agents/ws/sessions/",
+        "ws_list": "/agents/ws/list/",
+    }
     assert _get(http + "/static/js/app.js")[0] == 200
-    assert "openapi" in _get(http + "/api/schema/?format=json", cookie)[1]
+    assert _get(http + "/static/js/urls.js")[0] == 200
+    assert "openapi" in _get(http + "/agents/api/schema/?format=json", cookie)[1]
     with pytest.raises(urllib.error.HTTPError) as anonymous:
-        _get(http + "/api/sessions/")
+        _get(http + "/agents/api/sessions/")
     assert anonymous.value.code in (401, 403)
 
     echo = await WsClient.connect(http.replace("http", "ws") + "/ws/echo/", cookie)
@@ -266,7 +339,7 @@ async def test_a_second_project_runs_a_session_through_an_approval(host_project)
     assert await echo.wait(lambda f: "echo" in f) == {"user": "host-user", "echo": "hello"}
     await echo.close()
 
-    ws = await WsClient.connect(http.replace("http", "ws") + "/ws/sessions/", cookie)
+    ws = await WsClient.connect(http.replace("http", "ws") + urls["ws_sessions"], cookie)
     session_id = (await ws.start(title="from the host"))["session_id"]
     await ws.request({"type": "send", "client_message_id": "m1", "text": "/write notes.txt hi"})
     asked = await ws.wait_event(lambda f: f["kind"] == "approval.requested")
@@ -279,7 +352,8 @@ async def test_a_second_project_runs_a_session_through_an_approval(host_project)
     await ws.close()
     written = list((base / "agent-workspaces").rglob("notes.txt"))
     assert [p.read_text() for p in written] == ["hi\n"]
-    assert session_id in _get(http + "/api/sessions/", cookie)[1]
+    assert session_id in _get(http + "/agents/api/sessions/", cookie)[1]
+    assert _get(http + f"/agents/s/{session_id}/", cookie)[0] == 200
 
 
 def test_the_document_shows_these_files():

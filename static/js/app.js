@@ -12,6 +12,7 @@ import { SessionClient } from "./session.js";
 import { attachBrowserSignals, Connection, socketUrl } from "./socket.js";
 import { MemoryStorage, SessionStore } from "./store.js";
 import { SessionView } from "./ui.js";
+import { pageUrls, urlFor } from "./urls.js";
 
 /** @returns {Storage} this tab's sessionStorage, or a memory stand-in if it is unusable */
 function tabStorage() {
@@ -49,7 +50,7 @@ export function startSessionPage() {
     store,
     view,
     createConnection: (handlers) => {
-      const conn = new Connection({ url: socketUrl(window.location), handlers });
+      const conn = new Connection({ url: socketUrl(window.location, urlFor(pageUrls(document), "ws_sessions")), handlers });
       detachSignals = attachBrowserSignals(conn, window, document);
       return conn;
     },

@@ -9,6 +9,7 @@
 
 import { h } from "./dom.js";
 import { attachBrowserSignals, Connection, socketUrl } from "./socket.js";
+import { pageUrls, urlFor } from "./urls.js";
 
 /** How often "last activity" is written again. */
 export const RELATIVE_TIME_MS = 30_000;
@@ -59,7 +60,7 @@ export function card(doc, s, now) {
   const link = h(
     doc,
     "a",
-    { class: "session-card", href: `/s/${encodeURIComponent(s.id)}/`, "data-testid": "session-link", "data-session-id": s.id, "data-status": s.status },
+    { class: "session-card", href: urlFor(pageUrls(doc), "session", s.id), "data-testid": "session-link", "data-session-id": s.id, "data-status": s.status },
     [
       h(doc, "span", { class: "session-card-main" }, [
         h(doc, "span", { class: "session-card-title", text: s.title || "Untitled session" }),
@@ -140,7 +141,7 @@ export function startListPage() {
   document.documentElement.dataset.app = "started"; // boot.js: the modules loaded
   const list = new SessionList(document);
   const conn = new Connection({
-    url: socketUrl(window.location, "/ws/list/"),
+    url: socketUrl(window.location, urlFor(pageUrls(document), "ws_list")),
     handlers: {
       onFrame: (frame) => {
         conn.setReady();

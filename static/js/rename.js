@@ -8,6 +8,7 @@
 
 import * as P from "./constants.js";
 import { h } from "./dom.js";
+import { pageUrls, urlFor } from "./urls.js";
 
 /**
  * The CSRF token Django set in its cookie (for the API's session auth).
@@ -61,7 +62,7 @@ export function attachRename(doc, sessionId, notify, fetchImpl = globalThis.fetc
         const text = input.value.trim();
         input.disabled = true;
         try {
-          const r = await fetchImpl(`/api/sessions/${encodeURIComponent(sessionId)}/`, {
+          const r = await fetchImpl(urlFor(pageUrls(doc), "api_session", sessionId), {
             method: "PATCH",
             headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken(doc) },
             credentials: "same-origin",
