@@ -1,0 +1,219 @@
+"""Every frame of the session protocol as JSON Schema (2020-12), built from
+``protocol``'s own names and limits, so the two cannot drift apart.
+
+``docs/protocol.schema.json`` is this, written out (``manage.py
+protocol_schema``); ``tests/wire/test_schema.py`` holds the file to it, the
+parsers to the client frames' schemas, and a live server's frames to the
+server frames' schemas. The event kinds' ``data`` are described in
+``docs/protocol.md``; here an event's ``data`` is an object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sessions_app.wire import protocol as p
+
+ID = {"type": "string", "minLength": 1, "maxLength": p.MAX_ID_CHARS}
+RUN_ID = {"type": "string", "minLength": 1, "maxLength": p.MAX_RUN_ID_CHARS}
+SEQ = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+REQUEST_ID = {
+    "description": "echoed in the reply; a string of at most 128 characters or an integer",
+    "oneOf": [{"type": "string", "maxLength": p.MAX_ID_CHARS}, {"type": "integer"}],
+}
+REPLY_ID = {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}
+FEATURES = {"type": "array", "items": {"type": "string"}, "maxItems": p.MAX_FEATURES}
+KINDS = sorted(v for k, v in vars(p).items() if k.startswith("K_"))
+
+
+def _frame(
+    kind: str, required: dict[str, Any], optional: dict[str, Any] | None = None, **more: Any
+) -> dict[str, Any]:
+    props = {"type": {"const": kind}, **required, **(optional or {})}
+    return {
+        "type": "object",
+        "properties": props,
+        "required": ["type", *required],
+        **more,
+    }
+
+
+def client_frames() -> dict[str, dict[str, Any]]:
+    """What a client may send, by type (unknown fields are ignored by the server)."""
+    text = {"type": "string", "minLength": 1, "maxLength": p.MAX_TEXT_CHARS, "pattern": r"\S"}
+    return {
+        p.START: _frame(
+            p.START,
+            {"protocol": {"const": p.PROTOCOL_VERSION}},
+            {
+                "request_id": REQUEST_ID,
+                "title": {"type": "string", "maxLength": p.MAX_TITLE_CHARS},
+                "tab_id": {"type": "string", "minLength": 1, "maxLength": p.MAX_TAB_ID_CHARS},
+                "features": FEATURES,
+            },
+        ),
+        p.RESUME: _frame(
+            p.RESUME,
+            {"protocol": {"const": p.PROTOCOL_VERSION}, "session_id": ID, "after": SEQ},
+            {
+                "request_id": REQUEST_ID,
+                "epoch": {"type": "string", "description": "required when after > 0"},
+                "tab_id": {"type": "string", "minLength": 1, "maxLength": p.MAX_TAB_ID_CHARS},
+                "features": FEATURES,
+            },
+            **{
+                "if": {"properties": {"after": {"minimum": 1}}},
+                "then": {"required": ["epoch"], "properties": {"epoch": {"minLength": 1}}},
+            },
+        ),
+        p.ACK: _frame(p.ACK, {"seq": SEQ}),
+        p.SEND: _frame(
+            p.SEND,
+            {"client_message_id": ID},
+            {
+                "request_id": REQUEST_ID,
+                "text": text,
+                "interrupt": {"type": "boolean"},
+                "regenerate": RUN_ID,
+                "edit_of": RUN_ID,
+            },
+            **{
+                "oneOf": [
+                    {"required": ["text"], "not": {"required": ["regenerate"]}},
+                    {
+                        "required": ["regenerate"],
+                        "not": {"anyOf": [{"required": ["text"]}, {"required": ["edit_of"]}]},
+                    },
+                ]
+            },
+        ),
+        p.DECIDE: _frame(
+            p.DECIDE,
+            {"approval_id": ID, "decision": {"enum": list(p.DECISIONS)}},
+            {"request_id": REQUEST_ID},
+        ),
+        p.CANCEL: _frame(p.CANCEL, {"run_id": ID}, {"request_id": REQUEST_ID}),
+        p.SYNC: _frame(p.SYNC, {"after": SEQ}, {"request_id": REQUEST_ID}),
+        p.SWITCH: _frame(p.SWITCH, {"run_id": RUN_ID}, {"request_id": REQUEST_ID}),
+        p.PING: _frame(p.PING, {}, {"request_id": REQUEST_ID}),
+    }
+
+
+def server_frames() -> dict[str, dict[str, Any]]:
+    """What the server sends, by type (a client ignores fields it does not know)."""
+    session = {"type": "string"}
+    ok = {"request_id": REPLY_ID, "session_id": session, "connection_id": {"type": "string"}}
+    head = {"epoch": {"type": "string"}, "head": SEQ, "title": {"type": "string"}}
+    event = _frame(
+        p.EVENT,
+        {
+            "session_id": session,
+            "seq": {"type": "integer", "minimum": 1},
+            "kind": {"type": "string", "description": "one of: " + ", ".join(KINDS)},
+            "run_id": {"type": ["string", "null"]},
+            "ts": {"type": "string"},
+            "data": {"type": "object"},
+        },
+    )
+    compacted = _frame(
+        p.COMPACTED,
+        {
+            "session_id": session,
+            "from": {"type": "integer", "minimum": 1},
+            "to": {"type": "integer", "minimum": 1},
+            "run_id": {"type": ["string", "null"]},
+        },
+    )
+    return {
+        p.START_OK: _frame(p.START_OK, {**ok, **head}, {"features": FEATURES}),
+        p.RESUME_OK: _frame(p.RESUME_OK, {**ok, **head, "after": SEQ}, {"features": FEATURES}),
+        p.RESUME_REJECTED: _frame(
+            p.RESUME_REJECTED,
+            {
+                "request_id": REPLY_ID,
+                "session_id": {"type": ["string", "null"]},
+                "reason": {
+                    "enum": [
+                        p.R_UNSUPPORTED_PROTOCOL,
+                        p.R_BAD_REQUEST,
+                        p.R_NOT_FOUND,
+                        p.R_EPOCH_MISMATCH,
+                        p.R_CURSOR_AHEAD,
+                        p.R_CURSOR_EXPIRED,
+                    ]
+                },
+                "message": {"type": "string"},
+            },
+            {"head": SEQ, "earliest": SEQ, "epoch": {"type": "string"}},
+        ),
+        p.EVENT: event,
+        p.COMPACTED: compacted,
+        p.BATCH: _frame(
+            p.BATCH,
+            {"frames": {"type": "array", "items": {"oneOf": [event, compacted]}}},
+        ),
+        p.SEND_OK: _frame(
+            p.SEND_OK,
+            {
+                "request_id": REPLY_ID,
+                "client_message_id": {"type": "string"},
+                "seq": SEQ,
+                "run_id": {"type": "string"},
+                "status": {"enum": [p.SEND_STARTED, p.SEND_QUEUED, p.SEND_DUPLICATE]},
+            },
+        ),
+        p.DECIDE_OK: _frame(
+            p.DECIDE_OK,
+            {
+                "request_id": REPLY_ID,
+                "approval_id": {"type": "string"},
+                "decision": {"enum": list(p.DECISIONS)},
+            },
+        ),
+        p.CANCEL_OK: _frame(p.CANCEL_OK, {"request_id": REPLY_ID, "run_id": {"type": "string"}}),
+        p.SYNC_OK: _frame(p.SYNC_OK, {"request_id": REPLY_ID, "after": SEQ, "head": SEQ}),
+        p.SWITCH_OK: _frame(
+            p.SWITCH_OK,
+            {
+                "request_id": REPLY_ID,
+                "run_id": {"type": "string"},
+                "leaf_run_id": {"type": "string"},
+            },
+        ),
+        p.PONG: _frame(p.PONG, {"request_id": REPLY_ID}),
+        p.PRESENCE: _frame(
+            p.PRESENCE,
+            {
+                "session_id": session,
+                "viewers": {"type": "integer", "minimum": 0},
+                "running": {"type": "boolean"},
+            },
+            {"head": {"type": ["integer", "null"]}},
+        ),
+        p.TITLE: _frame(p.TITLE, {"session_id": session, "title": {"type": "string"}}),
+        p.ERROR: _frame(
+            p.ERROR,
+            {"request_id": REPLY_ID, "code": {"type": "string"}, "message": {"type": "string"}},
+        ),
+    }
+
+
+def document() -> dict[str, Any]:
+    """The whole schema: every frame under ``$defs``, and the two unions."""
+    client, server = client_frames(), server_frames()
+    defs = {f"client.{k}": v for k, v in client.items()}
+    defs |= {f"server.{k}": v for k, v in server.items()}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://agent-sessions.invalid/protocol/1/frames.schema.json",
+        "title": f"Session protocol, version {p.PROTOCOL_VERSION}: every frame",
+        "description": (
+            "Generated from sessions_app/wire/protocol.py (manage.py protocol_schema); the "
+            "normative text is docs/protocol.md. Use #/$defs/client or #/$defs/server."
+        ),
+        "$defs": {
+            **defs,
+            "client": {"oneOf": [{"$ref": f"#/$defs/client.{k}"} for k in client]},
+            "server": {"oneOf": [{"$ref": f"#/$defs/server.{k}"} for k in server]},
+        },
+    }

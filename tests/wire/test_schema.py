@@ -1,0 +1,160 @@
+"""The protocol's JSON Schema (sessions_app/wire/schema.py,
+docs/protocol.schema.json) against protocol.py's parsers and a live
+server's frames."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from sessions_app.management.commands.protocol_schema import render
+from sessions_app.wire import protocol as p
+from sessions_app.wire.schema import document
+from tests.harness import ROOT, WsClient
+
+SCHEMA = document()
+Draft202012Validator.check_schema(SCHEMA)
+
+
+def validator(side: str) -> Draft202012Validator:
+    return Draft202012Validator({**SCHEMA, "$ref": f"#/$defs/{side}"})
+
+
+CLIENT, SERVER = validator("client"), validator("server")
+
+PARSERS = {
+    p.START: p.parse_start,
+    p.RESUME: p.parse_resume,
+    p.ACK: p.parse_ack,
+    p.SEND: p.parse_send,
+    p.DECIDE: p.parse_decide,
+    p.CANCEL: p.parse_cancel,
+    p.SYNC: p.parse_sync,
+    p.SWITCH: p.parse_switch,
+    p.PING: lambda f: p.request_id_of(f, strict=True),
+}
+
+VALID = [
+    {"type": "start", "protocol": 1},
+    {"type": "start", "protocol": 1, "title": "t", "tab_id": "tab", "features": ["batch"]},
+    {"type": "resume", "protocol": 1, "session_id": "s_1", "after": 0},
+    {"type": "resume", "protocol": 1, "session_id": "s_1", "after": 5, "epoch": "E"},
+    {"type": "ack", "seq": 3},
+    {"type": "send", "client_message_id": "m1", "text": "hi", "request_id": 7},
+    {"type": "send", "client_message_id": "m1", "text": "hi", "interrupt": True},
+    {"type": "send", "client_message_id": "m1", "text": "hi", "edit_of": "run_1"},
+    {"type": "send", "client_message_id": "m1", "regenerate": "run_1"},
+    {"type": "decide", "approval_id": "ap_1", "decision": "deny"},
+    {"type": "cancel", "run_id": "run_1", "request_id": "r"},
+    {"type": "sync", "after": 0},
+    {"type": "switch", "run_id": "run_1"},
+    {"type": "ping"},
+]
+
+INVALID = [
+    {"type": "start", "protocol": 2},
+    {"type": "start", "protocol": 1, "title": "x" * (p.MAX_TITLE_CHARS + 1)},
+    {"type": "start", "protocol": 1, "features": ["x"] * (p.MAX_FEATURES + 1)},
+    {"type": "ack", "seq": -1},
+    {"type": "send", "client_message_id": "m1"},
+    {"type": "send", "client_message_id": "m1", "text": "   "},
+    {"type": "send", "client_message_id": "", "text": "hi"},
+    {"type": "send", "client_message_id": "m1", "text": "hi", "interrupt": "yes"},
+    {"type": "send", "client_message_id": "m1", "regenerate": "run_1", "text": "hi"},
+    {"type": "send", "client_message_id": "m1", "regenerate": "r" * 41},
+    {"type": "decide", "approval_id": "ap_1", "decision": "maybe"},
+    {"type": "cancel"},
+    {"type": "sync", "after": "0"},
+    {"type": "switch", "run_id": ""},
+    {"type": "ping", "request_id": ["r"]},
+]
+
+
+def test_the_published_file_is_the_schema_protocol_py_builds():
+    """docs/protocol.schema.json is exactly what `manage.py protocol_schema`
+    writes now (regenerate it after a protocol change)."""
+    published = (ROOT / "docs" / "protocol.schema.json").read_text()
+    assert published == render()
+    assert json.loads(published) == SCHEMA
+
+
+def test_every_frame_type_has_a_schema():
+    """Each frame type protocol.py names has its schema, on its side."""
+    defs = SCHEMA["$defs"]
+    client = {k.removeprefix("client.") for k in defs if k.startswith("client.")}
+    server = {k.removeprefix("server.") for k in defs if k.startswith("server.")}
+    assert client == set(PARSERS)
+    types = {
+        v for k, v in vars(p).items() if k.isupper() and isinstance(v, str) and k in _FRAME_NAMES
+    }
+    assert client | server == types
+
+
+_FRAME_NAMES = {
+    *("START", "RESUME", "ACK", "SEND", "DECIDE", "CANCEL", "SYNC", "SWITCH", "PING"),
+    *("START_OK", "RESUME_OK", "RESUME_REJECTED", "EVENT", "SEND_OK", "DECIDE_OK"),
+    *("CANCEL_OK", "SYNC_OK", "SWITCH_OK", "PONG", "PRESENCE", "TITLE", "COMPACTED"),
+    *("BATCH", "ERROR"),
+}
+
+
+@pytest.mark.parametrize("frame", VALID, ids=lambda f: f["type"])
+def test_a_frame_the_schema_accepts_the_parser_accepts(frame):
+    """Every valid example: the schema and protocol.py's parser both take it."""
+    assert CLIENT.is_valid(frame), list(CLIENT.iter_errors(frame))
+    PARSERS[frame["type"]](frame)
+
+
+@pytest.mark.parametrize("frame", INVALID, ids=lambda f: f["type"])
+def test_a_frame_the_schema_refuses_the_parser_refuses(frame):
+    """Every invalid example: both refuse it (the parser with its error)."""
+    assert not CLIENT.is_valid(frame)
+    with pytest.raises((p.FrameError, p.Rejection)):
+        PARSERS[frame["type"]](frame)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_every_frame_a_live_server_sends_fits_the_schema(server, cookie):
+    """A conversation over a real socket (start, send, stream, a gate, a
+    decision, a regenerate, a switch, ping, sync, an error, a resume with
+    compaction and batches, a rejected resume): every frame received fits
+    the server schema, and every kind of frame was seen."""
+    c = await WsClient.connect(server.ws, cookie)
+    ok = await c.request({"type": "start", "protocol": 1, "features": list(p.FEATURES)})
+    sid = ok["session_id"]
+    first = await c.request({"type": "send", "client_message_id": "m1", "text": "/stream 5 0"})
+    await c.wait_event(lambda f: f["kind"] == "run.finished")
+    await c.request({"type": "send", "client_message_id": "m2", "text": "/write s.txt x"})
+    asked = await c.wait_event(lambda f: f["kind"] == "approval.requested")
+    await c.request(
+        {"type": "decide", "approval_id": asked["data"]["approval_id"], "decision": "approve"}
+    )
+    await c.wait_event(lambda f: f["kind"] == "run.finished" and f["seq"] > asked["seq"])
+    await c.request({"type": "send", "client_message_id": "m3", "regenerate": first["run_id"]})
+    await c.request({"type": "switch", "run_id": first["run_id"]})
+    await c.request({"type": "ping"})
+    await c.request({"type": "sync", "after": 0})
+    await c.request({"type": "cancel", "run_id": first["run_id"]})
+    await c.request({"type": "nope"})
+    seen = list(c.frames)
+    await c.close()
+    again = await WsClient.connect(server.ws, cookie)
+    await again.resume(sid, 0, features=["compact", "batch"])
+    # Sent once the replay is through.
+    await again.wait(lambda f: f["type"] == "presence")
+    rejected = await WsClient.connect(server.ws, cookie)
+    await rejected.request(
+        {"type": "resume", "protocol": 1, "session_id": sid, "after": 10**6, "epoch": "x"}
+    )
+    seen += list(again.frames) + list(rejected.frames)
+    await again.close()
+    await rejected.close()
+    for frame in seen:
+        assert SERVER.is_valid(frame), (frame, list(SERVER.iter_errors(frame))[:1])
+    kinds = {f["type"] for f in seen}
+    assert kinds >= {
+        *("start_ok", "resume_ok", "resume_rejected", "event", "send_ok", "decide_ok"),
+        *("sync_ok", "switch_ok", "pong", "presence", "title", "error", "batch"),
+    }, kinds
