@@ -76,8 +76,10 @@ class Process:
 
     _ids = itertools.count()
 
-    def __init__(self, args: list[str], env: dict[str, str], name: str, log_dir: Path):
-        self.args, self.env, self.name = args, env, name
+    def __init__(
+        self, args: list[str], env: dict[str, str], name: str, log_dir: Path, cwd: Path = ROOT
+    ):
+        self.args, self.env, self.name, self.cwd = args, env, name, cwd
         self.log_path = log_dir / f"{name}-{next(self._ids)}.log"
         self.proc: subprocess.Popen | None = None
         # Lines as they come (appending to one growing string copies it every
@@ -90,7 +92,7 @@ class Process:
         self._lines = []
         self.proc = subprocess.Popen(
             self.args,
-            cwd=ROOT,
+            cwd=self.cwd,
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -279,11 +279,19 @@ def host_project(tmp_path, installed_wheel):
         str(installed_wheel / "sessions_app" / "conf.py"),
         str(installed_wheel / "sessions_app" / "bundled_static"),
     ], where.stderr
+    # Run from the project's directory: this checkout is not on the path.
     for args in (["-m", "django", "migrate", "--noinput"], ["-m", "django", "check"]):
-        done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, *args], env=env, capture_output=True, text=True, cwd=base
+        )
         assert done.returncode == 0, done.stdout + done.stderr
     made = subprocess.run(
-        [sys.executable, "-c", MAKE_USER], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", MAKE_USER],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=base,
     )
     cookie = made.stdout.strip().splitlines()[-1]
     server = Process(
@@ -291,6 +299,7 @@ def host_project(tmp_path, installed_wheel):
         env,
         "host-daphne",
         tmp_path,
+        cwd=base,
     ).start()
     port = int(server.wait_for_log(_LISTEN).group(1))
     try:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
+
+from sessions_app.conf import STATIC_DIR
 
 
 def _header(scope, name: bytes) -> str | None:
@@ -82,7 +83,7 @@ class SameOriginValidator:
 # The boot script (static/js/boot.js) is the one inline script: it must run
 # even when the server died right after sending the page, so that no file of
 # its own has to load. It is allowed by its hash, nothing else inline is.
-BOOT_JS = (Path(__file__).resolve().parents[2] / "static" / "js" / "boot.js").read_text()
+BOOT_JS = (STATIC_DIR / "js" / "boot.js").read_text()
 BOOT_JS_HASH = base64.b64encode(hashlib.sha256(BOOT_JS.encode()).digest()).decode()
 
 # Same-origin ES modules and styles only: no inline script (but the boot
