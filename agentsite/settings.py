@@ -332,6 +332,9 @@ SPECTACULAR_SETTINGS = {
 # and the tests work over plain HTTP; `manage.py check --deploy` warns.
 if _env_bool("HTTPS", False):
     SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", True)
+    # The probes and the scrape are asked of each process directly, over
+    # plain HTTP on the host (docs/deploy.md): no redirect for them.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))

@@ -223,14 +223,22 @@ async def test_rotation_from_another_process_is_noticed_when_the_head_is_read(se
 
 
 def test_rotate_epoch_command(user):
-    """manage.py rotate_epoch changes the epoch; an unknown id is an error."""
+    """manage.py rotate_epoch changes the epoch of the sessions named, or of
+    every one with --all (after a restore); an unknown id, or none, is an error."""
     from django.core.management.base import CommandError
 
-    s = create_session(user)
+    s, t = create_session(user), create_session(user)
     call_command("rotate_epoch", s.id)
     assert AgentSession.objects.get(id=s.id).epoch != s.epoch
+    assert AgentSession.objects.get(id=t.id).epoch == t.epoch
     with pytest.raises(CommandError):
         call_command("rotate_epoch", "s_nope")
+    with pytest.raises(CommandError):
+        call_command("rotate_epoch")
+    before = dict(AgentSession.objects.values_list("id", "epoch"))
+    call_command("rotate_epoch", "--all")
+    after = dict(AgentSession.objects.values_list("id", "epoch"))
+    assert before.keys() == after.keys() and all(before[k] != after[k] for k in before)
 
 
 def test_closed_connection_rows_are_pruned(user, transactional_db):
