@@ -134,6 +134,9 @@ class Run(models.Model):
     # it answers (None: its own; set for a regenerated answer).
     parent_id = models.CharField(max_length=40, null=True, blank=True)  # noqa: DJ001
     answers_id = models.CharField(max_length=40, null=True, blank=True)  # noqa: DJ001
+    # The W3C traceparent of the send that started it (server.tracing): the
+    # run continues that trace on whichever worker executes it ("" untraced).
+    trace = models.CharField(max_length=64, blank=True, default="")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
     stop_reason = models.CharField(max_length=20, blank=True)
     error = models.TextField(blank=True)

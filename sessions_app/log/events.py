@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from sessions_app import fanout
 from sessions_app.models import AgentSession, Event
-from sessions_app.server import metrics
+from sessions_app.server import metrics, tracing
 from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted, SessionGone
@@ -83,16 +83,19 @@ def append_events(
     """
     if not new:
         return []
-    began = time.perf_counter()
-    now = timezone.now()
-    payloads = _payloads(new)
-    if connection.vendor == "postgresql":
-        # One round trip (see migration 0003); in autocommit it commits in it too.
-        head = _append_postgresql(session_id, new, payloads, now, guard)
-    else:
-        head = _append_python(session_id, new, payloads, now, guard)
-    metrics.APPEND_SECONDS.observe(time.perf_counter() - began)
-    return _appended(session_id, new, head, now)
+    with tracing.span("log.append", **{"session.id": session_id, "events": len(new)}) as span:
+        began = time.perf_counter()
+        now = timezone.now()
+        payloads = _payloads(new)
+        if connection.vendor == "postgresql":
+            # One round trip (see migration 0003); in autocommit it commits in it too.
+            head = _append_postgresql(session_id, new, payloads, now, guard)
+        else:
+            head = _append_python(session_id, new, payloads, now, guard)
+        metrics.APPEND_SECONDS.observe(time.perf_counter() - began)
+        if span is not None:
+            span.set_attribute("seq.last", head)
+        return _appended(session_id, new, head, now)
 
 
 Append = tuple[str, Sequence[NewEvent], "RunGuard | None"]
@@ -239,8 +242,10 @@ def _append_python(session_id, new, payloads, now, guard) -> int:
 
 
 def _publish(session_id: str, built: Iterable[dict[str, Any]]) -> None:
-    for frame in built:
-        fanout.publish_event(session_id, frame)
+    built = list(built)
+    with tracing.span("fanout.publish", **{"session.id": session_id, "events": len(built)}):
+        for frame in built:
+            fanout.publish_event(session_id, frame)
 
 
 def check_resume_cursor(

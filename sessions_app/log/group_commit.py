@@ -34,6 +34,7 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, transaction
 
 from sessions_app.log.events import Event, NewEvent, RunGuard, append_batch, append_events
+from sessions_app.server import tracing
 
 # A batch holds its sessions' row locks until it commits: bounded, so a cancel
 # or a user's message never waits behind more than this many appends.
@@ -113,7 +114,9 @@ class GroupCommitter:
         # requests in arrival order (sorted is stable).
         ordered = sorted(batch, key=lambda r: r.session_id)
         try:
-            results = append_batch([(r.session_id, r.new, r.guard) for r in ordered])
+            # Under the leading run's trace: the commit its appends waited on.
+            with tracing.span("log.group_commit", appends=len(ordered)):
+                results = append_batch([(r.session_id, r.new, r.guard) for r in ordered])
         except DatabaseError as exc:
             if _connection_lost(exc):
                 # Whether the batch committed is unknown, as for an append of

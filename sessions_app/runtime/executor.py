@@ -34,6 +34,7 @@ from sessions_app.runtime.agents import get_agent
 from sessions_app.runtime.base import AgentError, Parked, ToolOutcome
 from sessions_app.runtime.registry import execute
 from sessions_app.runtime.tools import workspace_for
+from sessions_app.server import tracing
 from sessions_app.server.identity import worker_id
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted, SessionGone
@@ -205,15 +206,20 @@ def _drive(run_id: str, worker: str) -> None:
     with _live_lock:
         _live[run_id] = ctx
     keeper.hold(run_id, ctx.aborted)
+    gate = run.state.get("gate")
+    # The send's trace goes on here, on whichever worker: one span a drive.
+    ids = {"session.id": run.session_id, "run.id": run_id, "phase": "resume" if gate else "start"}
     try:
-        agent = get_agent()
-        gate = run.state.get("gate")
-        if gate:
-            outcome = _continue_gate(ctx, gate)
-            agent.resume(ctx, outcome)
-        else:
-            agent.start(ctx)
-        runs.finish_run(run_id, p.STOP_END_TURN, worker=worker, from_statuses=(Run.Status.RUNNING,))
+        with tracing.continued(run.trace), tracing.span("run", **ids):
+            agent = get_agent()
+            if gate:
+                outcome = _continue_gate(ctx, gate)
+                agent.resume(ctx, outcome)
+            else:
+                agent.start(ctx)
+            runs.finish_run(
+                run_id, p.STOP_END_TURN, worker=worker, from_statuses=(Run.Status.RUNNING,)
+            )
     except Parked:
         pass
     except (RunAborted, SessionGone):
@@ -256,7 +262,11 @@ def _continue_gate(ctx: _Context, tool_call_id: str) -> ToolOutcome:
     elif not approved:
         ok, output = False, "denied"
     else:
-        ok, output = execute(approval.tool, approval.args, workspace_for(ctx.session_id))
+        ids = {"run.id": ctx.run_id, "tool": approval.tool, "tool_call.id": tool_call_id}
+        with tracing.span("tool.execute", **ids) as span:
+            ok, output = execute(approval.tool, approval.args, workspace_for(ctx.session_id))
+            if span is not None:
+                span.set_attribute("ok", ok)
     ctx.append(p.K_TOOL_RESULT, {"tool_call_id": tool_call_id, "ok": ok, "output": output})
     return ToolOutcome(
         tool_call_id=tool_call_id,

@@ -21,6 +21,7 @@ very call); it counts towards the limit like any executing run.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -35,6 +36,7 @@ from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import registry
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session, lock_user, set_session_status
+from sessions_app.server import tracing
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import (
     AlreadyDecided,
@@ -114,16 +116,33 @@ def decide(
     lookup = ApprovalRequest.objects.filter(id=approval_id)
     if session_id is not None:
         lookup = lookup.filter(session_id=session_id)
-    found = lookup.values_list("session_id", flat=True).first()
+    found = lookup.values_list("session_id", "run__trace").first()
     if found is None:
         raise NotFound("no such approval in this session")
+    # The decision belongs to its run's trace (server.tracing): the send that
+    # asked for the tool, the wait at the gate, this, and the tool after it.
+    ids = {"approval.id": approval_id, "decision": decision}
+    with tracing.continued(found[1]), tracing.span("approval.decide", **ids):
+        return _decide_locked(found[0], approval_id, decision, decided_by)
+
+
+def _decide_locked(
+    session_id: str, approval_id: str, decision: str, decided_by: str
+) -> ApprovalRequest:
     with transaction.atomic():
-        session = lock_session(found)
+        session = lock_session(session_id)
         approval = ApprovalRequest.objects.select_related("run").get(id=approval_id)
         if approval.status != ApprovalRequest.Status.PENDING:
             raise _decided_error(approval)
         _record_decision(approval, decision, decided_by)
         run = approval.run
+        # The wait at the gate: from the request to now.
+        tracing.record(
+            "approval.wait",
+            int(approval.created_at.timestamp() * 1e9),
+            time.time_ns(),
+            **{"run.id": run.id, "approval.id": approval.id, "decision": decision},
+        )
         if run.status == Run.Status.AWAITING_APPROVAL:
             # Approved or denied, the parked run goes on at the same tool
             # call: the continuation runs the tool or reports the denial. (A

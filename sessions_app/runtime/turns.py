@@ -47,14 +47,16 @@ def submit_message(
     *,
     interrupt: bool = False,
     by: str = "",
+    trace: str = "",
 ) -> SendResult:
     """Log a user input once per ``client_message_id`` and start or queue its
     run. With ``interrupt`` ("stop and send") the session's active run is
     cancelled first, saying why, and this input's run starts at once, ahead
     of the inputs already queued (they stay queued). ``by``: who sent it (for
-    a gate the interrupt closes)."""
+    a gate the interrupt closes). ``trace``: the send's traceparent, which
+    its run continues (``server.tracing``)."""
     try:
-        return _submit(session_id, client_message_id, text, interrupt, by)
+        return _submit(session_id, client_message_id, text, interrupt, by, trace)
     except IntegrityError:
         # Only reachable if two writers bypassed the session lock; the
         # unique constraint still guarantees one run per input.
@@ -63,7 +65,7 @@ def submit_message(
 
 
 def _submit(
-    session_id: str, client_message_id: str, text: str, interrupt: bool, by: str
+    session_id: str, client_message_id: str, text: str, interrupt: bool, by: str, trace: str
 ) -> SendResult:
     with transaction.atomic():
         session = lock_session(session_id)
@@ -84,6 +86,7 @@ def _submit(
             parent=session.leaf_run_id or None,
             message={"client_message_id": client_message_id, "text": text},
             jump=interrupt,
+            trace=trace,
         )
 
 
@@ -107,6 +110,7 @@ def open_turn(
     answers: Run | None = None,
     follow: dict | None = None,
     jump: bool = False,
+    trace: str = "",
 ) -> SendResult:
     """Log a new turn and start or queue its run (the caller holds the session
     lock). ``message``: the user.message's data, or None for a regenerated
@@ -150,6 +154,7 @@ def open_turn(
         message_seq=message_seq,
         parent_id=parent,
         answers_id=None if answers is None else (answers.answers_id or answers.id),
+        trace=trace,
         status=Run.Status.QUEUED if busy else Run.Status.RUNNING,
         started_at=None if busy else timezone.now(),
         lease_expires_at=None if busy else pickup_deadline(),
@@ -174,22 +179,21 @@ def open_turn(
     )
 
 
-def send(session_id: str, send: p.Send, by: str) -> SendResult:
+def send(session_id: str, send: p.Send, by: str, trace: str = "") -> SendResult:
     """Every kind of ``send`` (the socket's and ``POST …/messages/``): a new
     input, a regenerate or an edit, once per ``client_message_id``."""
+    cmid = send.client_message_id
     if send.regenerate is not None:
-        return _once(_branch, session_id, send.client_message_id, send.regenerate, None, by)
+        return _once(_branch, session_id, cmid, send.regenerate, None, by, trace)
     if send.edit_of is not None:
-        return _once(_branch, session_id, send.client_message_id, send.edit_of, send.text, by)
-    return submit_message(
-        session_id, send.client_message_id, send.text, interrupt=send.interrupt, by=by
-    )
+        return _once(_branch, session_id, cmid, send.edit_of, send.text, by, trace)
+    return submit_message(session_id, cmid, send.text, interrupt=send.interrupt, by=by, trace=trace)
 
 
 def regenerate(session_id: str, client_message_id: str, run_id: str, *, by: str = "") -> SendResult:
     """Answer run ``run_id``'s message again, with a new run: a sibling of
     ``run_id`` that becomes the leaf (``run_id``'s answer stays in the log)."""
-    return _once(_branch, session_id, client_message_id, run_id, None, by)
+    return _once(_branch, session_id, client_message_id, run_id, None, by, "")
 
 
 def edit(
@@ -198,7 +202,7 @@ def edit(
     """Send ``text`` as a new version of run ``run_id``'s message: a new
     user.message and run beside it (its parent's child), now the leaf. The
     turns that followed the old message stay on their branch."""
-    return _once(_branch, session_id, client_message_id, run_id, text, by)
+    return _once(_branch, session_id, client_message_id, run_id, text, by, "")
 
 
 def _once(fn, session_id: str, client_message_id: str, *args) -> SendResult:
@@ -212,7 +216,7 @@ def _once(fn, session_id: str, client_message_id: str, *args) -> SendResult:
 
 
 def _branch(
-    session_id: str, client_message_id: str, run_id: str, text: str | None, by: str
+    session_id: str, client_message_id: str, run_id: str, text: str | None, by: str, trace: str
 ) -> SendResult:
     """A regenerate (``text`` None) or an edit of run ``run_id``."""
     with transaction.atomic():
@@ -238,6 +242,7 @@ def _branch(
                 answers=target,
                 follow={"regenerates": target.id, "parent_run_id": target.parent_id},
                 jump=True,
+                trace=trace,
             )
         answered = target.answers_id or target.id
         return open_turn(
@@ -252,6 +257,7 @@ def _branch(
                 "parent_run_id": target.parent_id,
             },
             jump=True,
+            trace=trace,
         )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from sessions_app.server import tracing
 from sessions_app.sockets import queries as db
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionError
@@ -43,7 +44,10 @@ class Commands:
 
     async def _on_send(self, frame: dict[str, Any]) -> None:
         send = p.parse_send(frame)
-        result = await db.submit(self.session_id, send, self.user.get_username(), self.granted)
+        with tracing.span("session.send", **{"session.id": self.session_id, "via": "socket"}):
+            result = await db.submit(
+                self.session_id, send, self.user.get_username(), self.granted, tracing.carrier()
+            )
         await self._send(
             {
                 "type": p.SEND_OK,

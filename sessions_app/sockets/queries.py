@@ -21,6 +21,7 @@ from sessions_app.runtime.runs import cancel as cancel_run
 from sessions_app.runtime.runs import decide as decide_gate
 from sessions_app.runtime.turns import send as send_turn
 from sessions_app.runtime.turns import switch as switch_branch
+from sessions_app.server import tracing
 from sessions_app.server.db_pool import in_db_pool, reading_in_db_pool
 from sessions_app.wire import protocol as p
 
@@ -120,10 +121,12 @@ def tail_state(
 
 
 @in_db_pool
-def submit(session_id: str, send: p.Send, username: str, granted: tuple[int, str]):
+def submit(session_id: str, send: p.Send, username: str, granted: tuple[int, str], trace=""):
 
     require(granted)
-    return send_turn(session_id, send, username)
+    # The send's span is the socket's (another thread): continued here.
+    with tracing.continued(trace):
+        return send_turn(session_id, send, username, trace)
 
 
 @in_db_pool

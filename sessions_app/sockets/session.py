@@ -32,7 +32,7 @@ from django.utils.timezone import now
 from sessions_app import fanout
 from sessions_app.access.rights import RightsRevoked
 from sessions_app.models import new_connection_id
-from sessions_app.server import metrics
+from sessions_app.server import metrics, tracing
 from sessions_app.server.identity import worker_id
 from sessions_app.server.patches import PeerGone
 from sessions_app.sockets import queries as db
@@ -204,10 +204,11 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         # A well-formed handshake is under way: a slow database must not
         # turn it into a 4400 (a close clients never come back from).
         self.handshake_deadline.cancel()
-        if frame["type"] == p.START:
-            await self._start(frame)
-        else:
-            await self._resume(frame)
+        with tracing.span("socket.handshake", type=frame["type"], connection=self.connection_id):
+            if frame["type"] == p.START:
+                await self._start(frame)
+            else:
+                await self._resume(frame)
 
     async def _start(self, frame: dict[str, Any]) -> None:
         try:
@@ -345,8 +346,11 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
 
     async def _replay(self, after: int, head: int, first_page=None, plan=None) -> None:
         began = asyncio.get_running_loop().time()
+        ids = {"session.id": self.session_id, "after": after, "head": head}
         try:
-            self.sequencer.sent(await self._send_range(after, head, first_page, plan))
+            with tracing.span("socket.replay", **ids):
+                sent = await self._send_range(after, head, first_page, plan)
+            self.sequencer.sent(sent)
             # Live events that arrived meanwhile, in order, deduplicated; what
             # did not fit in the buffer comes from the log. More may arrive
             # while these go out: drained until none is held.

@@ -33,6 +33,7 @@ from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import runs, turns
+from sessions_app.server import tracing
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionError
 from sessions_app.wire.frames import event_frame
@@ -299,7 +300,8 @@ class SessionMessages(OwnedSessions, generics.GenericAPIView):
             )
         except p.FrameError as exc:
             return Response({"code": exc.code, "message": exc.message}, status=400)
-        result = turns.send(session.id, send, request.user.get_username())
+        with tracing.span("session.send", **{"session.id": session.id, "via": "rest"}):
+            result = turns.send(session.id, send, request.user.get_username(), tracing.carrier())
         created = result.status != p.SEND_DUPLICATE
         return Response(
             {

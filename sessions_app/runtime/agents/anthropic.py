@@ -24,6 +24,7 @@ from django.conf import settings
 from sessions_app.runtime import registry
 from sessions_app.runtime.agents import streaming
 from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
+from sessions_app.server import tracing
 
 API_VERSION = "2023-06-01"
 # Model calls per run (the first plus one after each round of tools).
@@ -131,13 +132,15 @@ class AnthropicAgent:
         """Stream one response: deltas go to ``ctx``; returns (text, tool uses)."""
         blocks: dict[int, dict[str, str]] = {}
         stop: list[str] = []
-        text = streaming.stream(
-            ctx,
-            _open(messages),
-            lambda payload: _apply_event(payload, blocks, stop),
-            secret=settings.ANTHROPIC_API_KEY,
-            timeout=REQUEST_TIMEOUT,
-        )
+        call = {"backend": "anthropic", "model": settings.ANTHROPIC_MODEL, "run.id": ctx.run_id}
+        with tracing.span("model.call", **call):
+            text = streaming.stream(
+                ctx,
+                _open(messages),
+                lambda payload: _apply_event(payload, blocks, stop),
+                secret=settings.ANTHROPIC_API_KEY,
+                timeout=REQUEST_TIMEOUT,
+            )
         if stop and stop[-1] == "max_tokens":
             # Cut off: the text is unfinished and a tool input may be half
             # written; say so rather than finish as if the answer were whole.

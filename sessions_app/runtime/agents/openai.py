@@ -25,6 +25,7 @@ from django.conf import settings
 from sessions_app.runtime import registry
 from sessions_app.runtime.agents import streaming
 from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
+from sessions_app.server import tracing
 
 # Model calls per run (the first plus one after each round of tools).
 MAX_MODEL_CALLS = 8
@@ -116,13 +117,15 @@ class OpenAIAgent:
     ) -> tuple[str, list[dict[str, str]]]:
         """Stream one completion: deltas go to ``ctx``; returns (text, tool calls)."""
         calls: dict[int, dict[str, str]] = {}
-        text = streaming.stream(
-            ctx,
-            _open(messages),
-            lambda payload: _apply_chunk(payload, calls),
-            secret=settings.OPENAI_API_KEY,
-            timeout=REQUEST_TIMEOUT,
-        )
+        call = {"backend": "openai", "model": settings.OPENAI_MODEL, "run.id": ctx.run_id}
+        with tracing.span("model.call", **call):
+            text = streaming.stream(
+                ctx,
+                _open(messages),
+                lambda payload: _apply_chunk(payload, calls),
+                secret=settings.OPENAI_API_KEY,
+                timeout=REQUEST_TIMEOUT,
+            )
         ordered = [calls[index] for index in sorted(calls)]
         for position, call in enumerate(ordered):
             call["id"] = call["id"] or f"call_{position}"
