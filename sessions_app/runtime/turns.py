@@ -55,13 +55,7 @@ def submit_message(
     of the inputs already queued (they stay queued). ``by``: who sent it (for
     a gate the interrupt closes). ``trace``: the send's traceparent, which
     its run continues (``server.tracing``)."""
-    try:
-        return _submit(session_id, client_message_id, text, interrupt, by, trace)
-    except IntegrityError:
-        # Only reachable if two writers bypassed the session lock; the
-        # unique constraint still guarantees one run per input.
-        run = Run.objects.get(session_id=session_id, client_message_id=client_message_id)
-        return SendResult(client_message_id, run.message_seq, run.id, p.SEND_DUPLICATE)
+    return _once(_submit, session_id, client_message_id, text, interrupt, by, trace)
 
 
 def _submit(
