@@ -226,6 +226,11 @@ def _branch(
         # "stop and send" does): no two runs of a session ever execute at once.
         keep = set(path_to(_tree(session_id), target.parent_id))
         _leave(session, keep, by, p.STOPPED_FOR_NEW_MESSAGE, executing_too=True)
+        # A turn it follows that is still queued (an edit of a queued message)
+        # runs first: the new run queues behind it, in the path's order.
+        jump = not Run.objects.filter(
+            session_id=session_id, id__in=keep, status=Run.Status.QUEUED
+        ).exists()
         if text is None:
             return open_turn(
                 session,
@@ -235,7 +240,7 @@ def _branch(
                 message=None,
                 answers=target,
                 follow={"regenerates": target.id, "parent_run_id": target.parent_id},
-                jump=True,
+                jump=jump,
                 trace=trace,
             )
         answered = target.answers_id or target.id
@@ -250,7 +255,7 @@ def _branch(
                 "edits": answered,
                 "parent_run_id": target.parent_id,
             },
-            jump=True,
+            jump=jump,
             trace=trace,
         )
 

@@ -114,7 +114,7 @@ def sse_frame(text: str, seq: int) -> bytes:
 def _cursor(value: str | None) -> int | None:
     if value is None or value == "":
         return 0
-    if not value.isdigit() or len(value) > 19:
+    if not (value.isascii() and value.isdigit()) or len(value) > 19:
         return None
     return int(value)
 
@@ -151,11 +151,14 @@ async def session_stream(request: HttpRequest, session_id: str):
         response["Retry-After"] = "5"
         return response
     granted = (user.pk, getattr(user, "password", ""))
+    # Reserved now, not when the body starts: a burst cannot pass the check together.
+    _open[user.pk] += 1
     stream = _Stream(request, session_id, granted, after, compact)
     try:
         # Without an epoch a reconnect cannot tell a rebuilt log: trust it.
         check_resume_cursor(row, after, epoch or row["epoch"], compact)
     except p.Rejection as rejection:
+        _open[user.pk] -= 1
         body = stream.reset(rejection.reason, rejection.message, **rejection.extra)
         return _response(_once(body))
     return _response(stream.events(row))
@@ -205,7 +208,6 @@ class _Stream:
         return sse("reset", frames.dumps(frame), retry=60_000)
 
     async def events(self, row: dict[str, Any]) -> AsyncIterator[bytes]:
-        _open[self.granted[0]] += 1
         layer = get_channel_layer()
         channel = await layer.new_channel()
         groups = [fanout.group_name(self.session_id), fanout.rights_group(self.granted[0])]
@@ -234,7 +236,11 @@ class _Stream:
         while self.sent < head:
             page = await _page(self.session_id, self.sent, head, bool(plan))
             if not page:
-                return  # purged under us: the tail check says so
+                # The rest is deltas of a run still streaming (or purged: the
+                # tail check says so): sent as they are.
+                async for chunk in self._range(head):
+                    yield chunk
+                return
             for action in interleave(self.sent, page, superseded) if plan else _sends(page):
                 if isinstance(action, Compacted):
                     frame = frames.compacted_frame(
