@@ -225,13 +225,15 @@ def test_the_origin_check_holds_behind_the_proxy(deployment, cookie):
     tls.check_hostname = False
     tls.verify_mode = ssl.CERT_NONE
     headers = {"Cookie": cookie}
-    with connect(site.ws, ssl=tls, origin=site.http, additional_headers=headers) as ws:
+    with connect(
+        site.ws, ssl=tls, origin=site.http, additional_headers=headers, open_timeout=30
+    ) as ws:
         ws.send('{"type": "start", "protocol": 1}')
         assert '"start_ok"' in ws.recv(timeout=10)
     for origin in ("https://evil.invalid", f"http://localhost:{site.port}"):
         with (
             pytest.raises(websockets.InvalidStatus) as refused,
-            connect(site.ws, ssl=tls, origin=origin, additional_headers=headers),
+            connect(site.ws, ssl=tls, origin=origin, additional_headers=headers, open_timeout=30),
         ):
             pass
         assert refused.value.response.status_code == 403
