@@ -59,29 +59,25 @@ def submit_message(
 
 
 def _submit(
-    session_id: str, client_message_id: str, text: str, interrupt: bool, by: str, trace: str
+    session: AgentSession, client_message_id: str, text: str, interrupt: bool, by: str, trace: str
 ) -> SendResult:
-    with transaction.atomic():
-        session = lock_session(session_id)
-        existing = existing_send(session_id, client_message_id)
-        if existing is not None:
-            return existing
-        if interrupt:
-            active = Run.objects.filter(session_id=session_id, status__in=runs.EXECUTING).first()
-            if active is not None:
-                # Under the same session lock: nothing starts in between, and
-                # the queued inputs are not started by the cancel (``start_next``).
-                runs.cancel_locked(active, by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
-        # A new input continues the active path: it follows the session's leaf.
-        return open_turn(
-            session,
-            client_message_id,
-            text,
-            parent=session.leaf_run_id or None,
-            message={"client_message_id": client_message_id, "text": text},
-            jump=interrupt,
-            trace=trace,
-        )
+    session_id = session.id
+    if interrupt:
+        active = Run.objects.filter(session_id=session_id, status__in=runs.EXECUTING).first()
+        if active is not None:
+            # Under the same session lock: nothing starts in between, and
+            # the queued inputs are not started by the cancel (``start_next``).
+            runs.cancel_locked(active, by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
+    # A new input continues the active path: it follows the session's leaf.
+    return open_turn(
+        session,
+        client_message_id,
+        text,
+        parent=session.leaf_run_id or None,
+        message={"client_message_id": client_message_id, "text": text},
+        jump=interrupt,
+        trace=trace,
+    )
 
 
 def existing_send(session_id: str, client_message_id: str) -> SendResult | None:
@@ -200,8 +196,15 @@ def edit(
 
 
 def _once(fn, session_id: str, client_message_id: str, *args) -> SendResult:
+    """``fn(session, client_message_id, *args)`` in one transaction under the
+    session's lock, unless the id was sent before (then its first result)."""
     try:
-        return fn(session_id, client_message_id, *args)
+        with transaction.atomic():
+            session = lock_session(session_id)
+            existing = existing_send(session_id, client_message_id)
+            if existing is not None:
+                return existing
+            return fn(session, client_message_id, *args)
     except IntegrityError:
         # Only reachable if two writers bypassed the session lock; the
         # unique constraint still guarantees one run per input.
@@ -210,54 +213,55 @@ def _once(fn, session_id: str, client_message_id: str, *args) -> SendResult:
 
 
 def _branch(
-    session_id: str, client_message_id: str, run_id: str, text: str | None, by: str, trace: str
+    session: AgentSession,
+    client_message_id: str,
+    run_id: str,
+    text: str | None,
+    by: str,
+    trace: str,
 ) -> SendResult:
     """A regenerate (``text`` None) or an edit of run ``run_id``."""
-    with transaction.atomic():
-        session = lock_session(session_id)
-        existing = existing_send(session_id, client_message_id)
-        if existing is not None:
-            return existing
-        target = Run.objects.filter(session_id=session_id, id=run_id).first()
-        if target is None:
-            raise NotFound("no such run in this session")
-        # The new turn's path is the target's, without the target: every run
-        # not on it stops, and so does the executing run wherever it is (as a
-        # "stop and send" does): no two runs of a session ever execute at once.
-        keep = set(path_to(_tree(session_id), target.parent_id))
-        _leave(session, keep, by, p.STOPPED_FOR_NEW_MESSAGE, executing_too=True)
-        # A turn it follows that is still queued (an edit of a queued message)
-        # runs first: the new run queues behind it, in the path's order.
-        jump = not Run.objects.filter(
-            session_id=session_id, id__in=keep, status=Run.Status.QUEUED
-        ).exists()
-        if text is None:
-            return open_turn(
-                session,
-                client_message_id,
-                target.text,
-                parent=target.parent_id,
-                message=None,
-                answers=target,
-                follow={"regenerates": target.id, "parent_run_id": target.parent_id},
-                jump=jump,
-                trace=trace,
-            )
-        answered = target.answers_id or target.id
+    session_id = session.id
+    target = Run.objects.filter(session_id=session_id, id=run_id).first()
+    if target is None:
+        raise NotFound("no such run in this session")
+    # The new turn's path is the target's, without the target: every run
+    # not on it stops, and so does the executing run wherever it is (as a
+    # "stop and send" does): no two runs of a session ever execute at once.
+    keep = set(path_to(_tree(session_id), target.parent_id))
+    _leave(session, keep, by, p.STOPPED_FOR_NEW_MESSAGE, executing_too=True)
+    # A turn it follows that is still queued (an edit of a queued message)
+    # runs first: the new run queues behind it, in the path's order.
+    jump = not Run.objects.filter(
+        session_id=session_id, id__in=keep, status=Run.Status.QUEUED
+    ).exists()
+    if text is None:
         return open_turn(
             session,
             client_message_id,
-            text,
+            target.text,
             parent=target.parent_id,
-            message={
-                "client_message_id": client_message_id,
-                "text": text,
-                "edits": answered,
-                "parent_run_id": target.parent_id,
-            },
+            message=None,
+            answers=target,
+            follow={"regenerates": target.id, "parent_run_id": target.parent_id},
             jump=jump,
             trace=trace,
         )
+    answered = target.answers_id or target.id
+    return open_turn(
+        session,
+        client_message_id,
+        text,
+        parent=target.parent_id,
+        message={
+            "client_message_id": client_message_id,
+            "text": text,
+            "edits": answered,
+            "parent_run_id": target.parent_id,
+        },
+        jump=jump,
+        trace=trace,
+    )
 
 
 def switch(session_id: str, run_id: str, *, by: str = "") -> list[str]:

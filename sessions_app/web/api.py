@@ -45,6 +45,9 @@ def exception_handler(exc, context):
     """DRF's handler, plus the domain errors with their code and status."""
     if isinstance(exc, SessionError):
         return Response(exc.detail(), status=exc.status)
+    if isinstance(exc, p.FrameError):
+        # A body the protocol's parser refused: the socket's error, as a 400.
+        return Response({"code": exc.code, "message": exc.message}, status=400)
     if isinstance(exc, Throttled):
         # The protocol's shape, as ``too_many_runs``' 429 has it.
         retry = int(exc.wait or 1)
@@ -286,20 +289,17 @@ class SessionMessages(OwnedSessions, generics.GenericAPIView):
     def post(self, request, session_id: str):
         session = self.get_object()
         data = request.data if isinstance(request.data, dict) else {}
-        try:
-            send = p.parse_send(
-                {
-                    "type": p.SEND,
-                    "request_id": "api",
-                    "client_message_id": data.get("client_message_id"),
-                    "text": data.get("text"),
-                    "interrupt": data.get("interrupt", False),
-                    "regenerate": data.get("regenerate"),
-                    "edit_of": data.get("edit_of"),
-                }
-            )
-        except p.FrameError as exc:
-            return Response({"code": exc.code, "message": exc.message}, status=400)
+        send = p.parse_send(
+            {
+                "type": p.SEND,
+                "request_id": "api",
+                "client_message_id": data.get("client_message_id"),
+                "text": data.get("text"),
+                "interrupt": data.get("interrupt", False),
+                "regenerate": data.get("regenerate"),
+                "edit_of": data.get("edit_of"),
+            }
+        )
         with tracing.span("session.send", **{"session.id": session.id, "via": "rest"}):
             result = turns.send(session.id, send, request.user.get_username(), tracing.carrier())
         created = result.status != p.SEND_DUPLICATE
@@ -376,10 +376,7 @@ class SessionBranch(OwnedSessions, generics.GenericAPIView):
     def post(self, request, session_id: str):
         session = self.get_object()
         data = request.data if isinstance(request.data, dict) else {}
-        try:
-            _, run_id = p.parse_switch({"type": p.SWITCH, "run_id": data.get("run_id")})
-        except p.FrameError as exc:
-            return Response({"code": exc.code, "message": exc.message}, status=400)
+        _, run_id = p.parse_switch({"type": p.SWITCH, "run_id": data.get("run_id")})
         path = turns.switch(session.id, run_id, by=request.user.get_username())
         return Response({"leaf_run_id": path[-1], "path": path})
 
