@@ -38,3 +38,15 @@ def start_servers(log_dir: Path, port: int = 0, **env: str) -> tuple[Daphne, lis
     server = Daphne(log_dir, port=port, **env).start()
     procs.append(server)
     return server, procs
+
+
+def emit(bench: str, **figures) -> None:
+    """The run's headline figures as one machine-readable line (``RESULT
+    {json}``), also written to the file ``BENCH_RESULT`` names: what
+    ``bench/ab.py`` reads from every bench it runs."""
+    import json
+
+    line = json.dumps({"bench": bench, **figures})
+    print(f"RESULT {line}", flush=True)
+    if os.environ.get("BENCH_RESULT"):
+        Path(os.environ["BENCH_RESULT"]).write_text(line)

@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
-from common import percentile, profile_line  # noqa: E402
+from common import emit, percentile, profile_line  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
@@ -238,6 +238,14 @@ async def main() -> None:
         print(f"{name}: peak threads {threads}, peak RSS {rss / 1024:.0f} MiB")
     if settings.IS_POSTGRES:
         print(f"PostgreSQL connections to the database, peak: {sampler.pg_peak}")
+    emit(
+        "concurrent_runs",
+        runs=args.runs,
+        wall_s=many["elapsed"],
+        p99_ms=many["p99"],
+        gaps=many["gaps"],
+        dups=many["dups"],
+    )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
-from common import percentile, profile_line, start_servers  # noqa: E402
+from common import emit, percentile, profile_line, start_servers  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
@@ -113,6 +113,15 @@ async def main() -> None:
     finally:
         for p in procs:
             p.stop()
+    last = rows[-1]
+    emit(
+        "fanout",
+        followers=last["followers"],
+        p50_ms=last["p50"],
+        p99_ms=last["p99"],
+        gaps=last["gaps"],
+        dups=last["dups"],
+    )
     if args.plot:
         import plots
 

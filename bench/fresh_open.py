@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
-from common import profile_line, start_servers  # noqa: E402
+from common import emit, profile_line, start_servers  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import transaction  # noqa: E402
@@ -71,7 +71,14 @@ CAUGHT_UP_JS = """head => {
 
 
 def build_session(user, turns: int) -> tuple[str, int]:
-    """A session of ``turns`` finished /stream turns; returns its id and head."""
+    """A session of ``turns`` finished /stream turns; returns its id and head
+    (one built before in the same database is used again: ``bench/ab.py``
+    keeps a database across the rounds and sides of a comparison)."""
+    done = AgentSession.objects.filter(
+        owner=user, title=f"{turns} turns", head=1 + turns * TURN_EVENTS
+    ).first()
+    if done:
+        return done.id, done.head
     session = create_session(user, f"{turns} turns")
     now = timezone.now()
     for t in range(turns):
@@ -201,6 +208,7 @@ def main() -> None:
     name, value = cookie.split("=", 1)
     print(profile_line())
     print(f"{'events':>8} {'open':>7} {'ms':>8} {'KiB recv':>9} {'longest task ms':>16}")
+    figures: dict[str, float] = {}  # the largest session's (the last one's)
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM)
@@ -226,6 +234,7 @@ def main() -> None:
                     context.close()
                 for kind, values in rows.items():
                     ms = statistics.median(v[0] for v in values)
+                    figures[f"{kind}_ms"] = ms
                     kib = statistics.median(v[1] for v in values) / 1024
                     longest = max(v[2] for v in values)
                     task = f"{longest:.0f}" if longest else "<50"
@@ -234,6 +243,7 @@ def main() -> None:
     finally:
         for proc in procs:
             proc.stop()
+    emit("fresh_open", events=built[-1][2], **figures)
 
 
 if __name__ == "__main__":

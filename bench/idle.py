@@ -25,7 +25,7 @@ from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
 import websockets  # noqa: E402
-from common import profile_line  # noqa: E402
+from common import emit, profile_line  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from storm import _sessions  # noqa: E402
 
@@ -124,6 +124,7 @@ async def main() -> None:
         f"all open: +{per:.1f} KiB per socket; {sum(alive)} of {args.sockets} answered a ping "
         f"after idling"
     )
+    emit("idle", sockets=args.sockets, kib_per_socket=per, rss_mib=after, alive=sum(alive))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ from django.db import connection
 from django.test import Client
 
 ROOT = Path(__file__).resolve().parent.parent
+# Where the servers' code comes from: this tree, or another checkout of the
+# project (bench/ab.py points it at a worktree of the revision it compares).
+SERVER_ROOT = Path(os.environ.get("AGENT_SERVER_ROOT") or ROOT).resolve()
 _LISTEN = re.compile(r"Listening on TCP address 127\.0\.0\.1:(\d+)")
 
 
@@ -55,6 +58,8 @@ def server_env(**extra: str) -> dict[str, str]:
         env["REDIS_URL"] = settings.REDIS_URL
         env["CHANNELS_PREFIX"] = settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"]
     env["AGENT_RUNNER"] = settings.AGENT_RUNNER
+    if SERVER_ROOT != ROOT:
+        env["PYTHONPATH"] = str(SERVER_ROOT)
     env.update(extra)
     return env
 
@@ -77,7 +82,12 @@ class Process:
     _ids = itertools.count()
 
     def __init__(
-        self, args: list[str], env: dict[str, str], name: str, log_dir: Path, cwd: Path = ROOT
+        self,
+        args: list[str],
+        env: dict[str, str],
+        name: str,
+        log_dir: Path,
+        cwd: Path = SERVER_ROOT,
     ):
         self.args, self.env, self.name, self.cwd = args, env, name, cwd
         self.log_path = log_dir / f"{name}-{next(self._ids)}.log"
