@@ -64,7 +64,7 @@ class AgentSession(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.IDLE)
     # The last run of the active path (docs/protocol.md, "Branches"): a new
     # input follows it; "" before the first input.
-    leaf_run_id = models.CharField(max_length=40, blank=True, default="")
+    leaf_run_id = models.CharField(max_length=40, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["-updated_at"]
@@ -136,7 +136,7 @@ class Run(models.Model):
     answers_id = models.CharField(max_length=40, null=True, blank=True)  # noqa: DJ001
     # The W3C traceparent of the send that started it (server.tracing): the
     # run continues that trace on whichever worker executes it ("" untraced).
-    trace = models.CharField(max_length=64, blank=True, default="")
+    trace = models.CharField(max_length=64, blank=True, default="", db_default="")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
     stop_reason = models.CharField(max_length=20, blank=True)
     error = models.TextField(blank=True)

@@ -53,3 +53,46 @@ def test_runs_before_branches_become_one_path_in_the_order_they_were_sent(user):
         assert Session.objects.get(id=f"s_{name}").leaf_run_id == f"run_{name}9"
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+# NOT NULL columns from before the rule (migrations 0001-0010), each written
+# by every release that ever existed: no older server can omit them.
+BEFORE_THE_RULE = {
+    "AgentSession.created_at",
+    "AgentSession.updated_at",
+    "AgentSession.epoch",
+    "AgentSession.head",
+    "AgentSession.earliest",
+    "AgentSession.compacted_through",
+    "AgentSession.status",
+    "Event.data",
+    "Run.status",
+    "Run.created_at",
+    "Run.state",
+    "ApprovalRequest.args",
+    "ApprovalRequest.status",
+    "ApprovalRequest.created_at",
+    "Connection.opened_at",
+    "Connection.seen_at",
+}
+
+
+def test_every_new_not_null_column_has_a_database_default():
+    """A column added NOT NULL carries a database default (``db_default``):
+    during a rolling deploy the previous release's servers, which do not know
+    the column, keep inserting rows (docs/deploy.md), and bench/ab.py runs an
+    older revision's servers on the current schema."""
+    from django.apps import apps
+    from django.db.models import NOT_PROVIDED
+
+    missing = []
+    for model in apps.get_app_config("sessions_app").get_models():
+        for field in model._meta.concrete_fields:
+            name = f"{model.__name__}.{field.name}"
+            defaulted = field.has_default() or getattr(field, "auto_now", False)
+            defaulted = defaulted or getattr(field, "auto_now_add", False)
+            if field.null or field.primary_key or not defaulted or name in BEFORE_THE_RULE:
+                continue
+            if field.db_default is NOT_PROVIDED:
+                missing.append(name)
+    assert missing == []

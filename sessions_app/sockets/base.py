@@ -43,10 +43,10 @@ from django.conf import settings
 
 from sessions_app import fanout
 from sessions_app.access.auth import user_of
+from sessions_app.delivery.core import Phase, check_transition
 from sessions_app.server import metrics
 from sessions_app.server.logs import SocketLog
 from sessions_app.server.patches import PeerGone, send_buffer_probe
-from sessions_app.sockets.delivery import Phase, check_transition
 from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 

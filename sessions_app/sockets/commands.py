@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from sessions_app.delivery import reads
 from sessions_app.server import tracing
 from sessions_app.sockets import queries as db
 from sessions_app.wire import protocol as p
@@ -87,7 +88,7 @@ class Commands:
         rid, after = p.parse_sync(frame)
         if self.replay_task is not None and not self.replay_task.done():
             await asyncio.shield(self.replay_task)
-        state = await db.head_of(self.session_id)
+        state = await reads.head_of(self.session_id)
         if state is None:
             raise p.FrameError(p.E_NOT_FOUND, "this session no longer exists", rid)
         head, epoch, self.compacted_through = state

@@ -1,6 +1,7 @@
-"""The database work of a socket (``consumers.SessionConsumer``), one function each.
+"""The database work of a session socket's handshake and commands, one function each
+(the log's pages and head are ``delivery.reads``).
 
-Each runs on the sockets' database pool (``db_pool``): every call is
+Each runs on the sockets' database pool (``server.db_pool``): every call is
 self-contained (its own transaction, if any), and each of the pool's threads
 keeps one persistent connection.
 """
@@ -11,12 +12,12 @@ from typing import Any
 
 from django.db import connection
 
-from sessions_app.access.rights import require, still_granted
+from sessions_app.access.rights import require
+from sessions_app.delivery.reads import FIRST_PAGE
 from sessions_app.fanout.presence import presence_of, request_presence
 from sessions_app.log.compaction import compacted_plan
 from sessions_app.log.events import check_resume_cursor, read_frames
 from sessions_app.log.sessions import create_session
-from sessions_app.models import AgentSession
 from sessions_app.runtime.runs import cancel as cancel_run
 from sessions_app.runtime.runs import decide as decide_gate
 from sessions_app.runtime.turns import send as send_turn
@@ -24,9 +25,6 @@ from sessions_app.runtime.turns import switch as switch_branch
 from sessions_app.server import tracing
 from sessions_app.server.db_pool import in_db_pool, reading_in_db_pool
 from sessions_app.wire import protocol as p
-
-REPLAY_PAGE = 500
-FIRST_PAGE = 50
 
 # What a resume checks, as plain SQL: the ORM's query building took 0.26 ms of
 # a 0.44 ms check on the benchmark machine, for one indexed row.
@@ -73,51 +71,9 @@ def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
     return row
 
 
-@reading_in_db_pool
-def events_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]:
-    """Up to ``REPLAY_PAGE`` event frames' texts after ``after``, with their seqs."""
-    return read_frames(session_id, after, upto, REPLAY_PAGE)
-
-
-@reading_in_db_pool
-def skeleton_page(session_id: str, after: int, upto: int) -> list[tuple[str, int]]:
-    """Up to ``REPLAY_PAGE`` frames of the events after ``after`` that are not deltas."""
-    return read_frames(session_id, after, upto, REPLAY_PAGE, skeleton=True)
-
-
-@reading_in_db_pool
-def replay_plan(session_id: str, after: int, upto: int) -> list[tuple[int, int, str]]:
-    """The superseded stretches a compacted replay of ``after < seq <= upto`` skips."""
-    return compacted_plan(session_id, after, upto)
-
-
-def _head(session_id: str) -> tuple[int, str, int] | None:
-    return (
-        AgentSession.objects.filter(id=session_id)
-        .values_list("head", "epoch", "compacted_through")
-        .first()
-    )
-
-
-@reading_in_db_pool
-def head_of(session_id: str) -> tuple[int, str, int] | None:
-    """The session's head, epoch and compacted_through (None once it is deleted)."""
-    return _head(session_id)
-
-
 # Each command first checks that the socket's user still has the rights it
 # was let in with (``rights.require``: deactivated, deleted or a new password
 # refuse it with ``rights_revoked``).
-
-
-@reading_in_db_pool
-def tail_state(
-    session_id: str, granted: tuple[int, str] | None
-) -> tuple[tuple[int, str, int] | None, bool | None]:
-    """``head_of`` for the tail check, and whether the socket's user still has
-    the rights it was let in with, when asked (``granted``), in the same trip
-    to the pool."""
-    return _head(session_id), None if granted is None else still_granted(granted)
 
 
 @in_db_pool

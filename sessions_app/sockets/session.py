@@ -31,6 +31,7 @@ from django.utils.timezone import now
 
 from sessions_app import fanout
 from sessions_app.access.rights import RightsRevoked
+from sessions_app.delivery.core import REPEAT, Phase, Refill, Send, Sequencer
 from sessions_app.models import new_connection_id
 from sessions_app.server import metrics, tracing
 from sessions_app.server.identity import worker_id
@@ -39,7 +40,6 @@ from sessions_app.sockets import queries as db
 from sessions_app.sockets import rows
 from sessions_app.sockets.base import AppSocket
 from sessions_app.sockets.commands import Commands, error_frame_for
-from sessions_app.sockets.delivery import REPEAT, Phase, Refill, Send, Sequencer
 from sessions_app.sockets.replay import ReplaySender
 from sessions_app.sockets.tail import TailCheck
 from sessions_app.wire import protocol as p

@@ -18,9 +18,9 @@ from typing import Any
 
 from django.conf import settings
 
+from sessions_app.delivery import reads
+from sessions_app.delivery.core import Phase
 from sessions_app.server.patches import PeerGone
-from sessions_app.sockets import queries as db
-from sessions_app.sockets.delivery import Phase
 from sessions_app.wire import protocol as p
 
 
@@ -56,7 +56,7 @@ class TailCheck:
             # checks find nothing missing. The first one after the rights
             # group was joined reads the rights too (``AppSocket``).
             rights = self.rights_to_check()
-            state, granted = await db.tail_state(self.session_id, rights)
+            state, granted = await reads.tail_state(self.session_id, rights)
             await self.rights_read(granted)
             head = None
             if state is not None and not await self._rotated(state[1]):

@@ -1,6 +1,6 @@
 """How a range of the log goes out, as pure code: the actions a replay
 carries out and the walk of a compacted replay over pages of the log. Shared
-by the session socket (``sockets.delivery``) and the SSE stream
+by the session socket (``delivery.core``) and the SSE stream
 (``web.stream``).
 
 - ``Send(text, seq)``: send this logged event's frame;

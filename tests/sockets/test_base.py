@@ -234,8 +234,8 @@ async def test_a_socket_whose_rights_ended_before_its_join_is_closed_4403(user, 
     4403."""
     from channels.db import database_sync_to_async
 
+    from sessions_app.delivery import reads
     from sessions_app.log.sessions import create_session
-    from sessions_app.sockets import queries as socket_db
     from sessions_app.sockets.listing import SessionListConsumer, _snapshot
 
     session = await database_sync_to_async(create_session)(user)
@@ -247,15 +247,15 @@ async def test_a_socket_whose_rights_ended_before_its_join_is_closed_4403(user, 
     assert socket.rights_to_check() is None  # not joined yet: nothing to read
     socket.rights_joined.set_result(None)
     assert socket.rights_to_check() == granted
-    state, ok = await socket_db.tail_state(session.id, granted)
+    state, ok = await reads.tail_state(session.id, granted)
     assert state[0] == 1 and ok is True
     await socket.rights_read(ok)
     assert socket.rights_to_check() is None and transport.messages == []  # read once
 
     user.is_active = False
     await database_sync_to_async(user.save)()
-    assert (await socket_db.tail_state(session.id, granted))[1] is False
-    assert (await socket_db.tail_state(session.id, None))[1] is None
+    assert (await reads.tail_state(session.id, granted))[1] is False
+    assert (await reads.tail_state(session.id, None))[1] is None
     assert (await _snapshot(user.pk, granted))[1] is False
     assert (await _snapshot(user.pk, None))[1] is None
     await socket.rights_read(False)

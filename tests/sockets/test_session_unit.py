@@ -151,12 +151,12 @@ async def test_a_purge_under_a_replay_closes_1013_instead_of_skipping(user, monk
     first page, then a close 1013 (resume later: cursor_expired), never a skip."""
     import asyncio
 
+    from sessions_app.delivery import reads
     from sessions_app.log.events import purge_events
-    from sessions_app.sockets import queries as socket_db
 
     s = await database_sync(create_session, user)
     await database_sync(_commit_unpublished, s.id, 1200)
-    real_page = socket_db.events_page
+    real_page = reads.events_page
     calls = 0
     purged = asyncio.Event()
 
@@ -168,11 +168,9 @@ async def test_a_purge_under_a_replay_closes_1013_instead_of_skipping(user, monk
             await purged.wait()
         return await real_page(*args)
 
-    monkeypatch.setattr(socket_db, "events_page", page_after_the_purge)
+    monkeypatch.setattr(reads, "events_page", page_after_the_purge)
     comm = await _resumed(user, s.id, 0, s.epoch)
-    assert await _events_until(comm, socket_db.FIRST_PAGE) == list(
-        range(1, socket_db.FIRST_PAGE + 1)
-    )
+    assert await _events_until(comm, reads.FIRST_PAGE) == list(range(1, reads.FIRST_PAGE + 1))
     await database_sync(lambda: purge_events(s.id, keep=10))
     purged.set()
     out = await comm.receive_output(timeout=10)

@@ -1,4 +1,4 @@
-"""The delivery core (sessions_app/sockets/delivery.py): pure, no sockets.
+"""The delivery core (sessions_app/delivery/core.py): pure, no sockets.
 
 A small simulated socket carries out the actions against a log of seqs and
 records what the client received; every test checks that list exactly.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sessions_app.sockets import delivery as d
-from sessions_app.sockets.delivery import (
+from sessions_app.delivery import core as d
+from sessions_app.delivery.core import (
     Batcher,
     Compacted,
     LogHole,
@@ -250,7 +250,7 @@ def test_the_core_imports_no_asyncio_django_or_channels():
         "typing",
     }
     for path in (
-        root / "sockets" / "delivery.py",
+        root / "delivery" / "core.py",
         root / "wire" / "frames.py",
         root / "wire" / "protocol.py",
     ):
