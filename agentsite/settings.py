@@ -17,11 +17,47 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("AGENT_VAR_DIR", BASE_DIR / "var"))
 
 
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _junk(name: str, value: str, kind: str) -> ImproperlyConfigured:
+    # An env file read by systemd keeps an inline comment as part of the
+    # value: "HTTPS=1  # behind nginx" must stop the start, not read as off.
+    return ImproperlyConfigured(
+        f"{name}={value!r} is not {kind}: write comments on lines of their own "
+        "(systemd keeps an inline '# …' as part of the value)"
+    )
+
+
 def _env_bool(name: str, default: bool) -> bool:
     value = os.environ.get(name)
     if value is None:
         return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    word = value.strip().lower()
+    if word not in _TRUE | _FALSE:
+        raise _junk(name, value, "a boolean (1/0, true/false, yes/no, on/off)")
+    return word in _TRUE
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    if value.strip() == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise _junk(name, value, "a whole number") from None
+
+
+def _env_url(name: str, default: str = "") -> str:
+    """A URL setting: no space or '#' in it (an inline comment kept by systemd)."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    if any(c.isspace() or c == "#" for c in value.strip()):
+        raise _junk(name, value, "a URL")
+    return value.strip()
 
 
 def _app(name: str):
@@ -35,7 +71,14 @@ def _app(name: str):
     if isinstance(default, list):
         return list(default)  # a list is read with _env_list
     raw = os.environ.get(name, "")
-    return type(default)(raw) if raw != "" else default
+    if raw == "":
+        return default
+    if isinstance(default, str) and name.endswith("_URL"):
+        return _env_url(name)
+    try:
+        return type(default)(raw)
+    except ValueError:
+        raise _junk(name, raw, f"a {type(default).__name__}") from None
 
 
 def _env_list(name: str, default: list[str]) -> list[str]:
@@ -73,7 +116,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_tasks",
@@ -120,7 +162,7 @@ _sqlite_default = f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
 # per query would cost more than the query.
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", _sqlite_default),
+        _env_url("DATABASE_URL", _sqlite_default),
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
         conn_health_checks=True,
     )
@@ -144,7 +186,7 @@ IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
 
 # --- Channel layer ----------------------------------------------------------
 
-REDIS_URL = os.environ.get("REDIS_URL", "")
+REDIS_URL = _env_url("REDIS_URL")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -236,8 +278,10 @@ AGENT_TAIL_PROBE_SECONDS = _app("AGENT_TAIL_PROBE_SECONDS")
 # 4429 (retryable) at once, before any database work.
 AGENT_USER_MAX_SOCKETS = _app("AGENT_USER_MAX_SOCKETS")
 AGENT_USER_MAX_QUEUED_RUNS = _app("AGENT_USER_MAX_QUEUED_RUNS")
+AGENT_SESSION_MAX_RUNS = _app("AGENT_SESSION_MAX_RUNS")
 AGENT_WORKSPACE_MAX_BYTES = _app("AGENT_WORKSPACE_MAX_BYTES")
 AGENT_WORKSPACE_MAX_FILES = _app("AGENT_WORKSPACE_MAX_FILES")
+AGENT_USER_WORKSPACES_MAX_BYTES = _app("AGENT_USER_WORKSPACES_MAX_BYTES")
 AGENT_MAX_MESSAGE_CHARS = _app("AGENT_MAX_MESSAGE_CHARS")
 AGENT_RETAIN_CONNECTIONS_DAYS = _app("AGENT_RETAIN_CONNECTIONS_DAYS")
 AGENT_API_RATE = _app("AGENT_API_RATE")
@@ -252,6 +296,8 @@ if AGENT_PATCH_FAILURES not in ("refuse", "warn"):
 AGENT_SEND_BUFFER_BYTES = _app("AGENT_SEND_BUFFER_BYTES")
 AGENT_SLOW_CONSUMER_SECONDS = _app("AGENT_SLOW_CONSUMER_SECONDS")
 AGENT_SSE_HEARTBEAT_SECONDS = _app("AGENT_SSE_HEARTBEAT_SECONDS")
+# API keys (sessions_app.access.tokens) expire this many days after they are made (0: never).
+AGENT_TOKEN_DAYS = _app("AGENT_TOKEN_DAYS")
 
 # Retention (docs/architecture.md, "Retention"). Off when unset or 0. The streamed
 # deltas of a run whose text is in its assistant.message are deleted this many
@@ -296,16 +342,31 @@ SERVE_STATIC = _env_bool("SERVE_STATIC", True)
 
 REST_FRAMEWORK = {
     # The browser's session cookie (CSRF on writes), or for programs a token
-    # (`Authorization: Token …`; made in the admin or with `manage.py
-    # drf_create_token USER`).
+    # (`Authorization: Token …`; made in the admin, through POST /api/tokens/
+    # or with `manage.py issue_token USER`; kept as hashes).
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
+        "sessions_app.access.tokens.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "sessions_app.web.api.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # The throttles' client address: the peer's (0), or behind N proxies that
+    # each *set* X-Forwarded-For (deploy/nginx sets it to $remote_addr) the
+    # N-th value from its end. Never the whole header, which a client writes.
+    "NUM_PROXIES": _env_int("NUM_PROXIES", 0),
 }
+
+# The throttles count in the cache: in production one cache for every process
+# (Redis), so two daphnes allow a rate once, not twice. (Embedded: one process.)
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": os.environ.get("CHANNELS_PREFIX", "asgi") + "-cache",
+        }
+    }
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Agent sessions API",

@@ -39,6 +39,7 @@ afresh per bench (``agentab_<bench>``), and its Redis database flushed.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import statistics
@@ -60,7 +61,7 @@ class Bench:
     full: list[str]
     quick: list[str]
     profiles: tuple[str, ...] = ("embedded",)
-    # The figures to compare (a prefix matches every figure that starts with it).
+    # The figures to compare (shell patterns: ``plain_k*_ratio``).
     figures: tuple[str, ...] = ()
     timeout: float = 900
     results: dict = field(default_factory=dict)
@@ -73,7 +74,7 @@ BENCHES = [
         ["--ks", "10,1000,10000", "--rounds", "3", "--reps", "2"],
         ["--ks", "10,1000,10000", "--rounds", "1", "--reps", "2"],
         ("embedded", "production"),
-        ("plain_k", "batch_k"),
+        ("plain_k*_ratio", "batch_k*_ratio"),
     ),
     Bench(
         "fresh_open",
@@ -167,7 +168,7 @@ def run_once(bench: Bench, profile: str, side: str, root: Path, args, env: dict)
 
 
 def wanted(bench: Bench, figures: dict) -> list[str]:
-    return sorted(k for k in figures if any(k.startswith(f) for f in bench.figures))
+    return sorted(k for k in figures if any(fnmatch.fnmatch(k, f) for f in bench.figures))
 
 
 def table(benches: list[Bench], rev: str) -> str:

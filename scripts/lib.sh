@@ -20,11 +20,14 @@ setup_venv() {
 # DEBUG for ./scripts/run: on for a loopback HOST (unless DEBUG is set), off
 # for any other (unless DEBUG is set), and said so.
 debug_for_host() {
-  case "$1" in
-    127.*|localhost|::1|"[::1]") echo "${DEBUG:-1}" ;;
-    *) echo "HOST=$1 is not loopback: DEBUG=${DEBUG:-0} (set ALLOWED_HOSTS for it)" >&2
-       echo "${DEBUG:-0}" ;;
-  esac
+  # Loopback addresses only: 127.0.0.1.nip.io is a name anyone can point anywhere.
+  if [[ "$1" =~ ^127(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){3}$ ]] ||
+     [ "$1" = localhost ] || [ "$1" = ::1 ] || [ "$1" = "[::1]" ]; then
+    echo "${DEBUG:-1}"
+  else
+    echo "HOST=$1 is not loopback: DEBUG=${DEBUG:-0} (set ALLOWED_HOSTS for it)" >&2
+    echo "${DEBUG:-0}"
+  fi
 }
 
 # daphne's -e endpoint for HOST and PORT, with a large listen backlog.

@@ -20,13 +20,11 @@ class SessionsAppConfig(AppConfig):
         from sessions_app.models import AgentSession
         from sessions_app.runtime import runs, tasks
         from sessions_app.server import tracing
-        from sessions_app.server.patches import hide_token_keys
 
         # A project embedding the app sets only the settings it changes.
         install_defaults()
         runs.set_enqueue(tasks.enqueue_run)
         connect_signals()
-        hide_token_keys()
         tracing.configure()
         post_delete.connect(
             _remove_workspace, sender=AgentSession, dispatch_uid="sessions_app.workspace"

@@ -76,9 +76,14 @@ DEFAULTS: dict[str, object] = {
     # Runs a user may have waiting to start (queued), across their sessions:
     # past it a send is refused (``too_many_runs``) rather than queued.
     "AGENT_USER_MAX_QUEUED_RUNS": 20,
+    # Turns (runs) one session may hold: past it a send, regenerate or edit is
+    # refused (``session_full``); a conversation that long goes on in a new one.
+    "AGENT_SESSION_MAX_RUNS": 10_000,
     # One session's workspace: bytes of its files, and files plus directories.
     "AGENT_WORKSPACE_MAX_BYTES": 64 * 1024 * 1024,
     "AGENT_WORKSPACE_MAX_FILES": 1000,
+    # Bytes of all of one user's workspaces together (0: no limit).
+    "AGENT_USER_WORKSPACES_MAX_BYTES": 256 * 1024 * 1024,
     # The longest agent message (characters) the log keeps: what a model
     # streams past it is cut, and the message says so.
     "AGENT_MAX_MESSAGE_CHARS": 200_000,
@@ -97,6 +102,8 @@ DEFAULTS: dict[str, object] = {
     # The SSE stream (GET …/stream/): a comment this often while idle (under
     # a proxy's read timeout), with a check of the head and the user's rights.
     "AGENT_SSE_HEARTBEAT_SECONDS": 15.0,
+    # API keys expire this many days after they are made (0: never).
+    "AGENT_TOKEN_DAYS": 90,
     "AGENT_RETAIN_DELTAS_DAYS": 0.0,
     "AGENT_RETAIN_SESSIONS_DAYS": 0.0,
     "AGENT_RETENTION_INTERVAL_SECONDS": 3600.0,

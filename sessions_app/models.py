@@ -11,6 +11,7 @@ import secrets
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Now
 from django.utils import timezone
 
 
@@ -160,6 +161,8 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["session", "status"]),
             models.Index(fields=["status", "lease_expires_at"]),
+            # The tree's walk down (``turns.newest_leaf_below``).
+            models.Index(fields=["session", "parent_id"]),
         ]
 
     def __str__(self) -> str:
@@ -244,3 +247,33 @@ class Connection(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+def new_token_id() -> str:
+    return "tok_" + secrets.token_urlsafe(9)
+
+
+class ApiToken(models.Model):
+    """An API key of one user, as a hash (``access.tokens``): the key itself is
+    shown once, when made, and kept nowhere. A copy of the database gives no
+    key that signs in."""
+
+    id = models.CharField(primary_key=True, max_length=20, default=new_token_id, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    # The key's first characters, to tell keys apart in a list (not enough to sign in).
+    prefix = models.CharField(max_length=12)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now, db_default=Now())
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API token"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name or 'unnamed'})"

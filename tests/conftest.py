@@ -37,6 +37,9 @@ def pytest_configure(config):
         # Our own key prefix, flushed: channels-redis leaves asgi:* keys behind.
         prefix = f"test{os.getpid()}"
         settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = prefix
+        # The cache (the REST throttles' counts) likewise, as servers started
+        # with this run's CHANNELS_PREFIX name theirs.
+        settings.CACHES["default"]["KEY_PREFIX"] = prefix + "-cache"
 
 
 def pytest_unconfigure(config):

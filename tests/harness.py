@@ -472,3 +472,17 @@ def http_get(url: str, token: str | None = None) -> tuple[int, str]:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
+
+
+def api_key(user, **kw) -> str:
+    """A new API key of ``user`` (``Authorization: Token <key>``)."""
+    from sessions_app.access.tokens import issue
+
+    return issue(user, **kw)[1]
+
+
+def key_works(key: str) -> bool:
+    """Does ``key`` still sign in?"""
+    from sessions_app.access.tokens import token_user
+
+    return token_user(f"Token {key}") is not None

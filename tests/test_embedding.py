@@ -44,7 +44,6 @@ INSTALLED_APPS = [
     # sessions_app and what it builds on:
     "channels",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_tasks",

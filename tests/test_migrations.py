@@ -96,3 +96,35 @@ def test_every_new_not_null_column_has_a_database_default():
             if field.db_default is NOT_PROVIDED:
                 missing.append(name)
     assert missing == []
+
+
+def test_plain_text_keys_become_hashes_that_still_sign_in(user):
+    """0012: each key DRF's authtoken kept in plain text is stored as a hash
+    and signs in as before; the plain table is emptied."""
+    from tests.harness import key_works
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("sessions_app", "0011_db_defaults_for_rolling_deploys")])
+    key = "0123456789abcdef0123456789abcdef01234567"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE authtoken_token (key varchar(40) PRIMARY KEY, "
+            "user_id integer NOT NULL, created timestamp with time zone NOT NULL)"
+            if connection.vendor == "postgresql"
+            else "CREATE TABLE authtoken_token (key varchar(40) PRIMARY KEY, "
+            "user_id integer NOT NULL, created datetime NOT NULL)"
+        )
+        cursor.execute(
+            "INSERT INTO authtoken_token VALUES (%s, %s, %s)",
+            [key, user.id, "2026-01-02 03:04:05+00:00"],
+        )
+    try:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+        assert key_works(key)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM authtoken_token")
+            assert cursor.fetchone()[0] == 0
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE authtoken_token")

@@ -40,6 +40,24 @@ def test_no_secret_key_is_a_clear_error_and_writes_nothing(tmp_path):
     assert not (tmp_path / "var").exists()
 
 
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("HTTPS", "1  # behind nginx"),
+        ("TRUST_X_FORWARDED_PROTO", "yes, please"),
+        ("REDIS_URL", "redis://127.0.0.1:6379/0  # the channel layer"),
+        ("NUM_PROXIES", "1 # nginx"),
+        ("AGENT_TOKEN_DAYS", "30 # a month"),
+    ],
+)
+def test_a_setting_with_trailing_junk_stops_the_start(tmp_path, name, value):
+    """An env file's inline comment (systemd keeps it in the value) is refused
+    at start-up, naming the variable: ``HTTPS=1  # …`` never reads as off."""
+    out = _settings_value(tmp_path, "settings.DEBUG", SECRET_KEY="k" * 50, **{name: value})
+    assert out.returncode != 0
+    assert f"{name}=" in out.stderr and "comments on lines of their own" in out.stderr
+
+
 def test_proxy_header_and_https_only_when_configured(tmp_path):
     """X-Forwarded-Proto is trusted only with TRUST_X_FORWARDED_PROTO=1; secure
     cookies and redirects only with HTTPS=1."""
@@ -121,6 +139,8 @@ def _lib(call: str, **env: str) -> subprocess.CompletedProcess:
         ("[::1]", {}, "1"),
         ("0.0.0.0", {}, "0"),
         ("192.0.2.7", {}, "0"),
+        ("127.0.0.1.nip.io", {}, "0"),
+        ("127.0.0.300", {}, "0"),
         ("0.0.0.0", {"DEBUG": "1"}, "1"),
         ("127.0.0.1", {"DEBUG": "0"}, "0"),
     ],
@@ -168,7 +188,11 @@ def test_the_deployment_guide_lists_every_setting():
 
     listed = _documented_settings()
     source = (ROOT / "agentsite" / "settings.py").read_text()
-    from_env = set(re.findall(r'(?:_env_bool|_env_list|environ\.get)\("([A-Z][A-Z0-9_]+)"', source))
+    from_env = set(
+        re.findall(
+            r'(?:_env_bool|_env_list|_env_url|_env_int|environ\.get)\("([A-Z][A-Z0-9_]+)"', source
+        )
+    )
     from_env |= set(re.findall(r'_app\("([A-Z][A-Z0-9_]+)"\)', source))
     script_env = {"HOST", "PORT", "LISTEN_BACKLOG"}  # ./scripts/run's own
     # OpenTelemetry's own variables, read where tracing is set up.
@@ -178,3 +202,16 @@ def test_the_deployment_guide_lists_every_setting():
     assert not missing, f"not in docs/deployment.md's table: {sorted(missing)}"
     unknown = listed - set(DEFAULTS) - from_env - script_env
     assert not unknown, f"in docs/deployment.md's table but read nowhere: {sorted(unknown)}"
+
+
+def test_the_runbooks_env_file_has_its_comments_on_their_own_lines():
+    """docs/deploy.md's /etc/agents/env, as systemd would read it: every line is
+    a comment or NAME=VALUE with no inline comment, so every value is whole."""
+    import re
+
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    block = text.split("`/etc/agents/env`", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    for line in block.strip().splitlines():
+        if line.startswith("#"):
+            continue
+        assert re.fullmatch(r"[A-Z][A-Z0-9_]*=[^\s#]+", line), line

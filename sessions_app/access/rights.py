@@ -14,9 +14,10 @@ other session of theirs, as its session hash no longer matches). On each:
   against the rights it was let in with (``still_granted``, one indexed read),
   so a change whose message did not reach a socket (a command run beside the
   embedded server, a lost publication) still stops it from acting;
-- a password change deletes the user's API tokens (DRF's ``Token``): a token
-  is a credential as the password is, and a new one is made on request (a
-  re-hash of the same password at sign-in keeps them).
+- a password change or a deactivation revokes the user's API tokens
+  (``access.tokens``): a token is a credential as the password is, and a new
+  one is made on request (a re-hash of the same password at sign-in keeps
+  them).
 
 Only saves are seen: ``QuerySet.update`` sends no signal, so a bulk change
 closes no socket and keeps tokens (commands are still refused, by the read
@@ -27,12 +28,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save, pre_save
 
 from sessions_app import fanout
+from sessions_app.access.tokens import revoke as revoke_tokens
+from sessions_app.models import ApiToken
 from sessions_app.wire.errors import SessionError
 
 _WATCHED = {"is_active", "password"}
@@ -85,10 +87,8 @@ def _after_save(sender, instance, created, raw=False, update_fields=None, **kwar
         and set(update_fields) == {"password"}
         and getattr(instance, "_password", None) is None
     )
-    if password_changed and not rehashed and apps.is_installed("rest_framework.authtoken"):
-        from rest_framework.authtoken.models import Token  # only when the app is installed
-
-        Token.objects.filter(user_id=instance.pk).delete()
+    if (password_changed and not rehashed) or deactivated:
+        revoke_tokens(ApiToken.objects.filter(user_id=instance.pk))
     if password_changed or deactivated:
         revoke(instance.pk)
 

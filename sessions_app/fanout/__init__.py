@@ -65,6 +65,11 @@ def rights_group(user_id: int) -> str:
     return f"rights.{user_id}"
 
 
+def token_group(token_id: str) -> str:
+    """The group of every stream opened with one API token (told when it is revoked)."""
+    return f"token.{token_id}"
+
+
 def auth_group(session_key: str) -> str:
     """The group of every socket signed in with one session cookie (named by a
     hash: the key itself is a credential and group names reach Redis)."""
@@ -286,6 +291,11 @@ def session_changed_on_commit(owner_id: int, session_id: str) -> None:
 def publish_logged_out(session_key: str) -> None:
     """Close every socket of a session cookie that was just signed out (4401)."""
     publisher.publish(auth_group(session_key), {"type": LOGGED_OUT_MESSAGE})
+
+
+def publish_token_revoked(token_id: str) -> None:
+    """End every stream opened with a token that was just revoked."""
+    publisher.publish(token_group(token_id), {"type": REVOKED_MESSAGE})
 
 
 def publish_revoked(user_id: int) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 
 from sessions_app import fanout
 from sessions_app.log.events import append_event
@@ -39,17 +40,24 @@ def session_summary(session_id: str, owner_id: int) -> dict | None:
 MAX_LISTED = 200
 
 
+def _count(rows) -> Coalesce:
+    """How many of ``rows`` (filtered by status) belong to the outer session:
+    a scalar subquery on the ``(session, status)`` index, so each count reads
+    only the matching rows (two joins counted runs × approvals: 1.4 s at
+    2,000 of each, a timeout at 20,000 runs)."""
+    counted = rows.filter(session=OuterRef("pk")).order_by().values("session")
+    return Coalesce(Subquery(counted.annotate(n=Count("pk")).values("n")[:1]), 0)
+
+
 def listed(sessions):
     """``sessions`` (a queryset) with what a session list shows of each, most
     recent first: ``pending_approvals`` and ``active_runs``."""
 
     return sessions.annotate(
-        pending_approvals=Count(
-            "approvals",
-            filter=Q(approvals__status=ApprovalRequest.Status.PENDING),
-            distinct=True,
+        pending_approvals=_count(
+            ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
         ),
-        active_runs=Count("runs", filter=Q(runs__status__in=Run.ACTIVE), distinct=True),
+        active_runs=_count(Run.objects.filter(status__in=Run.ACTIVE)),
     ).order_by("-updated_at")
 
 

@@ -252,9 +252,28 @@ def workspace_usage(root: Path) -> tuple[int, int]:
     return size, entries
 
 
+def owner_usage(root: Path) -> int:
+    """The bytes of every workspace of the owner of ``root``'s session (0 for
+    a directory that is no session's workspace)."""
+    from sessions_app.models import AgentSession
+
+    if not is_session_id(root.name):
+        return 0
+    owner = AgentSession.objects.filter(id=root.name).values_list("owner_id", flat=True)
+    base = Path(settings.AGENT_WORKSPACES)
+    total = 0
+    for session_id in AgentSession.objects.filter(owner_id__in=owner).values_list("id", flat=True):
+        path = base / session_id
+        if path.is_dir() and not path.is_symlink():
+            total += workspace_usage(path)[0]
+    return total
+
+
 def _check_quota(parts: list[str], root: Path, adding: int) -> None:
     """Refuse a write past the workspace's quota (``AGENT_WORKSPACE_MAX_BYTES``
-    and ``AGENT_WORKSPACE_MAX_FILES``), before anything is touched."""
+    and ``AGENT_WORKSPACE_MAX_FILES``) or its owner's across their sessions
+    (``AGENT_USER_WORKSPACES_MAX_BYTES``: a new session is no fresh quota),
+    before anything is touched."""
     size, entries = workspace_usage(root)
     limit = settings.AGENT_WORKSPACE_MAX_BYTES
     if size + adding > limit:
@@ -262,6 +281,14 @@ def _check_quota(parts: list[str], root: Path, adding: int) -> None:
             f"the workspace quota is reached: {size:,} of {limit:,} bytes used, "
             f"this write adds {adding:,}"
         )
+    user_limit = settings.AGENT_USER_WORKSPACES_MAX_BYTES
+    if user_limit:
+        used = owner_usage(root)
+        if used + adding > user_limit:
+            raise _Refused(
+                f"your workspaces' quota is reached: {used:,} of {user_limit:,} bytes "
+                f"used across your sessions, this write adds {adding:,}"
+            )
     new = sum(1 for i in range(len(parts)) if not root.joinpath(*parts[: i + 1]).exists())
     if new and entries + new > settings.AGENT_WORKSPACE_MAX_FILES:
         raise _Refused(
@@ -392,10 +419,24 @@ def _terminal_argv(command: str, root: Path) -> list[str]:
         # Catches a symlink inside the workspace that points out of it.
         if not _inside(root, os.path.join(root, arg)):
             raise _Refused(f"the path leaves the workspace: {arg}")
+        _check_single_link(root, arg)
         name, eq, value = arg.partition("=")
         if arg.startswith("--") and eq:
             _check_path_like(value)
+            _check_single_link(root, value)
     return argv
+
+
+def _check_single_link(root: Path, arg: str) -> None:
+    """A file with a second hard link may be one outside the workspace (a
+    link made to it from inside): read nothing through it, as ``write_file``
+    writes nothing through one."""
+    try:
+        info = os.lstat(os.path.join(root, arg))
+    except OSError:
+        return  # not a path (an option, a +FORMAT): nothing to read through
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        raise _Refused(f"files with several hard links are not allowed: {arg}")
 
 
 def _terminal(command: str, root: Path) -> tuple[bool, str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from sessions_app import fanout
@@ -29,7 +29,7 @@ from sessions_app.runtime import runs
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session, queued_runs, set_session_status
 from sessions_app.wire import protocol as p
-from sessions_app.wire.errors import NotFound, TooManyRuns
+from sessions_app.wire.errors import NotFound, SessionFull, TooManyRuns
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,9 @@ def open_turn(
     ahead of the queued inputs (they stay queued), as after an interrupt. The
     new run is the session's leaf: the active path ends with it."""
     session_id = session.id
+    cap = settings.AGENT_SESSION_MAX_RUNS
+    if Run.objects.filter(session_id=session_id).order_by()[cap - 1 : cap].exists():
+        raise SessionFull()
     if jump:
         # A session has one executing run at most, and the caller cancelled it.
         behind = False
@@ -228,7 +231,7 @@ def _branch(
     # The new turn's path is the target's, without the target: every run
     # not on it stops, and so does the executing run wherever it is (as a
     # "stop and send" does): no two runs of a session ever execute at once.
-    keep = set(path_to(_tree(session_id), target.parent_id))
+    keep = set(ancestry(target.parent_id))
     _leave(session, keep, by, p.STOPPED_FOR_NEW_MESSAGE, executing_too=True)
     # A turn it follows that is still queued (an edit of a queued message)
     # runs first: the new run queues behind it, in the path's order.
@@ -271,11 +274,10 @@ def switch(session_id: str, run_id: str, *, by: str = "") -> list[str]:
     switching to the path already shown changes nothing and logs nothing."""
     with transaction.atomic():
         session = lock_session(session_id)
-        tree = _tree(session_id)
-        if run_id not in tree:
+        leaf = newest_leaf_below(session_id, run_id)
+        if leaf is None:
             raise NotFound("no such run in this session")
-        leaf = newest_leaf(tree, run_id)
-        path = path_to(tree, leaf)
+        path = ancestry(leaf)
         if leaf == session.leaf_run_id:
             return path
         _leave(session, set(path), by, p.STOPPED_FOR_BRANCH, executing_too=False)
@@ -313,15 +315,49 @@ class Turn:
     order: int  # creation order in the session (0 first)
 
 
-def _tree(session_id: str) -> dict[str, Turn]:
-    """Every run of the session as a node, by id (one query; the columns are small)."""
-    rows = Run.objects.filter(session_id=session_id).order_by("created_at", "message_seq")
-    return {
-        run_id: Turn(parent, answers, i)
-        for i, (run_id, parent, answers) in enumerate(
-            rows.values_list("id", "parent_id", "answers_id")
-        )
-    }
+_RUNS = Run._meta.db_table
+# The walks below are SQL's recursive queries (PostgreSQL and SQLite alike),
+# on the primary key going up and the (session, parent_id) index going down:
+# what they cost is the path's length or the subtree's size, never the
+# session's run count.
+_UP = f"""
+WITH RECURSIVE up(id, parent_id, n) AS (
+    SELECT id, parent_id, 1 FROM {_RUNS} WHERE id = %s
+    UNION ALL
+    SELECT r.id, r.parent_id, up.n + 1 FROM {_RUNS} r JOIN up ON r.id = up.parent_id
+    WHERE up.n < %s
+)
+SELECT id FROM up ORDER BY n DESC
+"""  # noqa: S608 (a table name, no input)
+_DOWN = f"""
+WITH RECURSIVE down(id) AS (
+    SELECT id FROM {_RUNS} WHERE id = %s AND session_id = %s
+    UNION
+    SELECT r.id FROM {_RUNS} r JOIN down ON r.parent_id = down.id WHERE r.session_id = %s
+)
+SELECT r.id FROM {_RUNS} r JOIN down ON r.id = down.id
+ORDER BY r.created_at DESC, r.message_seq DESC LIMIT 1
+"""  # noqa: S608 (a table name, no input)
+
+
+def ancestry(run_id: str | None, limit: int | None = None) -> list[str]:
+    """The runs from the root to ``run_id`` (the last ``limit`` of them), root
+    first ([] for None): one query, as long as the path."""
+    if run_id is None:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(_UP, [run_id, limit or settings.AGENT_SESSION_MAX_RUNS + 1])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def newest_leaf_below(session_id: str, run_id: str) -> str | None:
+    """The newest run whose path goes through ``run_id`` (itself if none; None
+    if the session has no such run): the newest of a subtree has no children,
+    so it is a leaf. One query, as large as the subtree."""
+    with connection.cursor() as cursor:
+        cursor.execute(_DOWN, [run_id, session_id, session_id])
+        found = cursor.fetchone()
+    return found[0] if found else None
 
 
 def path_to(tree: dict[str, Turn], leaf: str | None) -> list[str]:
@@ -334,22 +370,6 @@ def path_to(tree: dict[str, Turn], leaf: str | None) -> list[str]:
         leaf = tree[leaf].parent_id
     path.reverse()
     return path
-
-
-def newest_leaf(tree: dict[str, Turn], run_id: str) -> str:
-    """The newest run whose path goes through ``run_id`` (itself if none):
-    the newest of a subtree has no children, so it is a leaf."""
-    children: dict[str, list[str]] = {}
-    for node, turn in tree.items():
-        if turn.parent_id is not None:
-            children.setdefault(turn.parent_id, []).append(node)
-    best, todo = run_id, [run_id]
-    while todo:
-        node = todo.pop()
-        if tree[node].order > tree[best].order:
-            best = node
-        todo.extend(children.get(node, ()))
-    return best
 
 
 def tree_of(session_id: str) -> dict:
@@ -393,5 +413,4 @@ def tree_of(session_id: str) -> dict:
 def history_path(session_id: str, run_id: str, turns: int) -> list[str]:
     """The last ``turns`` runs before ``run_id`` on its path, oldest first
     (what its agent sees as the conversation so far)."""
-    tree = _tree(session_id)
-    return path_to(tree, tree[run_id].parent_id if run_id in tree else None)[-turns:]
+    return ancestry(run_id, turns + 1)[:-1]

@@ -41,6 +41,11 @@ from sessions_app.wire import protocol
 log = logging.getLogger(__name__)
 
 SOCKETS_OPEN = Gauge("agent_sockets_open", "WebSocket connections open on this process")
+LIST_SUMMARIES = Counter(
+    "agent_list_summary_reads_total",
+    "Session summaries read for list sockets (one read serves every list socket "
+    "of the owner in this process, and every change within the coalescing window)",
+)
 HANDSHAKES = Counter(
     "agent_handshakes", "Handshakes by type (start, resume) and outcome", ["type", "outcome"]
 )

@@ -477,24 +477,3 @@ def mark(function: Any) -> Any:
     """Mark a wrapper as ours (what the checks look for)."""
     function._sessions_app = True
     return function
-
-
-# --- API tokens never shown whole ---------------------------------------------
-
-
-def _token_text(token) -> str:
-    return f"{token.key[:6]}…" if token.key else "token"
-
-
-def hide_token_keys() -> None:
-    """DRF's ``Token`` shows its whole key as its text, and the admin prints
-    an object's text where no permission guards it: the related objects of a
-    user's delete page, its history, its messages. A token acts as its user,
-    so its text is its key's first six characters."""
-    from django.apps import apps  # called from ready(), with the registry filled
-
-    if not apps.is_installed("rest_framework.authtoken"):
-        return
-    from rest_framework.authtoken.models import Token  # only when the app is installed
-
-    Token.__str__ = _token_text

@@ -87,12 +87,30 @@ def _clean(attributes: dict[str, Any]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def span(name: str, **attributes: Any) -> Iterator[Any]:
-    """A span around the block, a child of the current one (nothing when off)."""
+    """A span around the block, a child of the current one (nothing when off).
+
+    An exception that leaves the block marks the span failed with its type
+    alone: OpenTelemetry's own recording would export its message and
+    traceback, and those carry user text (a command's arguments, a model's
+    error body)."""
     if _tracer is None:
         yield None
         return
-    with _tracer.start_as_current_span(name, attributes=_clean(attributes)) as current:
-        yield current
+    with _tracer.start_as_current_span(
+        name,
+        attributes=_clean(attributes),
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as current:
+        try:
+            yield current
+        except BaseException as exc:
+            from opentelemetry.trace import Status, StatusCode
+
+            kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            current.set_attribute("exception.type", kind)
+            current.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+            raise
 
 
 def carrier() -> str:

@@ -18,7 +18,7 @@ from sessions_app.delivery import reads
 from sessions_app.server import tracing
 from sessions_app.sockets import queries as db
 from sessions_app.wire import protocol as p
-from sessions_app.wire.errors import SessionError
+from sessions_app.wire.errors import BranchRateLimited, SessionError
 
 
 class Commands:
@@ -43,8 +43,20 @@ class Commands:
             self.last_ack = seq
             self._record(last_ack=seq)
 
+    def _branch_rate(self) -> None:
+        """Regenerates, edits and switches have a rate of their own per socket."""
+        bucket = self.__dict__.get("branch_bucket")
+        if bucket is None:
+            bucket = self.branch_bucket = p.TokenBucket(
+                p.BRANCH_RATE_PER_SECOND, p.BRANCH_RATE_BURST
+            )
+        if not bucket.take(asyncio.get_running_loop().time()):
+            raise BranchRateLimited()
+
     async def _on_send(self, frame: dict[str, Any]) -> None:
         send = p.parse_send(frame)
+        if send.regenerate or send.edit_of:
+            self._branch_rate()
         with tracing.span("session.send", **{"session.id": self.session_id, "via": "socket"}):
             result = await db.submit(
                 self.session_id, send, self.user.get_username(), self.granted, tracing.carrier()
@@ -79,6 +91,7 @@ class Commands:
 
     async def _on_switch(self, frame: dict[str, Any]) -> None:
         rid, run_id = p.parse_switch(frame)
+        self._branch_rate()
         path = await db.switch(self.session_id, run_id, self.user.get_username(), self.granted)
         await self._send(
             {"type": p.SWITCH_OK, "request_id": rid, "run_id": run_id, "leaf_run_id": path[-1]}

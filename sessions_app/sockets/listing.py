@@ -31,6 +31,7 @@ from sessions_app import fanout
 from sessions_app.access.rights import still_granted
 from sessions_app.log.sessions import MAX_LISTED, session_summary, summaries
 from sessions_app.models import AgentSession
+from sessions_app.server import metrics
 from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.sockets.base import AppSocket
 from sessions_app.wire import protocol as p
@@ -47,6 +48,41 @@ def _read_snapshot(user_id: int, granted: tuple[int, str] | None) -> tuple[list[
 # On the pool the session socket's reads use, not Channels' one shared thread.
 _snapshot = reading_in_db_pool(_read_snapshot)
 _summary = reading_in_db_pool(session_summary)
+
+# Changes of one session within this long are read once, for every list
+# socket of its owner in this process: a run's status flips several times a
+# second, and each flip would otherwise cost a read per list socket.
+COALESCE_SECONDS = 0.1
+
+
+class SummaryReads:
+    """One read of a session's summary for all the list sockets that want it
+    (``wanted``): the first change schedules the read ``COALESCE_SECONDS``
+    later, and every change until it starts shares it; a change after it
+    started schedules the next."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[tuple[str, int], asyncio.Future] = {}
+
+    async def wanted(self, session_id: str, owner_id: int) -> dict[str, Any] | None:
+        key = (session_id, owner_id)
+        future = self.waiting.get(key)
+        if future is None:
+            loop = asyncio.get_running_loop()
+            future = self.waiting[key] = loop.create_future()
+            loop.call_later(COALESCE_SECONDS, lambda: asyncio.ensure_future(self._read(key)))
+        return await asyncio.shield(future)
+
+    async def _read(self, key: tuple[str, int]) -> None:
+        future = self.waiting.pop(key)  # a change from now on reads again
+        metrics.LIST_SUMMARIES.inc()
+        try:
+            future.set_result(await _summary(*key))
+        except Exception as exc:
+            future.set_exception(exc)
+
+
+summary_reads = SummaryReads()
 
 
 class SessionListConsumer(AppSocket):
@@ -88,7 +124,7 @@ class SessionListConsumer(AppSocket):
         session_id = message.get("session_id")
         if self.user is None or self.closing or not isinstance(session_id, str):
             return
-        summary = await _summary(session_id, self.user.pk)
+        summary = await summary_reads.wanted(session_id, self.user.pk)
         if summary is None:
             await self._send({"type": "session_gone", "session_id": session_id})
         else:

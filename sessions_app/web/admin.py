@@ -5,13 +5,15 @@ socket uses, so a decision in the admin is logged (``decided_by`` is the admin
 user), reaches every open tab live, and continues the parked run.
 """
 
-from django.apps import apps
+from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from sessions_app import fanout
+from sessions_app.access import tokens
 from sessions_app.log.retention import rotate_epoch
-from sessions_app.models import AgentSession, ApprovalRequest, Connection, Event, Run
+from sessions_app.models import AgentSession, ApiToken, ApprovalRequest, Connection, Event, Run
 from sessions_app.runtime import runs
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import AlreadyDecided, ApprovalCancelled, NotPending
@@ -204,55 +206,81 @@ class ConnectionAdmin(ReadOnlyMixin, admin.ModelAdmin):
     search_fields = ("id", "tab_id", "session__id", "user__username")
 
 
-# --- API tokens: superusers only, and never the whole key -----------------------
-# A token acts as its user (it can decide approvals, which run tools), so
-# reading one is taking over that user. DRF's own admin lists every key in
-# plain text to anyone with the view permission; this one shows superusers a
-# prefix, and the whole key once, when a superuser makes it.
+# --- API tokens: superusers only, never a key -----------------------------------
+# A token acts as its user (it can decide approvals, which run tools). The
+# database keeps only a hash (``access.tokens``): the list shows a prefix, a
+# key made here is shown once, and a key is revoked, never edited.
 
-if apps.is_installed("rest_framework.authtoken"):
-    # Imported first: DRF's own registration is done (once) before it is
-    # replaced, whatever the order of INSTALLED_APPS.
-    from rest_framework.authtoken.admin import TokenAdmin as _DRFTokenAdmin
-    from rest_framework.authtoken.models import TokenProxy
 
-    TOKEN_PREFIX_CHARS = 6
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ("prefix", "user", "name", "created_at", "expires_at", "last_used_at", "revoked")
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter),)
+    search_fields = ("user__username", "name", "prefix")
+    fields = ("user", "name", "days")
+    actions = ["revoke_tokens"]
 
-    class TokenAdmin(_DRFTokenAdmin):
-        list_display = ("key_prefix", "user", "created")
-        fields = ("user",)
+    @admin.display(boolean=True, description="revoked")
+    def revoked(self, obj) -> bool:
+        return obj.revoked_at is not None
 
-        @admin.display(description="key")
-        def key_prefix(self, obj) -> str:
-            return obj.key[:TOKEN_PREFIX_CHARS] + "…"
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        from django import forms
 
-        def _superuser(self, request) -> bool:
-            return bool(request.user.is_active and request.user.is_superuser)
+        class NewToken(forms.ModelForm):
+            days = forms.IntegerField(
+                min_value=0,
+                initial=settings.AGENT_TOKEN_DAYS,
+                help_text="days until it expires (0: never)",
+            )
 
-        def has_module_permission(self, request):
-            return self._superuser(request)
+            class Meta:
+                model = ApiToken
+                fields = ("user", "name")
 
-        def has_view_permission(self, request, obj=None):
-            return self._superuser(request)
+        return NewToken
 
-        def has_add_permission(self, request):
-            return self._superuser(request)
+    def _superuser(self, request) -> bool:
+        return bool(request.user.is_active and request.user.is_superuser)
 
-        def has_change_permission(self, request, obj=None):
-            return False  # a token is made or deleted, never edited
+    def has_module_permission(self, request):
+        return self._superuser(request)
 
-        def has_delete_permission(self, request, obj=None):
-            return self._superuser(request)
+    def has_view_permission(self, request, obj=None):
+        return self._superuser(request)
 
-        def save_model(self, request, obj, form, change):
-            super().save_model(request, obj, form, change)
-            if not change:
-                self.message_user(
-                    request,
-                    f"The token for {obj.user}: {obj.key} (shown this once: copy it now).",
-                    messages.WARNING,
-                )
+    def has_add_permission(self, request):
+        return self._superuser(request)
 
-    if admin.site.is_registered(TokenProxy):
-        admin.site.unregister(TokenProxy)
-    admin.site.register(TokenProxy, TokenAdmin)
+    def has_change_permission(self, request, obj=None):
+        return False  # made or revoked, never edited
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoked: the row stays, with when
+
+    def save_model(self, request, obj, form, change):
+        made, key = tokens.issue(obj.user, obj.name, form.cleaned_data["days"])
+        obj.pk = made.pk
+        self.message_user(
+            request,
+            f"The key for {made.user}: {key} (shown this once: copy it now).",
+            messages.WARNING,
+        )
+
+    def log_addition(self, request, obj, message):
+        pass  # the row is ``tokens.issue``'s
+
+    def response_add(self, request, obj, post_url_continue=None):
+        from django.http import HttpResponseRedirect
+        from django.urls import reverse
+
+        return HttpResponseRedirect(reverse("admin:sessions_app_apitoken_changelist"))
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke_tokens(self, request, queryset):
+        if not self._superuser(request):
+            raise PermissionDenied
+        n = tokens.revoke(queryset)
+        self.message_user(request, f"{n} key(s) revoked.", messages.SUCCESS)
+
+
+admin.site.register(ApiToken, ApiTokenAdmin)

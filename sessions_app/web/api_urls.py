@@ -3,10 +3,11 @@
 from django.conf import settings
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import BasePermission
 
-from sessions_app.web import api, stream
+from sessions_app.access.tokens import TokenAuthentication
+from sessions_app.web import api, stream, tokens
 
 
 class DocsAllowed(BasePermission):
@@ -35,6 +36,8 @@ urlpatterns = [
     path("sessions/<str:session_id>/branch/", api.SessionBranch.as_view(), name="api-branch"),
     path("approvals/<str:approval_id>/decide/", api.ApprovalDecide.as_view(), name="api-decide"),
     path("runs/<str:run_id>/cancel/", api.RunCancel.as_view(), name="api-cancel"),
+    path("tokens/", tokens.TokenList.as_view(), name="api-tokens"),
+    path("tokens/<str:pk>/", tokens.TokenDetail.as_view(), name="api-token"),
     # OpenAPI 3 and its interactive docs (Swagger UI, its init script served
     # apart so that the page's strict CSP holds).
     path("schema/", SpectacularAPIView.as_view(**_docs), name="api-schema"),

@@ -2,23 +2,25 @@
 
 Read-only, for programs (and any ``EventSource``): each event of the log is
 one SSE event, ``id: <seq>``, ``event: <kind>``, ``data: <the event frame>``
-(exactly the socket's ``event`` frame). It starts after ``Last-Event-ID`` (an
-``EventSource`` sends it by itself when it reconnects) or, on a first
-request, after ``?after=N`` (default 0); ``?epoch=E`` (the session's epoch,
-given in the ``stream`` event that opens every response) lets a reconnect
-tell a rebuilt log from the one it followed; ``?compact=1`` skips the
-superseded deltas of finished runs (``event: compacted``, as the socket's
-``compact`` extension).
+(exactly the socket's ``event`` frame; the framing is ``wire.sse``). It
+starts after ``Last-Event-ID`` (an ``EventSource`` sends it by itself when it
+reconnects) or, on a first request, after ``?after=N`` (default 0);
+``?epoch=E`` (given in the ``stream`` event that opens every response) lets a
+reconnect tell a rebuilt log from the one it followed; ``?compact=1`` skips
+the superseded deltas of finished runs (``event: compacted``).
 
-The same log path as the socket: the stream joins the session's group
-first, replays from the database up to the head, then goes live, dropping
-what it already sent and refilling any hole from the log, so there is no gap
-and no repeat at the boundary. While idle it sends a comment every
-``AGENT_SSE_HEARTBEAT_SECONDS`` and checks the head and the user's rights.
-It ends with ``event: reset`` (data: a ``resume_rejected`` frame) when the
-cursor cannot be honoured or the log was rebuilt, and a client then starts
-again as that reason says (docs/sse.md). A client
-that stops reading is dropped as a slow socket is, and may come back.
+One more transport on the sockets' delivery stage (``sessions_app.delivery``):
+the stream joins its groups first (the session's, the user's rights, the
+cookie's logout or the token's revocation), reads the head and epoch once
+joined (nothing falls between; a log rebuilt meanwhile ends it with
+``reset``), replays through ``delivery.replay`` (a hole ends it with
+``reset``, never skipped), then goes live in the ``Sequencer``'s order (no
+gap, no repeat at the boundary). Flow control (``delivery.flow``) comes
+before every write, replay and live: a client that reads nothing for
+``AGENT_SLOW_CONSUMER_SECONDS`` has its response ended, and holds at most
+``AGENT_SEND_BUFFER_BYTES`` of the server's memory meanwhile. The groups
+are renewed while it lasts; its per-user slot is given back by the
+response's close, on every way out (docs/sse.md).
 
 Auth and ownership are the REST API's: the session cookie or an
 ``Authorization: Token …`` header, and only the owner's sessions (another
@@ -30,8 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
-import time
+import logging
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -41,24 +43,23 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from sessions_app import fanout
-from sessions_app.access.rights import still_granted
-from sessions_app.log.compaction import compacted_plan
-from sessions_app.log.events import check_resume_cursor, read_frames
-from sessions_app.models import AgentSession
+from sessions_app.access.tokens import token_user
+from sessions_app.delivery import reads, replay
+from sessions_app.delivery.core import REPEAT, LogHole, Phase, Sequencer, check_transition
+from sessions_app.delivery.flow import Flow
+from sessions_app.delivery.groups import Membership
+from sessions_app.log.events import check_resume_cursor
+from sessions_app.models import AgentSession, ApiToken
 from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.server.patches import send_buffer_probe
-from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
-from sessions_app.wire.ranges import Compacted, Refill, Send, interleave
+from sessions_app.wire import sse
 
-PAGE = 500
+log = logging.getLogger("sessions_app.web.stream")
+
 _ROW = ("epoch", "head", "earliest", "compacted_through")
-# Streams open in this process, per user: at most AGENT_USER_MAX_SOCKETS each,
-# as sockets (a stream holds what a socket holds: a channel, a response).
-_open: collections.Counter = collections.Counter()
-
-
-# --- the database, on the sockets' pool --------------------------------------------
+# A replay writes its events in chunks of about this many bytes.
+WRITE_BYTES = 64 * 1024
 
 
 @reading_in_db_pool
@@ -67,48 +68,84 @@ def _owned(session_id: str, user_id: int) -> dict[str, Any] | None:
     return None if found is None else dict(zip(_ROW, found, strict=True))
 
 
-@reading_in_db_pool
-def _page(session_id: str, after: int, upto: int, skeleton: bool) -> list[tuple[str, int]]:
-    return read_frames(session_id, after, upto, PAGE, skeleton=skeleton)
+_token_user_in_pool = reading_in_db_pool(token_user)
 
 
 @reading_in_db_pool
-def _plan(session_id: str, after: int, upto: int) -> list[tuple[int, int, str]]:
-    return compacted_plan(session_id, after, upto)
+def _token_live(token_id: str) -> bool:
+    """Is the key a stream was opened with still neither revoked nor expired?"""
+    from django.db.models import Q
+    from django.utils import timezone
+
+    live = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+    return ApiToken.objects.filter(live, pk=token_id, revoked_at__isnull=True).exists()
 
 
-@reading_in_db_pool
-def _tail(session_id: str, granted: tuple[int, str]) -> tuple[tuple[int, str] | None, bool]:
-    row = AgentSession.objects.filter(id=session_id).values_list("head", "epoch").first()
-    return row, still_granted(granted)
+# A slot taken for a response whose body has not started after this long is
+# given back: Django neither closes nor starts a response whose client left
+# while middleware ran after the view.
+SLOT_START_SECONDS = 5.0
 
 
-def _token_user(header: str):
-    from rest_framework.authtoken.models import Token
+class Slots:
+    """Streams open in this process, per user: at most
+    ``AGENT_USER_MAX_SOCKETS`` each, as sockets (a stream holds what a socket
+    holds). Taken in the view, given back once by whichever comes first: the
+    body's end, the response's close (which Django calls from a thread, also
+    when the client left before the body started), or ``SLOT_START_SECONDS``
+    without the body starting."""
 
-    key = header.split(None, 1)[1].strip() if " " in header else ""
-    token = Token.objects.select_related("user").filter(key=key).first()
-    return token.user if token is not None and token.user.is_active else None
+    def __init__(self) -> None:
+        self.open: collections.Counter[int] = collections.Counter()
+        self.lock = threading.Lock()
+
+    def take(self, user_id: int) -> Slot | None:
+        with self.lock:
+            if self.open[user_id] >= settings.AGENT_USER_MAX_SOCKETS:
+                return None
+            self.open[user_id] += 1
+        slot = Slot(self, user_id)
+        slot.lapse = asyncio.get_running_loop().call_later(SLOT_START_SECONDS, slot.release)
+        return slot
 
 
-_token_user_in_pool = reading_in_db_pool(_token_user)
+class Slot:
+    def __init__(self, slots: Slots, user_id: int) -> None:
+        self.slots, self.user_id, self.held = slots, user_id, True
+        self.lapse: asyncio.TimerHandle | None = None
+
+    def started(self) -> None:
+        """The body runs: it gives the slot back itself, however it ends."""
+        if self.lapse is not None:
+            self.lapse.cancel()
+
+    def release(self) -> None:
+        with self.slots.lock:
+            if not self.held:
+                return
+            self.held = False
+            self.slots.open[self.user_id] -= 1
+            if not self.slots.open[self.user_id]:
+                del self.slots.open[self.user_id]
 
 
-# --- SSE framing ----------------------------------------------------------------
+slots = Slots()
 
 
-def sse(event: str, data: str, event_id: int | None = None, retry: int | None = None) -> bytes:
-    """One SSE event (``data`` is one line of JSON: no newline to split);
-    ``retry``: how long a client waits before it reconnects, in ms."""
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    if retry is not None:
-        head = f"retry: {retry}\n{head}"
-    return f"{head}event: {event}\ndata: {data}\n\n".encode()
+class StreamResponse(StreamingHttpResponse):
+    """The stream's response: its close gives the slot back."""
 
+    def __init__(self, body: AsyncIterator[bytes], slot: Slot | None = None) -> None:
+        super().__init__(body, content_type="text/event-stream; charset=utf-8")
+        self.slot = slot
+        self["Cache-Control"] = "no-store"
+        # nginx: pass each event on as it comes (docs/deployment.md).
+        self["X-Accel-Buffering"] = "no"
 
-def sse_frame(text: str, seq: int) -> bytes:
-    """An ``event`` frame's text as its SSE event: ``id`` its seq, ``event`` its kind."""
-    return sse(json.loads(text)["kind"], text, seq)
+    def close(self) -> None:
+        if self.slot is not None:
+            self.slot.release()
+        super().close()
 
 
 def _cursor(value: str | None) -> int | None:
@@ -132,7 +169,7 @@ async def session_stream(request: HttpRequest, session_id: str):
     """The view (see the module's comment)."""
     if request.method not in ("GET", "HEAD"):
         return _problem("method_not_allowed", "the stream is read-only: GET it", 405)
-    user = await _user(request)
+    user, token_id = await _user(request)
     if user is None:
         return _problem("not_authenticated", "sign in, or send Authorization: Token …", 403)
     row = await _owned(session_id, user.pk) if p.is_session_id(session_id) else None
@@ -143,161 +180,204 @@ async def session_stream(request: HttpRequest, session_id: str):
     if after is None:
         return _problem(p.E_BAD_FRAME, "the cursor must be an integer from 0", 400)
     compact = request.GET.get("compact") in ("1", "true")
-    epoch = request.GET.get("epoch") or (row["epoch"] if after == 0 else None)
-    if _open[user.pk] >= settings.AGENT_USER_MAX_SOCKETS:
+    # Without an epoch a reconnect cannot tell a rebuilt log: it is trusted.
+    epoch = request.GET.get("epoch") or row["epoch"]
+    try:
+        check_resume_cursor(row, after, epoch, compact)
+    except p.Rejection as rejection:
+        body = sse.reset(session_id, rejection.reason, rejection.message, **rejection.extra)
+        return StreamResponse(_once(body))
+    # Reserved now, not when the body starts: a burst cannot pass the check
+    # together. Nothing is awaited from here to the response.
+    slot = slots.take(user.pk)
+    if slot is None:
         response = _problem(
             "too_many_streams", "too many streams of yours are open here: retry later", 429
         )
         response["Retry-After"] = "5"
         return response
     granted = (user.pk, getattr(user, "password", ""))
-    # Reserved now, not when the body starts: a burst cannot pass the check together.
-    _open[user.pk] += 1
-    stream = _Stream(request, session_id, granted, after, compact)
-    try:
-        # Without an epoch a reconnect cannot tell a rebuilt log: trust it.
-        check_resume_cursor(row, after, epoch or row["epoch"], compact)
-    except p.Rejection as rejection:
-        _open[user.pk] -= 1
-        body = stream.reset(rejection.reason, rejection.message, **rejection.extra)
-        return _response(_once(body))
-    return _response(stream.events(row))
-
-
-def _response(body: AsyncIterator[bytes]) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(body, content_type="text/event-stream; charset=utf-8")
-    response["Cache-Control"] = "no-store"
-    # nginx: pass each event on as it comes (docs/deployment.md).
-    response["X-Accel-Buffering"] = "no"
-    return response
+    reader = SseReader(request, session_id, granted, token_id, after, epoch, compact, slot)
+    return StreamResponse(reader.body(), slot)
 
 
 async def _once(body: bytes) -> AsyncIterator[bytes]:
     yield body
 
 
-async def _user(request: HttpRequest):
+async def _user(request: HttpRequest) -> tuple[Any, str | None]:
+    """The user, and the API key's id when it signed in with one."""
     header = request.headers.get("Authorization", "")
     if header.lower().startswith("token "):
-        return await _token_user_in_pool(header)
+        return await _token_user_in_pool(header) or (None, None)
     user = await request.auser()
-    return user if user.is_authenticated and user.is_active else None
+    return (user if user.is_authenticated and user.is_active else None), None
 
 
-class _Stream:
-    """One response: what it sent (``sent``), and how it goes on."""
+class SseReader:
+    """One response's delivery: a reader of one session on the delivery stage.
 
-    def __init__(self, request, session_id: str, granted, after: int, compact: bool):
+    ``phase`` is its one state field (``delivery.core.TRANSITIONS``): OPEN
+    until the body starts, REPLAYING, LIVE, CLOSING once anything ended it.
+    ``order`` (a ``Sequencer``) holds what was sent: ``order.last_sent`` is
+    the cursor a reconnect comes back with."""
+
+    def __init__(self, request, session_id, granted, token_id, after, epoch, compact, slot):
         self.session_id = session_id
         self.granted = granted
-        self.sent = after
+        self.token_id = token_id
+        # The groups whose messages end it: the session's rotation, the user's
+        # rights, and the cookie's logout or the key's revocation.
+        self.groups = [fanout.group_name(session_id), fanout.rights_group(granted[0])]
+        if token_id is not None:
+            self.groups.append(fanout.token_group(token_id))
+        elif getattr(request, "session", None) is not None and request.session.session_key:
+            self.groups.append(fanout.auth_group(request.session.session_key))
+        self.epoch = epoch
         self.compact = compact
-        self.probe = send_buffer_probe(getattr(request, "scope", {}))
-        self.slow_since: float | None = None
+        self.slot = slot
+        self.flow = Flow(send_buffer_probe(getattr(request, "scope", {})))
+        self.order = Sequencer(0)  # nothing is held: the layer's channel keeps live events
+        self.order.attach(after)
+        self.phase = Phase.OPEN
+
+    @property
+    def closing(self) -> bool:
+        return self.phase is Phase.CLOSING
+
+    def to(self, phase: Phase) -> None:
+        if check_transition(self.phase, phase):
+            self.phase = phase
+
+    async def writable(self) -> bool:
+        """Flow control before a write; False (and closing) once the client
+        read nothing for the slow-consumer period: it comes back from its cursor."""
+        if self.closing:
+            return False
+        if not self.flow.pressed() or await self.flow.writable(lambda: self.closing):
+            return True
+        if not self.closing:
+            log.info(
+                "stream of %s: ending a client that stopped reading (%s bytes unread)",
+                self.session_id,
+                self.flow.unread(),
+            )
+            self.to(Phase.CLOSING)
+        return False
 
     def reset(self, reason: str, message: str, **extra: Any) -> bytes:
-        """The terminal event: a ``resume_rejected`` frame (and a long retry,
-        so a client that ignores it does not come back at once)."""
-        frame = {
-            "type": p.RESUME_REJECTED,
-            "session_id": self.session_id,
-            "reason": reason,
-            "message": message,
-            **extra,
-        }
-        return sse("reset", frames.dumps(frame), retry=60_000)
+        self.to(Phase.CLOSING)
+        return sse.reset(self.session_id, reason, message, **extra)
 
-    async def events(self, row: dict[str, Any]) -> AsyncIterator[bytes]:
+    def rotated(self) -> bytes:
+        return self.reset(
+            p.R_EPOCH_MISMATCH,
+            "the session's log was rebuilt: start again from 0 with the new epoch",
+        )
+
+    async def body(self) -> AsyncIterator[bytes]:
+        self.slot.started()
+        if not self.slot.held:  # lapsed: the response was never started in time
+            return
         layer = get_channel_layer()
-        channel = await layer.new_channel()
-        groups = [fanout.group_name(self.session_id), fanout.rights_group(self.granted[0])]
-        for group in groups:
-            await layer.group_add(group, channel)
+        membership = Membership(layer, await layer.new_channel())
         try:
-            # The head once joined: what is appended from here on also comes
-            # live (a repeat is dropped by its seq), so nothing falls between.
-            state, _ = await _tail(self.session_id, self.granted)
-            head = row["head"] if state is None else state[0]
-            opening = {"session_id": self.session_id, "epoch": row["epoch"], "head": head}
-            yield sse("stream", frames.dumps(opening), retry=1000)
-            async for chunk in self._replay(head):
+            await membership.join(*self.groups)
+            # The head and epoch once joined: what is appended from here on
+            # also comes live (a repeat is dropped by its seq), and a rotation
+            # before the join is seen here.
+            state = await reads.head_of(self.session_id)
+            if state is None:
+                yield self.reset(p.R_NOT_FOUND, "this session no longer exists")
+                return
+            head, epoch, _ = state
+            if epoch != self.epoch:
+                yield self.rotated()
+                return
+            yield sse.opening(self.session_id, epoch, head)
+            self.to(Phase.REPLAYING)
+            # The replay skips every superseded stretch, however short (as the
+            # socket's handshake does); a refill later only a long one.
+            plan = None
+            if self.compact:
+                plan = await reads.replay_plan(self.session_id, self.order.last_sent, head)
+            async for chunk in self.log_range(head, plan):
                 yield chunk
-            async for chunk in self._live(layer, channel, row["epoch"]):
+            if self.closing:
+                return
+            self.to(Phase.LIVE)
+            async for chunk in self.live(layer, membership.channel):
                 yield chunk
+        except LogHole as hole:
+            yield await self.hole(hole.cursor)
         finally:
-            _open[self.granted[0]] -= 1
-            for group in groups:
-                await layer.group_discard(group, channel)
+            self.to(Phase.CLOSING)
+            await membership.leave_all()
+            self.slot.release()
 
-    async def _replay(self, head: int) -> AsyncIterator[bytes]:
-        """Everything after the cursor up to ``head``, from the log."""
-        plan = await _plan(self.session_id, self.sent, head) if self.compact else []
-        superseded = {first: (last, run_id) for first, last, run_id in plan}
-        while self.sent < head:
-            page = await _page(self.session_id, self.sent, head, bool(plan))
-            if not page:
-                # The rest is deltas of a run still streaming (or purged: the
-                # tail check says so): sent as they are.
-                async for chunk in self._range(head):
-                    yield chunk
-                return
-            for action in interleave(self.sent, page, superseded) if plan else _sends(page):
-                if isinstance(action, Compacted):
-                    frame = frames.compacted_frame(
-                        self.session_id, action.first, action.last, action.run_id
-                    )
-                    yield sse(p.COMPACTED, frames.dumps(frame), action.last)
-                    self.sent = action.last
-                elif isinstance(action, Refill):
-                    async for chunk in self._range(action.upto):
-                        yield chunk
-                else:
-                    yield sse_frame(action.text, action.seq)
-                    self.sent = action.seq
+    async def log_range(self, upto: int, plan=None) -> AsyncIterator[bytes]:
+        """The logged events after what was sent, up to ``upto``, under flow
+        control (``LogHole`` at a hole). Several events to a write, up to
+        ``WRITE_BYTES``: a write costs the server a call through Django and
+        daphne, and what a slow reader leaves unread is then held in a few
+        large buffers rather than thousands of small ones."""
+        pages = replay.frames(self.session_id, self.order.last_sent, upto, plan)
+        try:
+            async for page in pages:
+                out: list[bytes] = []
+                size = 0
+                for step in page:
+                    if isinstance(step, replay.Compacted):
+                        out.append(sse.compacted(step.text(self.session_id), step.last))
+                    else:
+                        out.append(sse.logged(step.text, step.seq))
+                    size += len(out[-1])
+                    if size >= WRITE_BYTES or step is page[-1]:
+                        if not await self.writable():
+                            return
+                        yield b"".join(out)
+                        self.order.sent(replay.last_seq(step))
+                        out, size = [], 0
+        finally:
+            await pages.aclose()
 
-    async def _range(self, upto: int) -> AsyncIterator[bytes]:
-        """Every event after what was sent, up to ``upto``."""
-        while self.sent < upto:
-            page = await _page(self.session_id, self.sent, upto, False)
-            if not page:
-                return
-            for text, seq in page:
-                yield sse_frame(text, seq)
-                self.sent = seq
+    async def hole(self, cursor: int) -> bytes:
+        """The log breaks after ``cursor`` (purged under the stream, or the
+        session deleted): the reason the client's next request would get."""
+        log.warning("stream of %s: the log breaks after %s", self.session_id, cursor)
+        row = await _owned(self.session_id, self.granted[0])
+        if row is None:
+            return self.reset(p.R_NOT_FOUND, "this session no longer exists")
+        try:
+            check_resume_cursor(row, cursor, self.epoch, self.compact)
+        except p.Rejection as rejection:
+            return self.reset(rejection.reason, rejection.message, **rejection.extra)
+        # Readable again (a refill raced a purge): the client comes back with its cursor.
+        self.to(Phase.CLOSING)
+        return sse.KEEP_ALIVE
 
-    async def _live(self, layer, channel: str, epoch: str) -> AsyncIterator[bytes]:
+    async def live(self, layer, channel: str) -> AsyncIterator[bytes]:
         beat = settings.AGENT_SSE_HEARTBEAT_SECONDS
-        while True:
-            if self._too_slow():
-                return  # it comes back with Last-Event-ID once it reads again
+        while not self.closing:
             try:
                 message = await asyncio.wait_for(layer.receive(channel), beat)
             except TimeoutError:
-                # A comment line alone (no blank line after it): nothing for
-                # a client to dispatch, however naive its parser.
-                yield b": keep-alive\n"
-                state, granted = await _tail(self.session_id, self.granted)
-                if state is None:
-                    yield self.reset(p.R_NOT_FOUND, "this session no longer exists")
+                if not await self.writable():
                     return
-                if not granted:
-                    return  # the next request is refused
-                head, now = state
-                if now != epoch:
-                    yield self._rotated()
-                    return
-                # A publication lost on its way: the log has it.
-                async for chunk in self._range(head):
+                yield sse.KEEP_ALIVE
+                async for chunk in self.check_tail():
                     yield chunk
                 continue
             kind = message.get("type")
-            if kind == fanout.REVOKED_MESSAGE:
-                return
-            if kind == fanout.ROTATED_MESSAGE:
-                yield self._rotated()
+            if kind in (fanout.REVOKED_MESSAGE, fanout.LOGGED_OUT_MESSAGE):
+                self.to(Phase.CLOSING)  # the next request is refused
                 return
             if message.get("session_id") != self.session_id:
                 continue
+            if kind == fanout.ROTATED_MESSAGE:
+                if message.get("epoch") != self.epoch:
+                    yield self.rotated()
+                return
             if kind == fanout.EVENTS_MESSAGE:
                 events = message["events"]
             elif kind == fanout.EVENT_MESSAGE:
@@ -305,37 +385,33 @@ class _Stream:
             else:
                 continue  # presence, titles: not part of the log
             for seq, text in events:
-                if seq <= self.sent:
-                    continue  # sent by the replay, or a repeat
-                if seq > self.sent + 1:
-                    async for chunk in self._range(seq - 1):
+                before = self.order.before(seq)
+                if before is REPEAT:
+                    continue
+                if before is not None:  # a hole: a publication lost or overtaken
+                    async for chunk in self.log_range(before.upto):
                         yield chunk
-                yield sse_frame(text, seq)
-                self.sent = seq
+                if not await self.writable():
+                    return
+                yield sse.logged(text, seq)
+                self.order.sent(seq)
 
-    def _rotated(self) -> bytes:
-        return self.reset(
-            p.R_EPOCH_MISMATCH,
-            "the session's log was rebuilt: start again from 0 with the new epoch",
-        )
-
-    def _too_slow(self) -> bool:
-        """Has the client left more than ``AGENT_SEND_BUFFER_BYTES`` unread for
-        ``AGENT_SLOW_CONSUMER_SECONDS``? (As a socket that stops reading.)"""
-        if self.probe is None:
-            return False
-        if self.probe() <= settings.AGENT_SEND_BUFFER_BYTES:
-            self.slow_since = None
-            return False
-        now = time.monotonic()
-        if self.slow_since is None:
-            self.slow_since = now
-        return now - self.slow_since >= settings.AGENT_SLOW_CONSUMER_SECONDS
-
-
-def _sends(page: list[tuple[str, int]]):
-    for text, seq in page:
-        yield Send(text, seq)
+    async def check_tail(self) -> AsyncIterator[bytes]:
+        """While idle: the head (a publication lost on its way is in the log),
+        the epoch and the user's rights, in one trip to the pool."""
+        state, granted = await reads.tail_state(self.session_id, self.granted)
+        if state is None:
+            yield self.reset(p.R_NOT_FOUND, "this session no longer exists")
+            return
+        if not granted or (self.token_id and not await _token_live(self.token_id)):
+            self.to(Phase.CLOSING)  # the next request is refused
+            return
+        head, epoch, _ = state
+        if epoch != self.epoch:
+            yield self.rotated()
+            return
+        async for chunk in self.log_range(head):
+            yield chunk
 
 
 # --- the OpenAPI schema -----------------------------------------------------------

@@ -82,6 +82,24 @@ class TooManyRuns(SessionError):
     message = "too many of your runs are waiting to start: wait for one to finish"
 
 
+class SessionFull(SessionError):
+    """The session has ``AGENT_SESSION_MAX_RUNS`` turns: a new one goes in a new session."""
+
+    code = "session_full"
+    status = 409
+    message = "this session has reached its limit of turns: start a new session"
+
+
+class BranchRateLimited(SessionError):
+    """A socket sent regenerates, edits and switches faster than
+    ``protocol.BRANCH_RATE_PER_SECOND``: each one stops runs and reads the
+    tree, so they have a rate of their own. Retry after a moment."""
+
+    code = "rate_limited"
+    status = 429
+    message = "too many regenerates, edits or switches: wait a moment and retry"
+
+
 class ApprovalCancelled(SessionError):
     """A gate closed undecided because its branch was left (a regenerate, an
     edit or a switch): no decision can open it again, and its tool never runs."""

@@ -84,3 +84,29 @@ def compacted_frame(session_id: str, first: int, last: int, run_id: str) -> dict
 def batch_text(texts: Iterable[str]) -> str:
     """A ``batch`` frame around frames already serialised: joined, not parsed."""
     return '{"type":"' + p.BATCH + '","frames":[' + ",".join(texts) + "]}"
+
+
+# A frame that answers no request has no ``request_id`` key at all (the SSE
+# stream's ``reset``); one that answers a request without an id has ``null``.
+NO_REQUEST = object()
+
+
+def resume_rejected(
+    session_id: str | None,
+    reason: str,
+    message: str,
+    request_id: Any = NO_REQUEST,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A handshake that cannot be honoured, and why (``extra``: ``earliest``,
+    ``epoch`` where the reason has them)."""
+    frame: dict[str, Any] = {"type": p.RESUME_REJECTED}
+    if request_id is not NO_REQUEST:
+        frame["request_id"] = request_id
+    frame.update(session_id=session_id, reason=reason, message=message, **extra)
+    return frame
+
+
+def stream_opening(session_id: str, epoch: str, head: int) -> dict[str, Any]:
+    """What the SSE stream's ``stream`` event carries: the log it follows."""
+    return {"session_id": session_id, "epoch": epoch, "head": head}

@@ -37,6 +37,10 @@ MAX_FRAME_BYTES = 64 * 1024
 MAX_TEXT_CHARS = 32_000
 RATE_PER_SECOND = 30
 RATE_BURST = 60
+# Regenerates, edits and switches of one socket (each stops runs and walks
+# the tree): past this an ``error`` with ``rate_limited``, the socket lives on.
+BRANCH_RATE_PER_SECOND = 2
+BRANCH_RATE_BURST = 6
 HANDSHAKE_TIMEOUT_SECONDS = 10.0
 MAX_TAB_ID_CHARS = 64
 MAX_ID_CHARS = 128

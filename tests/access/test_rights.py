@@ -11,11 +11,10 @@ import urllib.parse
 import urllib.request
 
 from channels.db import database_sync_to_async
-from rest_framework.authtoken.models import Token
 
 from sessions_app.models import Event
 from sessions_app.runtime.tools import workspace_for
-from tests.harness import WsClient, session_cookie
+from tests.harness import WsClient, api_key, key_works, session_cookie
 
 
 def _change_password(server, cookie: str, old: str, new: str) -> tuple[int, str]:
@@ -64,9 +63,9 @@ async def test_a_password_change_closes_the_users_sockets_in_every_browser(serve
     """The session and list sockets of both of the user's browsers are closed
     4403 (retryable). Coming back, the browser where the password was changed
     is let in again; the other browser's cookie no longer signs in (4401); the
-    user's API token was deleted."""
+    user's API key was revoked."""
     other_browser = await database_sync_to_async(session_cookie)(user)
-    token = await database_sync_to_async(Token.objects.create)(user=user)
+    token = await database_sync_to_async(api_key)(user)
     lists = server.ws.replace("/ws/sessions/", "/ws/list/")
     here = await WsClient.connect(server.ws, cookie)
     sid = (await here.start())["session_id"]
@@ -90,7 +89,7 @@ async def test_a_password_change_closes_the_users_sockets_in_every_browser(serve
     await back.close()
     refused = await WsClient.connect(server.ws, other_browser)
     assert await _closed_with(refused) == 4401
-    assert not await database_sync_to_async(Token.objects.filter(key=token.key).exists)()
+    assert not await database_sync_to_async(key_works)(token)
 
 
 async def test_a_deactivated_users_socket_cannot_approve_and_the_tool_never_runs(
@@ -131,15 +130,21 @@ async def test_a_deactivated_users_socket_cannot_approve_and_the_tool_never_runs
     assert "tool.result" not in kinds and "approval.decided" not in kinds
 
 
-def test_a_password_change_deletes_the_users_tokens(user, other_user):
-    """A token is a credential like the password: a new password deletes the
-    user's tokens (another user's stay)."""
-    mine = Token.objects.create(user=user)
-    theirs = Token.objects.create(user=other_user)
+def test_a_password_change_revokes_the_users_tokens(user, other_user):
+    """A token is a credential like the password: a new password revokes the
+    user's tokens (another user's stay), and so does a deactivation."""
+    mine = api_key(user)
+    theirs = api_key(other_user)
     user.set_password("another-pass-99")
     user.save()
-    assert not Token.objects.filter(key=mine.key).exists()
-    assert Token.objects.filter(key=theirs.key).exists()
+    assert not key_works(mine)
+    assert key_works(theirs)
+    other_user.is_active = False
+    other_user.save()
+    assert not key_works(theirs)
+    other_user.is_active = True
+    other_user.save()
+    assert not key_works(theirs)  # revoked, not merely refused while inactive
 
 
 def test_saving_other_fields_keeps_tokens_and_reads_nothing(
@@ -147,12 +152,12 @@ def test_saving_other_fields_keeps_tokens_and_reads_nothing(
 ):
     """A sign-in's ``last_login`` update (update_fields) costs no extra read
     and revokes nothing."""
-    token = Token.objects.create(user=user)
+    token = api_key(user)
     with django_assert_num_queries(1):
         user.save(update_fields=["last_login"])
     user.first_name = "Alice"
     user.save()
-    assert Token.objects.filter(key=token.key).exists()
+    assert key_works(token)
 
 
 def test_still_granted_follows_the_users_rights(user, transactional_db):
@@ -183,8 +188,8 @@ def test_a_rehash_at_sign_in_keeps_tokens(user, settings):
     ]
     user.password = make_password("alice-pass-1", hasher="md5")
     user.save()
-    token = Token.objects.create(user=user)
+    token = api_key(user)
     assert authenticate(username="alice", password="alice-pass-1") is not None
     user.refresh_from_db()
     assert user.password.startswith("pbkdf2_")  # it was re-hashed
-    assert Token.objects.filter(key=token.key).exists()
+    assert key_works(token)

@@ -10,7 +10,6 @@ import urllib.request
 
 from django.contrib.auth import get_user_model
 from playwright.sync_api import BrowserContext, Page, expect
-from rest_framework.authtoken.models import Token
 
 from sessions_app.models import ApprovalRequest
 from sessions_app.runtime.tools import workspace_for
@@ -29,6 +28,7 @@ from tests.browser.helpers import (
     wait_cursor_at_least,
 )
 from tests.browser.scenarios import _restart, tab
+from tests.harness import api_key
 
 USERS = "[data-testid=user-message]:visible"
 ANSWERS = "[data-testid=assistant-message]:visible"
@@ -142,11 +142,11 @@ def refresh_mid_regenerate(context: BrowserContext, server) -> None:
 
 
 def _rest_decide(server, user, approval_id: str) -> tuple[int, dict]:
-    token, _ = Token.objects.get_or_create(user=user)
+    key = api_key(user)
     req = urllib.request.Request(
         f"{server.http}/api/approvals/{approval_id}/decide/",
         data=json.dumps({"decision": "approve"}).encode(),
-        headers={"Authorization": f"Token {token.key}", "Content-Type": "application/json"},
+        headers={"Authorization": f"Token {key}", "Content-Type": "application/json"},
     )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:

@@ -104,6 +104,10 @@ def _certificate(tmp) -> tuple[str, str]:
 @pytest.fixture
 def deployment(daphnes, tmp_path):
     """nginx (TLS) in front of two daphnes, as docs/deploy.md sets them up."""
+    yield from _deploy(daphnes, tmp_path)
+
+
+def _deploy(daphnes, tmp_path, **extra_env):
     if NGINX is None:
         pytest.skip(
             "NGINX IS NOT INSTALLED: the deployment recipe is not tested (apt install nginx-light)"
@@ -115,6 +119,9 @@ def deployment(daphnes, tmp_path):
         "SERVE_STATIC": "0",
         # localhost through nginx; 127.0.0.1 for the probes asked directly.
         "ALLOWED_HOSTS": "localhost,127.0.0.1",
+        # nginx sets X-Forwarded-For to the client's address: trust that one.
+        "NUM_PROXIES": "1",
+        **extra_env,
     }
     one, two = daphnes(**env), daphnes(**env)
     static_root = tmp_path / "var" / "staticfiles"
@@ -136,6 +143,7 @@ def deployment(daphnes, tmp_path):
         "STATIC_ROOT": str(static_root),
         "DAPHNE_1": f"127.0.0.1:{one.port}",
         "DAPHNE_2": f"127.0.0.1:{two.port}",
+        "OPERATOR_NETWORK": "127.0.0.1",
     }.items():
         site = re.sub(rf"\b{word}\b", value, site)
     assert "proxy_read_timeout 75s;" in site
@@ -237,3 +245,34 @@ def test_the_origin_check_holds_behind_the_proxy(deployment, cookie):
         ):
             pass
         assert refused.value.response.status_code == 403
+
+
+@pytest.fixture
+def throttled_deployment(daphnes, tmp_path):
+    """The recipe with a public API schema and an anonymous rate of 3 a minute."""
+    yield from _deploy(daphnes, tmp_path, AGENT_PUBLIC_API_DOCS="1", AGENT_API_RATE="3/minute")
+
+
+def test_the_proxy_guards_the_operators_pages_and_the_throttle(throttled_deployment):
+    """Through nginx: a spoofed X-Forwarded-For buys no fresh throttle count,
+    and two daphnes count one rate (Redis: 3 a minute means 3, not 6); the
+    admin, the scrape and the probes answer only the operator's network (a
+    client from 127.0.0.2 gets nginx's 403, the site itself still answers
+    it); static files carry nosniff and HSTS."""
+    import httpx
+
+    site, _ = throttled_deployment
+    codes = []
+    with httpx.Client(base_url=site.http, verify=False, timeout=30) as c:
+        for i in range(6):
+            spoofed = {"X-Forwarded-For": f"203.0.113.{i}"}
+            codes.append(c.get("/api/schema/", headers=spoofed).status_code)
+        static = c.get("/static/css/app.css")
+    assert codes == [200, 200, 200, 429, 429, 429], codes
+    assert static.headers["x-content-type-options"] == "nosniff"
+    assert static.headers["strict-transport-security"].startswith("max-age=")
+    outside = httpx.HTTPTransport(local_address="127.0.0.2", verify=False)
+    with httpx.Client(base_url=site.http, transport=outside, timeout=30) as c:
+        for path in ("/admin/", "/metrics", "/readyz", "/healthz"):
+            assert c.get(path).status_code == 403, path
+        assert c.get("/accounts/login/").status_code == 200

@@ -5,11 +5,11 @@ with ``Last-Event-ID``, and what it received equals the log, no gap, no repeat."
 from __future__ import annotations
 
 import httpx
-from rest_framework.authtoken.models import Token
 
 from sessions_app.log.events import read_events
 from sessions_app.wire import protocol as p
 from tests.browser.helpers import new_session, runs, wait_runs_finished
+from tests.harness import api_key
 
 KINDS = [v for k, v in vars(p).items() if k.startswith("K_")]
 
@@ -38,8 +38,7 @@ def test_event_source_survives_a_kill_9_with_no_gap_and_no_repeat(daphnes, ctx, 
     session_id = new_session(page, server)
     page.evaluate(FOLLOW_JS, [f"/api/sessions/{session_id}/stream/?after=0", KINDS])
     page.wait_for_function("() => window.__seen.length >= 1")
-    token, _ = Token.objects.get_or_create(user=user)
-    auth = {"Authorization": f"Token {token.key}"}
+    auth = {"Authorization": f"Token {api_key(user)}"}
     sent = httpx.post(
         f"{server.http}/api/sessions/{session_id}/messages/",
         json={"client_message_id": "m1", "text": "/stream 300 20"},

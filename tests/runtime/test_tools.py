@@ -12,6 +12,9 @@ from sessions_app.runtime import tools
 from sessions_app.runtime.registry import execute, validate_args
 from sessions_app.runtime.tools import workspace_for
 
+# The quota reads who owns a workspace (a user's workspaces share one).
+pytestmark = pytest.mark.django_db
+
 
 @pytest.fixture
 def workspace(settings, tmp_path) -> Path:

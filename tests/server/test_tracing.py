@@ -90,3 +90,19 @@ def test_off_unless_configured(monkeypatch):
     assert tracing.configure() is False and not tracing.enabled()
     with tracing.span("nothing") as span, tracing.continued("00-abc-def-01"):
         assert span is None and tracing.carrier() == ""
+
+
+def test_an_exception_leaves_its_type_never_its_message(spans):
+    """A failing block's span says the exception's type; its message (user
+    text: a /tool command's arguments, a model's error body) is in no
+    attribute, event or status."""
+    secret = "the user's private text"
+    with pytest.raises(ValueError), tracing.span("fails"):
+        raise ValueError(secret)
+    (done,) = spans.get_finished_spans()
+    assert done.attributes["exception.type"] == "builtins.ValueError"
+    assert done.status.status_code.name == "ERROR"
+    exported = repr(
+        (done.attributes, [(e.name, e.attributes) for e in done.events], done.status.description)
+    )
+    assert secret not in exported

@@ -100,49 +100,61 @@ def test_rotating_an_epoch_needs_the_change_permission(user, django_user_model):
 
 
 def test_view_only_staff_cannot_read_api_tokens(user, django_user_model, admin_user):
-    """Staff with only the token view permission (the review's route to a
-    superuser's token) get 403 on the list and on the token; the key appears
-    nowhere in what they are served."""
-    from rest_framework.authtoken.models import Token
+    """Staff with the token view permission (the review's route to a
+    superuser's token) get 403 on the list and on a token; the key's prefix
+    appears nowhere in what they are served."""
+    from sessions_app.access.tokens import issue
 
-    token = Token.objects.create(user=admin_user)
-    staff = _staff(django_user_model, "viewer", "view_tokenproxy")
+    token, key = issue(admin_user)
+    staff = _staff(django_user_model, "viewer", "view_apitoken")
     for path in (
-        "/admin/authtoken/tokenproxy/",
-        f"/admin/authtoken/tokenproxy/{admin_user.pk}/change/",
+        "/admin/sessions_app/apitoken/",
+        f"/admin/sessions_app/apitoken/{token.pk}/change/",
     ):
         response = staff.get(path)
         assert response.status_code == 403, path
-        assert token.key not in response.content.decode()
-    assert token.key[:6] not in staff.get("/admin/").content.decode()
+        assert token.prefix not in response.content.decode()
+    assert token.prefix not in staff.get("/admin/").content.decode()
 
 
-def test_superusers_see_a_token_prefix_only(user, admin_client, admin_user):
-    """A superuser's token list shows each key's first six characters, never
-    the whole key; a token made in the admin is shown whole once, then not."""
-    from rest_framework.authtoken.models import Token
+def test_superusers_see_a_prefix_a_new_key_once_and_revoke(user, admin_client):
+    """A superuser's list shows each key's prefix, never a key; a key made in
+    the admin is shown whole once, then not, and it signs in; the revoke
+    action refuses it from then on."""
+    from sessions_app.access.tokens import issue
+    from sessions_app.models import ApiToken
+    from tests.harness import key_works
 
-    token = Token.objects.create(user=user)
-    page = admin_client.get("/admin/authtoken/tokenproxy/").content.decode()
-    assert token.key[:6] + "…" in page and token.key not in page
-    token.delete()
-    made = admin_client.post("/admin/authtoken/tokenproxy/add/", {"user": user.pk}, follow=True)
-    key = Token.objects.get(user=user).key
-    assert key in made.content.decode()
-    again = admin_client.get("/admin/authtoken/tokenproxy/").content.decode()
-    assert key not in again
+    token, key = issue(user)
+    page = admin_client.get("/admin/sessions_app/apitoken/").content.decode()
+    assert token.prefix in page and key not in page
+    made = admin_client.post(
+        "/admin/sessions_app/apitoken/add/",
+        {"user": user.pk, "name": "ci", "days": 30},
+        follow=True,
+    ).content.decode()
+    new_key = next(w for w in made.split() if w.startswith("ast_"))
+    assert key_works(new_key)
+    again = admin_client.get("/admin/sessions_app/apitoken/").content.decode()
+    assert new_key not in again
+    chosen = list(ApiToken.objects.filter(user=user).values_list("pk", flat=True))
+    admin_client.post(
+        "/admin/sessions_app/apitoken/",
+        {"action": "revoke_tokens", "_selected_action": chosen},
+    )
+    assert not key_works(new_key) and not key_works(key)
 
 
 def test_a_users_delete_page_never_shows_their_token(user, django_user_model, admin_user):
     """Staff who may delete users see what a deletion takes with it, a token
-    too, but only its first six characters (a token's text), never the key."""
-    from rest_framework.authtoken.models import Token
+    too, but only its prefix (a token's text), never the key."""
+    from sessions_app.access.tokens import issue
 
-    token = Token.objects.create(user=admin_user)
-    mine = Token.objects.create(user=user)
+    token, key = issue(admin_user)
+    mine, my_key = issue(user)
     staff = _staff(django_user_model, "deleter", "view_user", "delete_user")
     for pk in (admin_user.pk, user.pk):
         page = staff.get(f"/admin/auth/user/{pk}/delete/").content.decode()
-        assert "Token" in page
-        assert token.key not in page and mine.key not in page
-    assert str(token) == token.key[:6] + "…"
+        assert "API token" in page
+        assert key not in page and my_key not in page
+    assert str(token).startswith(token.prefix + "…")

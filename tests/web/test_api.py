@@ -293,19 +293,20 @@ def test_messages_to_another_users_session_are_not_found(client_for, user, other
 def test_token_authentication_for_programs(user, no_enqueue):
     """A token in the Authorization header authenticates (no cookie, no CSRF); a
     wrong token is refused."""
-    from rest_framework.authtoken.models import Token
+    from tests.harness import api_key
 
-    token = Token.objects.create(user=user)
+    key = api_key(user)
     c = Client(enforce_csrf_checks=True)
     made = c.post(
         "/api/sessions/",
         {"title": "from a script"},
         content_type="application/json",
-        HTTP_AUTHORIZATION=f"Token {token.key}",
+        HTTP_AUTHORIZATION=f"Token {key}",
     )
     assert made.status_code == 201
     bad = c.get("/api/sessions/", HTTP_AUTHORIZATION="Token nope")
-    assert bad.status_code == 403 and bad.json()["detail"] == "Invalid token."
+    assert bad.status_code == 403
+    assert bad.json()["detail"] == "invalid, expired or revoked token"
 
 
 def test_the_openapi_schema_matches_the_views(client_for, user, tmp_path):
@@ -329,6 +330,8 @@ def test_the_openapi_schema_matches_the_views(client_for, user, tmp_path):
         "/api/sessions/{session_id}/branch/",
         "/api/approvals/{approval_id}/decide/",
         "/api/runs/{run_id}/cancel/",
+        "/api/tokens/",
+        "/api/tokens/{id}/",
     }
     post = paths["/api/sessions/{session_id}/messages/"]["post"]
     assert set(post["responses"]) >= {"200", "201", "400", "404"}
@@ -346,10 +349,10 @@ def test_concurrent_duplicate_posts_append_once(server, user):
     import urllib.request
     from concurrent.futures import ThreadPoolExecutor
 
-    from rest_framework.authtoken.models import Token
+    from tests.harness import api_key
 
     s = create_session(user)
-    token = Token.objects.create(user=user).key
+    token = api_key(user)
     body = json.dumps({"client_message_id": "m-same", "text": "/stream 3 0"}).encode()
 
     def post(_):
@@ -458,3 +461,61 @@ def test_the_list_page_says_when_it_is_cut_short(client_for, user):
     page = c.get("/").content.decode()
     assert page.count('data-testid="session-link"') == MAX_LISTED
     assert 'data-max="200">' in page
+
+
+def test_a_user_makes_lists_and_revokes_their_own_keys(client_for, user, other_user):
+    """POST /api/tokens/ answers with the key once; the list never shows a key;
+    DELETE revokes (the key is refused from then on); another user's key is 404."""
+    from tests.harness import api_key, key_works
+
+    c = client_for(user)
+    made = c.post("/api/tokens/", {"name": "ci", "days": 7}, content_type="application/json")
+    assert made.status_code == 201, made.content
+    key = made.json()["key"]
+    assert key.startswith("ast_") and key_works(key)
+    listed = c.get("/api/tokens/").json()
+    assert [t["name"] for t in listed] == ["ci"] and key not in str(listed)
+    theirs = api_key(other_user)
+    from sessions_app.models import ApiToken
+
+    other_id = ApiToken.objects.get(user=other_user).pk
+    assert c.delete(f"/api/tokens/{other_id}/").status_code == 404
+    assert key_works(theirs)
+    assert c.delete(f"/api/tokens/{made.json()['id']}/").status_code == 204
+    assert not key_works(key)
+    bad = c.post("/api/tokens/", {"days": -1}, content_type="application/json")
+    assert bad.status_code == 400
+
+
+def test_a_key_expires_and_records_its_last_use(user):
+    """A key past its expiry is refused; a key's use is recorded (to the minute)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions_app.access.tokens import issue, token_user
+    from sessions_app.models import ApiToken
+
+    token, key = issue(user, days=1)
+    assert token_user(f"Token {key}") == (user, token.pk)
+    assert ApiToken.objects.get(pk=token.pk).last_used_at is not None
+    ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert token_user(f"Token {key}") is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_is_unreadable_from_a_copy_of_the_database(user, tmp_path):
+    """Everything the database holds, dumped as text, contains no key; the
+    stored digest is not a key that signs in."""
+    from django.core.management import call_command
+
+    from sessions_app.models import ApiToken
+    from tests.harness import api_key, key_works
+
+    key = api_key(user)
+    dump = tmp_path / "dump.json"
+    call_command("dumpdata", "--output", str(dump))
+    text = dump.read_text()
+    assert key not in text and key[len("ast_") :] not in text
+    stored = ApiToken.objects.get(user=user)
+    assert not key_works(stored.digest) and not key_works(stored.prefix)

@@ -12,21 +12,19 @@ import time
 import httpx
 import pytest
 from httpx_sse import connect_sse
-from rest_framework.authtoken.models import Token
 
 from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, Run
 from sessions_app.wire.frames import event_frame
-from tests.harness import poll_pause
+from tests.harness import api_key, poll_pause
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def client_for(server, user) -> httpx.Client:
-    token, _ = Token.objects.get_or_create(user=user)
     return httpx.Client(
-        base_url=server.http, headers={"Authorization": f"Token {token.key}"}, timeout=30
+        base_url=server.http, headers={"Authorization": f"Token {api_key(user)}"}, timeout=30
     )
 
 
@@ -149,14 +147,14 @@ def test_idle_heartbeats_and_curl_reads_it(own_server, user):
     start, _ = own_server
     server = start(AGENT_SSE_HEARTBEAT_SECONDS="0.3")
     s = create_session(user)
-    token, _ = Token.objects.get_or_create(user=user)
+    key = api_key(user)
     proc = subprocess.Popen(
         [
             curl,
             "-N",
             "-s",
             "-H",
-            f"Authorization: Token {token.key}",
+            f"Authorization: Token {key}",
             f"{server.http}/api/sessions/{s.id}/stream/?after=0",
         ],
         stdout=subprocess.PIPE,
