@@ -17,6 +17,7 @@ from typing import Any
 from sessions_app.delivery import reads
 from sessions_app.server import tracing
 from sessions_app.sockets import queries as db
+from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import BranchRateLimited, SessionError
 
@@ -35,7 +36,7 @@ class Commands:
         await handler(self, frame)
 
     async def _on_ping(self, frame: dict[str, Any]) -> None:
-        await self._send({"type": p.PONG, "request_id": p.request_id_of(frame, strict=True)})
+        await self._send(frames.pong(p.request_id_of(frame, strict=True)))
 
     async def _on_ack(self, frame: dict[str, Any]) -> None:
         seq = p.parse_ack(frame)
@@ -61,41 +62,23 @@ class Commands:
             result = await db.submit(
                 self.session_id, send, self.user.get_username(), self.granted, tracing.carrier()
             )
-        await self._send(
-            {
-                "type": p.SEND_OK,
-                "request_id": send.request_id,
-                "client_message_id": result.client_message_id,
-                "seq": result.seq,
-                "run_id": result.run_id,
-                "status": result.status,
-            }
-        )
+        await self._send(frames.send_ok(send.request_id, result))
 
     async def _on_decide(self, frame: dict[str, Any]) -> None:
         decide = p.parse_decide(frame)
         await db.decide(self.session_id, decide, self.user.get_username(), self.granted)
-        await self._send(
-            {
-                "type": p.DECIDE_OK,
-                "request_id": decide.request_id,
-                "approval_id": decide.approval_id,
-                "decision": decide.decision,
-            }
-        )
+        await self._send(frames.decide_ok(decide.request_id, decide.approval_id, decide.decision))
 
     async def _on_cancel(self, frame: dict[str, Any]) -> None:
         rid, run_id = p.parse_cancel(frame)
         await db.cancel(self.session_id, run_id, self.user.get_username(), self.granted)
-        await self._send({"type": p.CANCEL_OK, "request_id": rid, "run_id": run_id})
+        await self._send(frames.cancel_ok(rid, run_id))
 
     async def _on_switch(self, frame: dict[str, Any]) -> None:
         rid, run_id = p.parse_switch(frame)
         self._branch_rate()
         path = await db.switch(self.session_id, run_id, self.user.get_username(), self.granted)
-        await self._send(
-            {"type": p.SWITCH_OK, "request_id": rid, "run_id": run_id, "leaf_run_id": path[-1]}
-        )
+        await self._send(frames.switch_ok(rid, run_id, path[-1]))
 
     async def _on_sync(self, frame: dict[str, Any]) -> None:
         rid, after = p.parse_sync(frame)
@@ -108,7 +91,7 @@ class Commands:
         if await self._rotated(epoch):
             return
         async with self.send_lock:
-            await self._send({"type": p.SYNC_OK, "request_id": rid, "after": after, "head": head})
+            await self._send(frames.sync_ok(rid, after, head))
             # The client asked for these, so they may repeat what it already has.
             # Live delivery goes on after the head, whatever ``after`` said (a
             # cursor past the head sends nothing and must not skip what follows).

@@ -34,6 +34,7 @@ from sessions_app.models import AgentSession
 from sessions_app.server import metrics
 from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.sockets.base import AppSocket
+from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 
 
@@ -100,11 +101,8 @@ class SessionListConsumer(AppSocket):
         await self.rights_read(granted)
         if self.closing:
             return
-        frame = {"type": "sessions", "sessions": sessions[:MAX_LISTED]}
-        if len(sessions) > MAX_LISTED:
-            # Said, not silently cut: the page shows that more exist.
-            frame["truncated"] = True
-        await self._send(frame)
+        # Said, not silently cut: the page shows that more exist.
+        await self._send(frames.session_list(sessions[:MAX_LISTED], len(sessions) > MAX_LISTED))
 
     async def on_frame(self, text_data: str | None, bytes_data: bytes | None) -> None:
         try:
@@ -114,7 +112,7 @@ class SessionListConsumer(AppSocket):
             return
         rid = p.request_id_of(frame)
         if frame["type"] == p.PING:
-            await self._send({"type": p.PONG, "request_id": rid})
+            await self._send(frames.pong(rid))
         else:
             await self._send(
                 p.error_frame(p.E_UNKNOWN_TYPE, "the list socket takes no commands", rid)
@@ -126,6 +124,6 @@ class SessionListConsumer(AppSocket):
             return
         summary = await summary_reads.wanted(session_id, self.user.pk)
         if summary is None:
-            await self._send({"type": "session_gone", "session_id": session_id})
+            await self._send(frames.session_gone(session_id))
         else:
-            await self._send({"type": "session", "session": summary})
+            await self._send(frames.session_changed(summary))

@@ -42,6 +42,7 @@ from sessions_app.sockets.base import AppSocket
 from sessions_app.sockets.commands import Commands, error_frame_for
 from sessions_app.sockets.replay import ReplaySender
 from sessions_app.sockets.tail import TailCheck
+from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionError
 
@@ -229,16 +230,16 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         await self.join(fanout.group_name(session["id"]))
         self._attached(session["id"], 0)
         await self._send(
-            {
-                "type": p.START_OK,
-                "request_id": start.request_id,
-                "session_id": session["id"],
-                "connection_id": self.connection_id,
-                "epoch": session["epoch"],
-                "head": session["head"],
-                "title": session["title"],
-                **self._features(),
-            }
+            frames.handshake_ok(
+                p.START_OK,
+                start.request_id,
+                session["id"],
+                self.connection_id,
+                session["epoch"],
+                session["head"],
+                session["title"],
+                self._features(),
+            )
         )
         self._record(session_id=session["id"], tab_id=start.tab_id or "", first_frame_type=p.START)
         self._begin_replay(0, session["head"])
@@ -281,25 +282,24 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         self.epoch = head["epoch"]
         self.compacted_through = head["compacted_through"]
         await self._send(
-            {
-                "type": p.RESUME_OK,
-                "request_id": resume.request_id,
-                "session_id": resume.session_id,
-                "connection_id": self.connection_id,
-                "epoch": head["epoch"],
-                "after": resume.after,
-                "head": head["head"],
-                "title": head["title"],
-                **self._features(),
-            }
+            frames.handshake_ok(
+                p.RESUME_OK,
+                resume.request_id,
+                resume.session_id,
+                self.connection_id,
+                head["epoch"],
+                head["head"],
+                head["title"],
+                self._features(),
+                after=resume.after,
+            )
         )
         self._record(session_id=resume.session_id, **seen)
         self._begin_replay(resume.after, head["head"], head["page"], head["plan"])
 
-    def _features(self) -> dict[str, Any]:
-        """The handshake features this socket uses, for its start_ok / resume_ok
-        (absent when none: a version 1 client sees exactly version 1)."""
-        used = [
+    def _features(self) -> list[str]:
+        """The handshake features this socket uses, for its start_ok / resume_ok."""
+        return [
             name
             for name, on in (
                 (p.FEATURE_COMPACT, self.compact),
@@ -309,7 +309,6 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
             )
             if on
         ]
-        return {"features": used} if used else {}
 
     def _attached(self, session_id: str, after: int) -> None:
         self.session_id = session_id
@@ -317,17 +316,12 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
 
     async def _reject(self, rid: Any, session_id: Any, exc: p.Rejection) -> None:
         metrics.HANDSHAKES.labels(p.RESUME, exc.reason).inc()
-        frame = {
-            "type": p.RESUME_REJECTED,
-            "request_id": rid,
-            # Echoed only if it is an id at all: a reply never repeats what
-            # a client sent of any length.
-            "session_id": session_id if p.is_session_id(session_id) else None,
-            "reason": exc.reason,
-            "message": exc.message,
-        }
-        frame.update(exc.extra)
-        await self._send(frame)
+        # The session id is echoed only if it is an id at all: a reply never
+        # repeats what a client sent of any length.
+        echoed = session_id if p.is_session_id(session_id) else None
+        await self._send(
+            frames.resume_rejected(echoed, exc.reason, exc.message, request_id=rid, **exc.extra)
+        )
         self._rearm_handshake_deadline()
 
     def _rearm_handshake_deadline(self) -> None:
@@ -373,7 +367,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
                 presence, self.pending_presence = self.pending_presence, None
                 await self._send(presence)
             elif mine is not None:
-                await self._send({"type": p.PRESENCE, "session_id": self.session_id, **mine})
+                await self._send(frames.presence(self.session_id, **mine))
         except asyncio.CancelledError:
             raise
         except PeerGone:
@@ -443,20 +437,14 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         """The session's title changed: its tabs show it at once."""
         if message.get("session_id") != self.session_id or self.session_id is None:
             return
-        await self._send(
-            {"type": p.TITLE, "session_id": self.session_id, "title": message["title"]}
-        )
+        await self._send(frames.title(self.session_id, message["title"]))
 
     async def session_presence(self, message: dict[str, Any]) -> None:
         if message.get("session_id") != self.session_id or self.session_id is None:
             return
-        frame = {
-            "type": p.PRESENCE,
-            "session_id": self.session_id,
-            "viewers": message["viewers"],
-            "running": message["running"],
-            "head": message.get("head"),
-        }
+        frame = frames.presence(
+            self.session_id, message["viewers"], message["running"], message.get("head")
+        )
         if self.phase is Phase.REPLAYING:
             self.pending_presence = frame
             return

@@ -35,6 +35,7 @@ from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import runs, turns
 from sessions_app.server import tracing
+from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionError
 from sessions_app.wire.frames import event_frame
@@ -305,12 +306,7 @@ class SessionMessages(OwnedSessions, generics.GenericAPIView):
             result = turns.send(session.id, send, request.user.get_username(), tracing.carrier())
         created = result.status != p.SEND_DUPLICATE
         return Response(
-            {
-                "client_message_id": result.client_message_id,
-                "seq": result.seq,
-                "run_id": result.run_id,
-                "status": result.status,
-            },
+            frames.send_result(result),
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
 

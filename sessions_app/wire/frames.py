@@ -110,3 +110,118 @@ def resume_rejected(
 def stream_opening(session_id: str, epoch: str, head: int) -> dict[str, Any]:
     """What the SSE stream's ``stream`` event carries: the log it follows."""
     return {"session_id": session_id, "epoch": epoch, "head": head}
+
+
+# --- replies to the socket's commands -----------------------------------------------
+
+
+def pong(request_id: Any) -> dict[str, Any]:
+    return {"type": p.PONG, "request_id": request_id}
+
+
+def send_result(result: Any) -> dict[str, Any]:
+    """What a send did (a ``runtime.turns.SendResult``): the socket's
+    ``send_ok`` without its type and request id, and the REST answer whole."""
+    return {
+        "client_message_id": result.client_message_id,
+        "seq": result.seq,
+        "run_id": result.run_id,
+        "status": result.status,
+    }
+
+
+def send_ok(request_id: Any, result: Any) -> dict[str, Any]:
+    return {"type": p.SEND_OK, "request_id": request_id, **send_result(result)}
+
+
+def decide_ok(request_id: Any, approval_id: str, decision: str) -> dict[str, Any]:
+    return {
+        "type": p.DECIDE_OK,
+        "request_id": request_id,
+        "approval_id": approval_id,
+        "decision": decision,
+    }
+
+
+def cancel_ok(request_id: Any, run_id: str) -> dict[str, Any]:
+    return {"type": p.CANCEL_OK, "request_id": request_id, "run_id": run_id}
+
+
+def switch_ok(request_id: Any, run_id: str, leaf_run_id: str) -> dict[str, Any]:
+    return {
+        "type": p.SWITCH_OK,
+        "request_id": request_id,
+        "run_id": run_id,
+        "leaf_run_id": leaf_run_id,
+    }
+
+
+def sync_ok(request_id: Any, after: int, head: int) -> dict[str, Any]:
+    return {"type": p.SYNC_OK, "request_id": request_id, "after": after, "head": head}
+
+
+# --- the handshake's answers, and what a following socket is told -------------------
+
+
+def handshake_ok(
+    kind: str,
+    request_id: Any,
+    session_id: str,
+    connection_id: str,
+    epoch: str,
+    head: int,
+    title: str,
+    features: list[str],
+    after: int | None = None,
+) -> dict[str, Any]:
+    """``start_ok`` (``kind`` START_OK) or ``resume_ok`` (with ``after``); the
+    features a socket uses, absent when none (a version 1 client sees exactly
+    version 1)."""
+    frame: dict[str, Any] = {
+        "type": kind,
+        "request_id": request_id,
+        "session_id": session_id,
+        "connection_id": connection_id,
+        "epoch": epoch,
+    }
+    if after is not None:
+        frame["after"] = after
+    frame.update(head=head, title=title)
+    if features:
+        frame["features"] = features
+    return frame
+
+
+def presence(
+    session_id: str, viewers: int, running: bool, head: int | None = None
+) -> dict[str, Any]:
+    return {
+        "type": p.PRESENCE,
+        "session_id": session_id,
+        "viewers": viewers,
+        "running": running,
+        "head": head,
+    }
+
+
+def title(session_id: str, text: str) -> dict[str, Any]:
+    return {"type": p.TITLE, "session_id": session_id, "title": text}
+
+
+# --- the list socket -------------------------------------------------------------
+
+
+def session_list(sessions: list[dict[str, Any]], truncated: bool) -> dict[str, Any]:
+    """The list socket's snapshot (``truncated``: the user has more)."""
+    frame: dict[str, Any] = {"type": p.LIST_SESSIONS, "sessions": sessions}
+    if truncated:
+        frame["truncated"] = True
+    return frame
+
+
+def session_changed(summary: dict[str, Any]) -> dict[str, Any]:
+    return {"type": p.LIST_SESSION, "session": summary}
+
+
+def session_gone(session_id: str) -> dict[str, Any]:
+    return {"type": p.LIST_SESSION_GONE, "session_id": session_id}

@@ -71,9 +71,35 @@ SWITCH_OK = "switch_ok"
 PONG = "pong"
 PRESENCE = "presence"
 TITLE = "title"  # the session's title changed (named after its first message, renamed)
+# The list socket's frames (/ws/list/): its snapshot, one session again, one gone.
+LIST_SESSIONS = "sessions"
+LIST_SESSION = "session"
+LIST_SESSION_GONE = "session_gone"
 COMPACTED = "compacted"  # extension "compact": superseded events skipped in a replay
 BATCH = "batch"  # extension "batch": several replayed frames in one message
 ERROR = "error"
+# Every frame the server sends: each is built in ``wire`` (``frames``), and
+# nowhere else (tests/wire/test_frames.py).
+SERVER_FRAMES = (
+    START_OK,
+    RESUME_OK,
+    RESUME_REJECTED,
+    EVENT,
+    SEND_OK,
+    DECIDE_OK,
+    CANCEL_OK,
+    SYNC_OK,
+    SWITCH_OK,
+    PONG,
+    PRESENCE,
+    TITLE,
+    LIST_SESSIONS,
+    LIST_SESSION,
+    LIST_SESSION_GONE,
+    COMPACTED,
+    BATCH,
+    ERROR,
+)
 
 HANDSHAKE_TYPES = (START, RESUME)
 

@@ -62,11 +62,34 @@ export const SWITCH_OK = "switch_ok";
 export const PONG = "pong";
 export const PRESENCE = "presence";
 export const TITLE = "title";
+export const LIST_SESSIONS = "sessions";
+export const LIST_SESSION = "session";
+export const LIST_SESSION_GONE = "session_gone";
 // extension "compact": a stretch of superseded events skipped in a replay
 export const COMPACTED = "compacted";
 // extension "batch": several replayed frames in one message
 export const BATCH = "batch";
 export const ERROR = "error";
+export const SERVER_FRAMES = [
+  "start_ok",
+  "resume_ok",
+  "resume_rejected",
+  "event",
+  "send_ok",
+  "decide_ok",
+  "cancel_ok",
+  "sync_ok",
+  "switch_ok",
+  "pong",
+  "presence",
+  "title",
+  "sessions",
+  "session",
+  "session_gone",
+  "compacted",
+  "batch",
+  "error",
+];
 
 export const HANDSHAKE_TYPES = ["start", "resume"];
 

@@ -7,6 +7,7 @@
  * @module list
  */
 
+import { LIST_SESSION, LIST_SESSION_GONE, LIST_SESSIONS } from "./constants.js";
 import { h } from "./dom.js";
 import { attachBrowserSignals, Connection, socketUrl } from "./socket.js";
 import { pageUrls, urlFor } from "./urls.js";
@@ -110,7 +111,7 @@ export class SessionList {
    * @param {object} frame
    */
   apply(frame) {
-    if (frame.type === "sessions" && Array.isArray(frame.sessions)) {
+    if (frame.type === LIST_SESSIONS && Array.isArray(frame.sessions)) {
       const ul = this._ul();
       ul.replaceChildren(...frame.sessions.map((s) => card(this.doc, s, this.now())));
       // Said when the server cut the list short, never silently.
@@ -118,14 +119,14 @@ export class SessionList {
       if (note) note.hidden = frame.truncated !== true;
       // Live from here on (the browser tests wait for it).
       this.doc.body.dataset.listLive = "true";
-    } else if (frame.type === "session" && frame.session && typeof frame.session.id === "string") {
+    } else if (frame.type === LIST_SESSION && frame.session && typeof frame.session.id === "string") {
       const fresh = card(this.doc, frame.session, this.now());
       this._item(frame.session.id)?.remove();
       // Most recent first: before the first card that is older.
       const ul = this._ul();
       const later = Array.from(ul.children).find((li) => (li.dataset.updatedAt || "") < frame.session.updated_at);
       ul.insertBefore(fresh, later || null);
-    } else if (frame.type === "session_gone" && typeof frame.session_id === "string") {
+    } else if (frame.type === LIST_SESSION_GONE && typeof frame.session_id === "string") {
       this._item(frame.session_id)?.remove();
     }
   }

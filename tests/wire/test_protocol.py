@@ -25,8 +25,11 @@ def _python_constants() -> dict[str, object]:
 def test_js_constants_mirror_python_exactly():
     """Every protocol constant exists in constants.js with the same value, and no other."""
     js = {
-        m.group(1): json.loads(m.group(2))
-        for m in re.finditer(r"^export const (\w+) = (.+?);$", CONSTANTS_JS.read_text(), re.M)
+        # A long array is written over several lines, with a trailing comma.
+        m.group(1): json.loads(re.sub(r",\s*\]", "]", m.group(2)))
+        for m in re.finditer(
+            r"^export const (\w+) = (.+?);$", CONSTANTS_JS.read_text(), re.M | re.S
+        )
     }
     py = {k: list(v) if isinstance(v, tuple) else v for k, v in _python_constants().items()}
     assert js == py

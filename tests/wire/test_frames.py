@@ -1,0 +1,45 @@
+"""Every frame the server sends is built in ``sessions_app/wire`` (``frames``,
+``sse``): one place to read what goes out, and no second copy to drift."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from sessions_app.wire import protocol as p
+
+APP = Path(__file__).resolve().parents[2] / "sessions_app"
+SERVER_TYPES = {name for name, value in vars(p).items() if value in p.SERVER_FRAMES}
+
+
+def _frame_type(node: ast.Dict) -> str | None:
+    """The server frame type a dict display builds, if it builds one."""
+    for key, value in zip(node.keys, node.values, strict=True):
+        if not (isinstance(key, ast.Constant) and key.value == "type"):
+            continue
+        if isinstance(value, ast.Constant) and value.value in p.SERVER_FRAMES:
+            return value.value
+        if isinstance(value, ast.Attribute) and value.attr in SERVER_TYPES:
+            return value.attr
+    return None
+
+
+def test_no_server_frame_is_built_outside_the_wire():
+    """No module outside wire/ writes a dict whose type is a frame the server
+    sends (the review counted 18, and send_ok twice)."""
+    found = []
+    for path in APP.rglob("*.py"):
+        relative = path.relative_to(APP)
+        if relative.parts[0] in ("wire", "migrations"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Dict) and (kind := _frame_type(node)):
+                found.append(f"{relative}:{node.lineno} {kind}")
+    assert found == []
+
+
+def test_the_check_sees_a_frame_built_by_hand():
+    """The scan finds both spellings of a frame built by hand."""
+    tree = ast.parse('a = {"type": p.SEND_OK, "x": 1}\nb = {"type": "pong"}\nc = {"type": "x"}')
+    kinds = [_frame_type(n) for n in ast.walk(tree) if isinstance(n, ast.Dict)]
+    assert kinds == ["SEND_OK", "pong", None]
