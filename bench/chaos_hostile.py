@@ -56,7 +56,7 @@ async def amplification(cluster, cookie: str, args, report: Report) -> None:
             while time.monotonic() < end:
                 await asyncio.to_thread(sock.sendall, junk)
                 sent += 1
-                await asyncio.sleep(1 / 28)  # noqa: sleep-ok (the attack's pace, under the rate)
+                await asyncio.sleep(1 / 28)  # sleep-ok: the attack's pace, under the rate
         except OSError:
             pass  # closed by the server
         finally:

@@ -43,7 +43,7 @@ def start(port: int = 0, verbosity: int = 1) -> tuple[subprocess.Popen, int]:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return proc, port
         except OSError:
-            time.sleep(0.05)  # noqa: sleep-ok (a bench, waiting for a port)
+            time.sleep(0.05)  # sleep-ok: a bench, waiting for a port
     proc.kill()
     raise SystemExit("the floor's daphne did not start")
 

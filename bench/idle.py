@@ -72,7 +72,7 @@ async def _open(server, session, cookie, gate: asyncio.Semaphore):
                         raise RuntimeError(f"rejected: {frame}")
             except (OSError, websockets.WebSocketException, TimeoutError):
                 # A retry's backoff.
-                await asyncio.sleep(0.2 * (attempt + 1))  # noqa: sleep-ok
+                await asyncio.sleep(0.2 * (attempt + 1))  # sleep-ok: a retry's backoff
     raise RuntimeError("a socket could not be opened in 20 attempts")
 
 
@@ -111,7 +111,7 @@ async def main() -> None:
         )
         opened = time.monotonic() - t0
         # Idle on purpose: that is what is measured.
-        await asyncio.sleep(args.idle)  # noqa: sleep-ok
+        await asyncio.sleep(args.idle)  # sleep-ok: idle is what is measured
         after = rss_mib(pid)
         alive = await asyncio.gather(*(_ping(ws, n) for n, ws in enumerate(sockets)))
     finally:

@@ -229,7 +229,7 @@ class Connection(models.Model):
     )
     server_id = models.CharField(max_length=100, blank=True)
     # When the socket opened: its row is written later, after its handshake's
-    # answer and in a batch with others (connection_rows.py).
+    # answer and in a batch with others (``sockets.rows``).
     opened_at = models.DateTimeField(default=timezone.now)
     # Touched by its server while the socket is open: a row nobody touches
     # any more belonged to a server that died, and stops counting as a viewer.

@@ -398,7 +398,7 @@ async def wait_until(fetch, timeout: float = 10.0):
             return value
         if loop.time() > deadline:
             raise TimeoutError("condition not reached")
-        await asyncio.sleep(POLL_SECONDS)
+        await asyncio.sleep(POLL_SECONDS)  # sleep-ok: a database state no frame announces
 
 
 def raw_socket_that_never_reads(port: int, cookie: str, path: str = "/ws/sessions/", tls=False):

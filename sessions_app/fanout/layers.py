@@ -15,7 +15,7 @@ where the parent's costs two tasks, a lock and a wait per message for every
 socket; with 400 sockets that bookkeeping, not Redis, filled the server's
 loop. The backup queue is dropped: no socket's cancellation can interrupt the
 pump, and only the process dying loses a popped batch (its sockets go with
-it). Consumers refill anything lost from the log (``consumers``).
+it). Readers refill anything lost from the log (``delivery.core.Sequencer``).
 
 ``group_send_many`` sends many group messages in two round trips in all
 (members of every group; then one script that trims, checks capacity and adds
@@ -200,7 +200,7 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
                 result = await connection.bzpopmin(key, timeout=self.brpop_timeout)
                 now = time.monotonic()
                 if now - swept > SWEEP_SECONDS:
-                    self._sweep(now)
+                    self.sweep(now)
                     swept = now
                 if result is None:
                     if not self._waiting:
@@ -229,7 +229,16 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
                 if inbox is not None:
                     inbox.put_nowait(_Failed(exc))
 
-    def _sweep(self, now: float) -> None:
+    def inbox_size(self, channel: str) -> int | None:
+        """Messages waiting in ``channel``'s inbox here (None: it has none)."""
+        inbox = self._inboxes.get(channel)
+        return None if inbox is None else inbox.qsize()
+
+    def is_waiting(self, channel: str) -> bool:
+        """Is a receive of ``channel`` waiting here?"""
+        return channel in self._waiting
+
+    def sweep(self, now: float) -> None:
         """Drop the inboxes of channels nobody has read for ``INBOX_IDLE_SECONDS``
         (sockets that closed while messages for them were on their way)."""
         for channel, read_at in list(self._read_at.items()):

@@ -41,7 +41,7 @@ from sessions_app.server import tracing
 MAX_BATCH = 200
 
 
-class _Request:
+class AppendRequest:
     __slots__ = ("session_id", "new", "guard", "wake", "finished", "retry", "result", "error")
 
     def __init__(self, session_id: str, new: Sequence[NewEvent], guard: RunGuard | None):
@@ -61,7 +61,7 @@ class GroupCommitter:
     def __init__(self, max_batch: int = MAX_BATCH):
         self.max_batch = max_batch
         self._lock = threading.Lock()
-        self._pending: list[_Request] = []
+        self._pending: list[AppendRequest] = []
         self._leading = False
         # Counters for tests and benchmarks: batches and appends committed, and
         # appends handed back to be retried alone.
@@ -74,7 +74,7 @@ class GroupCommitter:
     ) -> list[Event]:
         """``append_events(session_id, new, guard=guard)``, committed with whatever
         else this process's threads are appending now. Returns once committed."""
-        request = _Request(session_id, new, guard)
+        request = AppendRequest(session_id, new, guard)
         with self._lock:
             self._pending.append(request)
             lead = not self._leading
@@ -93,6 +93,12 @@ class GroupCommitter:
         with self._lock:
             batch = self._pending[: self.max_batch]
             del self._pending[: self.max_batch]
+        self.lead_batch(batch)
+
+    def lead_batch(self, batch: list[AppendRequest]) -> None:
+        """Commit ``batch`` as one transaction, as the leading thread does (a
+        failure marks every request of it to retry alone), then wake its
+        threads and the next batch's leader."""
         try:
             self._commit(batch)
         except BaseException as exc:  # noqa: BLE001 (handed to every waiting thread)
@@ -109,7 +115,7 @@ class GroupCommitter:
             if following is not None:
                 following.wake.set()  # it leads the next batch
 
-    def _commit(self, batch: list[_Request]) -> None:
+    def _commit(self, batch: list[AppendRequest]) -> None:
         # One lock order for every batch: by session id, each session's
         # requests in arrival order (sorted is stable).
         ordered = sorted(batch, key=lambda r: r.session_id)

@@ -183,12 +183,6 @@ def send(session_id: str, send: p.Send, by: str, trace: str = "") -> SendResult:
     return submit_message(session_id, cmid, send.text, interrupt=send.interrupt, by=by, trace=trace)
 
 
-def regenerate(session_id: str, client_message_id: str, run_id: str, *, by: str = "") -> SendResult:
-    """Answer run ``run_id``'s message again, with a new run: a sibling of
-    ``run_id`` that becomes the leaf (``run_id``'s answer stays in the log)."""
-    return _once(_branch, session_id, client_message_id, run_id, None, by, "")
-
-
 def edit(
     session_id: str, client_message_id: str, run_id: str, text: str, *, by: str = ""
 ) -> SendResult:

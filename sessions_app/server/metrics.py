@@ -128,7 +128,7 @@ def register_database_collector() -> None:
 def bearer_ok(sent: str) -> bool:
     """Whether an ``Authorization`` header carries ``AGENT_METRICS_TOKEN`` (never,
     when none is set)."""
-    token = getattr(settings, "AGENT_METRICS_TOKEN", "")
+    token = settings.AGENT_METRICS_TOKEN
     return bool(token) and hmac.compare_digest(sent.encode(), f"Bearer {token}".encode())
 
 

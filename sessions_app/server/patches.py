@@ -96,12 +96,12 @@ def report(name: str, problem: str, *, starting: bool = True) -> None:
         f"(versions tested: {', '.join(f'{k} {v}' for k, v in PINNED.items())})"
     )
     metrics.PATCH_FAILURES.labels(name).inc()
-    if starting and getattr(settings, "AGENT_PATCH_FAILURES", "refuse") == "refuse":
+    if starting and settings.AGENT_PATCH_FAILURES == "refuse":
         raise PatchFailed(message + "; set AGENT_PATCH_FAILURES=warn to run without it")
     log.error("%s: running WITHOUT it", message)
 
 
-def _source(obj, assumed: str) -> str:
+def source_of(obj, assumed: str) -> str:
     """``obj``'s source, to look for the members a patch reads; where the
     sources are not installed (bytecode only), ``assumed`` (the check cannot
     look, and says so once in the log)."""
@@ -147,9 +147,9 @@ def install(*, on_stop: Callable[[], None] | None = None, drain=None) -> None:
     if "daphne.server" not in sys.modules:
         return
     for name, apply, check in (
-        ("send_buffer", _install_send_buffer_probe, _check_send_buffer),
-        ("graceful_stop", _install_graceful_stop, _check_graceful_stop),
-        ("autobahn_hltype", _skip_autobahn_debug_formatting, _check_hltype),
+        ("send_buffer", _install_send_buffer_probe, check_send_buffer),
+        ("graceful_stop", _install_graceful_stop, check_graceful_stop),
+        ("autobahn_hltype", _skip_autobahn_debug_formatting, check_hltype),
     ):
         try:
             apply()
@@ -194,7 +194,7 @@ def check_in_memory_layer() -> None:
     ``_clean_expired`` and reads its ``channels`` and ``groups``."""
     from channels.layers import InMemoryChannelLayer  # read for the check only
 
-    source = _source(InMemoryChannelLayer, "self.channels = self.groups =")
+    source = source_of(InMemoryChannelLayer, "self.channels = self.groups =")
     missing = [m for m in ("channels", "groups") if f"self.{m} =" not in source]
     if not hasattr(InMemoryChannelLayer, "_clean_expired"):
         missing.append("_clean_expired")
@@ -275,7 +275,7 @@ def _install_send_buffer_probe() -> None:
     Server.create_application = create_application
 
 
-def _check_send_buffer() -> str | None:
+def check_send_buffer() -> str | None:
     from daphne.server import Server  # under daphne only
     from twisted.internet.abstract import FileDescriptor  # under daphne only
     from twisted.protocols.tls import TLSMemoryBIOProtocol  # under daphne only
@@ -286,7 +286,7 @@ def _check_send_buffer() -> str | None:
     for member in ("dataBuffer", "offset", "_tempDataLen"):
         if not hasattr(probe, member):
             return f"Twisted's FileDescriptor has no {member}"
-    if "self._appSendBuffer" not in _source(TLSMemoryBIOProtocol, "self._appSendBuffer"):
+    if "self._appSendBuffer" not in source_of(TLSMemoryBIOProtocol, "self._appSendBuffer"):
         return "Twisted's TLSMemoryBIOProtocol has no _appSendBuffer"
     return None
 
@@ -311,14 +311,14 @@ def _skip_autobahn_debug_formatting() -> None:
         protocol.hltype = _plain_name
 
 
-def _check_hltype() -> str | None:
+def check_hltype() -> str | None:
     from autobahn.websocket import protocol  # under daphne only
 
     if logging.getLogger("autobahn").isEnabledFor(logging.DEBUG):
         return None  # left alone on purpose
     if protocol.hltype is not _plain_name:
         return "autobahn.websocket.protocol.hltype is not replaced"
-    source = _source(protocol.WebSocketProtocol.sendData, "hltype(")
+    source = source_of(protocol.WebSocketProtocol.sendData, "hltype(")
     if "hltype(" not in source:
         return "WebSocketProtocol.sendData no longer calls hltype (the patch buys nothing)"
     return None
@@ -451,7 +451,7 @@ def _install_graceful_stop() -> None:
     reactor.addSystemEventTrigger("before", "shutdown", close_all)
 
 
-def _check_graceful_stop() -> str | None:
+def check_graceful_stop() -> str | None:
     from daphne.server import Server  # under daphne only
     from daphne.ws_protocol import WebSocketProtocol  # under daphne only
     from twisted.internet import reactor  # under daphne only
@@ -466,7 +466,7 @@ def _check_graceful_stop() -> str | None:
     for member in ("sendCloseFrame", "STATE_OPEN", "STATE_CLOSED"):
         if not hasattr(WebSocketProtocol, member):
             return f"daphne's WebSocketProtocol has no {member}"
-    if "self.connections" not in _source(Server, "self.connections"):
+    if "self.connections" not in source_of(Server, "self.connections"):
         return "daphne's Server keeps no connections"
     if not hasattr(reactor, "addSystemEventTrigger"):
         return "the reactor has no addSystemEventTrigger"

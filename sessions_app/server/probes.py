@@ -33,7 +33,7 @@ def serve(host: str, port: int, alive: Callable[[], bool]) -> ThreadingHTTPServe
     """Start serving in a daemon thread; the server (``server_address`` has
     the port, if 0 was asked for a free one). Refuses a host other than
     loopback without ``AGENT_METRICS_TOKEN``."""
-    token = getattr(settings, "AGENT_METRICS_TOKEN", "")
+    token = settings.AGENT_METRICS_TOKEN
     if host not in LOOPBACK and not token:
         raise ImproperlyConfigured(
             f"AGENT_WORKER_METRICS_HOST={host} is not loopback: set AGENT_METRICS_TOKEN"

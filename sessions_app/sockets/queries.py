@@ -63,7 +63,7 @@ def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
     # The replay's first events in the same trip to the pool: a resume a few
     # events behind is then answered with one database round trip. A short
     # page, so that a long replay's resume_ok does not wait for a full one.
-    # A compacted replay pages through the skeleton (see consumers).
+    # A compacted replay pages through the skeleton (``delivery.replay``).
     row["page"] = read_frames(
         resume.session_id, resume.after, row["head"], FIRST_PAGE, skeleton=bool(plan)
     )

@@ -12,7 +12,7 @@ keeps draining, so a long replay never overflows it). Live delivery then drops
 what is at or below the last sent seq and refills any hole from the log (a
 hole means a publication was lost or overtaken: seqs commit in order, so the
 missing events are already readable). In the steady state a live event costs
-no database query. Those decisions are the pure ``delivery.Sequencer``'s;
+no database query. Those decisions are the pure ``delivery.core.Sequencer``'s;
 this module carries them out.
 
 Flow control, limits and the socket's lifecycle are ``sockets.base.AppSocket``'s;
@@ -141,7 +141,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
                 self.log.exception("connection %s: could not record the close", self.connection_id)
 
     def _record(self, **fields: Any) -> None:
-        """Add to the socket's row, off its path (``connection_rows`` writes a
+        """Add to the socket's row, off its path (``sockets.rows`` writes a
         process's rows in batches, in the order they were asked for). The
         first call writes the row itself."""
         if self.recorded is None:

@@ -2,7 +2,7 @@
 
 The domain errors a client can cause (``SessionError`` and its subclasses)
 carry their protocol error code, a message and an HTTP status, as DRF's
-``APIException`` does: ``consumers.error_frame_for`` turns one into an
+``APIException`` does: ``sockets.commands.error_frame_for`` turns one into an
 ``error`` frame for the socket, ``api.exception_handler`` into a response.
 """
 

@@ -201,7 +201,7 @@ def test_the_recipe_serves_the_app_over_https_through_restarts(deployment, brows
     deadline = time.monotonic() + 4 * READ_TIMEOUT
     while len(wire.sent(0, "ping")) < 2 or len(wire.received(0, "pong")) < 2:
         assert time.monotonic() < deadline, wire.sent(0, "ping")
-        page.wait_for_timeout(200)  # noqa: sleep-ok (Playwright delivers frames only while it waits)
+        page.wait_for_timeout(200)  # sleep-ok: Playwright delivers frames only while it waits
     assert len(wire.sockets) == 1 and not wire.sockets[0]["closed"], "replaced while idle"
     expect(page.get_by_test_id("connection-state")).to_have_attribute("data-state", "live")
 

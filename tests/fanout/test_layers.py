@@ -149,7 +149,7 @@ async def test_a_redis_failure_fails_the_waiting_receives(layer, monkeypatch):
     waits = [asyncio.ensure_future(layer.receive(ch)) for ch in (a, b)]
     # The pump starts from a waiting receive, after both were scheduled.
     await popping.wait()
-    assert set(layer._waiting) == {a, b}
+    assert layer.is_waiting(a) and layer.is_waiting(b)
     failing.set()
     for waiting in waits:
         with pytest.raises(ConnectionError):
@@ -181,18 +181,18 @@ async def test_inboxes_of_channels_nobody_reads_are_swept(layer):
     layer.connection = lambda index: Watched(real_connection(index))
     receiving = asyncio.ensure_future(layer.receive(a))
     await popping.wait()  # the pump is started by a receive that waits
-    assert a in layer._waiting
+    assert layer.is_waiting(a)
     receiving.cancel()
     with pytest.raises(asyncio.CancelledError):
         await receiving
-    assert a not in layer._inboxes
+    assert layer.inbox_size(a) is None
     await layer.send(a, {"type": "m", "n": 1})  # arrives after the socket closed
     b = await layer.new_channel()
     await layer.send(b, {"type": "m", "n": 2})
     assert (await asyncio.wait_for(layer.receive(b), 10))["n"] == 2  # the pump ran
-    assert a in layer._inboxes
-    layer._sweep(time.monotonic() + layers.INBOX_IDLE_SECONDS + 1)
-    assert a not in layer._inboxes and b not in layer._inboxes
+    assert layer.inbox_size(a) is not None
+    layer.sweep(time.monotonic() + layers.INBOX_IDLE_SECONDS + 1)
+    assert layer.inbox_size(a) is None and layer.inbox_size(b) is None
 
 
 async def test_an_inbox_keeps_at_most_capacity_messages(layer):
@@ -206,5 +206,5 @@ async def test_an_inbox_keeps_at_most_capacity_messages(layer):
         await layer.group_send_many([("g", {"type": "m", "n": start + i}) for i in range(3)])
         got = [(await asyncio.wait_for(layer.receive(b), 10))["n"] for _ in range(3)]
         assert got == [start, start + 1, start + 2]
-    assert layer._inboxes[a].qsize() == 3
+    assert layer.inbox_size(a) == 3
     assert [(await layer.receive(a))["n"] for _ in range(3)] == [3, 4, 5]

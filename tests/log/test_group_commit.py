@@ -127,16 +127,14 @@ def test_a_statement_failing_for_one_request_retries_each_alone(user, published)
     a, b = create_session(user, "a"), create_session(user, "b")
     published.clear()
     # Queue three requests, then let one thread lead them as one batch.
-    from sessions_app.log.group_commit import _Request
+    from sessions_app.log.group_commit import AppendRequest
 
     requests = [
-        _Request(a.id, _delta("fine"), None),
-        _Request(b.id, _delta("nul \x00 here"), None),
-        _Request(a.id, _delta("also fine"), None),
+        AppendRequest(a.id, _delta("fine"), None),
+        AppendRequest(b.id, _delta("nul \x00 here"), None),
+        AppendRequest(a.id, _delta("also fine"), None),
     ]
-    committer._pending.extend(requests)
-    committer._leading = True
-    committer._lead()
+    committer.lead_batch(requests)
     assert all(r.retry and r.finished for r in requests)
     assert committer.retried == 3 and committer.appends == 0
     assert AgentSession.objects.get(id=a.id).head == 1  # nothing was committed

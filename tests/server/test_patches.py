@@ -37,9 +37,9 @@ def test_each_patch_takes_hold_under_daphne():
     import daphne.server  # noqa: F401 (what ``install`` looks for)
 
     patches.install()
-    assert patches._check_send_buffer() is None
-    assert patches._check_graceful_stop() is None
-    assert patches._check_hltype() is None
+    assert patches.check_send_buffer() is None
+    assert patches.check_graceful_stop() is None
+    assert patches.check_hltype() is None
     assert patches.failures == {}
 
 
@@ -51,11 +51,11 @@ def test_a_check_fails_when_its_patch_has_no_effect(monkeypatch):
 
     patches.install()
     monkeypatch.setattr(Server, "create_application", lambda self, protocol, scope: None)
-    assert "create_application" in patches._check_send_buffer()
+    assert "create_application" in patches.check_send_buffer()
     monkeypatch.setattr(WebSocketProtocol, "serverClose", lambda self, code=None: None)
-    assert "serverClose" in patches._check_graceful_stop()
+    assert "serverClose" in patches.check_graceful_stop()
     monkeypatch.setattr(protocol, "hltype", lambda obj: "")
-    assert "hltype" in patches._check_hltype()
+    assert "hltype" in patches.check_hltype()
 
 
 def test_a_missing_member_of_channels_redis_is_reported(monkeypatch, settings):
@@ -204,5 +204,5 @@ def test_checks_without_sources_assume_and_say_so(caplog):
     """Installed as bytecode only, a source check cannot look: it assumes
     the member and logs that it did, instead of failing to start."""
     with caplog.at_level(logging.WARNING, logger="sessions_app.server.patches"):
-        assert patches._source(len, "assumed") == "assumed"
+        assert patches.source_of(len, "assumed") == "assumed"
     assert "assumed, not checked" in caplog.text

@@ -65,7 +65,7 @@ async def test_error_reply_amplification_leaves_memory_bounded(
         )
         for _ in range(15 * 28):
             await asyncio.to_thread(sock.sendall, junk)
-            await asyncio.sleep(1 / 28)  # noqa: sleep-ok (the attack's pace, under the rate limit)
+            await asyncio.sleep(1 / 28)  # sleep-ok: the attack's pace, under the rate limit
         grown_mib = (rss_kib(daphne.proc.pid) - before) / 1024
         assert grown_mib < 30, f"daphne grew by {grown_mib:.0f} MiB"
         sock.close()
@@ -168,7 +168,7 @@ async def test_the_list_socket_outlives_the_channel_layers_group_expiry(
         lister = await WsClient.connect(daphne.ws.replace("/ws/sessions/", "/ws/list/"), cookie)
         await lister.wait(lambda f: f.get("type") == "sessions")
         # Time passing is what is under test: outlive the expiry twice over.
-        await asyncio.sleep(4.5)  # noqa: sleep-ok
+        await asyncio.sleep(4.5)  # sleep-ok: past the layer's group expiry, twice over
         tab = await WsClient.connect(daphne.ws, cookie)
         sid = (await tab.start())["session_id"]
         pushed = await lister.wait(

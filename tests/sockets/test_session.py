@@ -422,7 +422,7 @@ async def test_a_socket_outlives_the_channel_layers_group_expiry(
         await c.start()
         await c.wait(lambda f: f["type"] == "presence")
         # Time passing is what is under test: outlive the expiry twice over.
-        await asyncio.sleep(4.5)  # noqa: sleep-ok
+        await asyncio.sleep(4.5)  # sleep-ok: past the layer's group expiry, twice over
         await c.request({"type": "send", "client_message_id": "late", "text": "/stream 2 0"})
         end = await c.wait_event(lambda f: f["kind"] == "run.finished", timeout=5)
         assert c.seqs() == list(range(1, end["seq"] + 1))
