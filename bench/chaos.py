@@ -23,9 +23,13 @@ Phases (``--only`` picks some):
   daphne, kill -9 of a run worker, a Redis restart and (``--pg-restart``,
   root only) a PostgreSQL restart.
 - ``fuzz``: hostile frames (``chaos_fuzz``) from many sockets.
-- ``hostile``: what the second security review tried (``chaos_hostile``):
-  error-reply amplification by sockets that never read, deactivations and
-  password changes under live sockets, hostile Markdown in Chromium.
+- ``hostile``: what the second and third security reviews tried
+  (``chaos_hostile``, ``chaos_sse``): error-reply amplification by sockets
+  that never read, deactivations and password changes under live sockets,
+  hostile Markdown in Chromium; SSE streams that never read, quick closes
+  that would leak slots, a logout under a stream, a 20k-run session.
+- ``sse``: readers of the SSE stream cut at random and purged under
+  (``chaos_sse.cuts``): every seq once, in order, never past a hole.
 
 Then it checks, and prints, the invariants: every socket saw ``after+1 ...
 head`` with no gap and no repeat; every tab's final transcript equals the
@@ -269,7 +273,9 @@ async def cuts_phase(cluster: Cluster, args, report: Report) -> None:
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--short", action="store_true", help="the CI size")
-    parser.add_argument("--only", default="cuts,fuzz,hostile", help="phases: cuts,fuzz,hostile")
+    parser.add_argument(
+        "--only", default="cuts,fuzz,hostile,sse", help="phases: cuts,fuzz,hostile,sse"
+    )
     parser.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "1")))
     parser.add_argument("--sessions", type=int, default=None)
     parser.add_argument("--cuts-per-tab", type=int, default=None)
@@ -292,6 +298,9 @@ async def main() -> int:
     args.hostile_sockets = 4 if short else 16
     args.hostile_users = 4 if short else 20
     args.hostile_markdown = 3 if short else 9
+    args.sse_readers = 3 if short else 8
+    args.sse_turns = 8 if short else 30
+    args.sse_non_readers = 6 if short else 20
 
     call_command("migrate", verbosity=0)
     profile = (
@@ -329,8 +338,20 @@ async def main() -> int:
             await chaos_hostile.rights(hostile, args, report)
             if args.browser:
                 await asyncio.to_thread(chaos_hostile.markdown, hostile, args, report)
+            import chaos_sse
+
+            await asyncio.to_thread(chaos_sse.non_readers, hostile, user, args, report)
+            await asyncio.to_thread(chaos_sse.quick_closes, hostile, user, args, report)
+            await asyncio.to_thread(chaos_sse.logout, hostile, user, args, report)
+            await asyncio.to_thread(chaos_sse.twenty_k_runs, hostile, user, args, report)
             tracebacks = hostile.tracebacks()
             report.check(tracebacks == 0, f"hostile: tracebacks in the server logs: {tracebacks}")
+        if "sse" in phases:
+            import chaos_sse
+
+            clusters.append(Cluster(log_dir))
+            user, (session,) = await asyncio.to_thread(_sessions, 1, "sse")
+            await asyncio.to_thread(chaos_sse.cuts, clusters[-1], user, session, args, report)
     finally:
         for cluster in clusters:
             cluster.stop()

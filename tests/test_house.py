@@ -58,7 +58,6 @@ KNOWN = {
     ("tests/log/test_compaction.py", "_SKELETON"),
     ("tests/log/test_group_commit.py", "_connection_lost"),
     ("tests/runtime/test_turns.py", "_Context"),
-    ("tests/sockets/test_base.py", "_send"),
     ("tests/sockets/test_base.py", "_snapshot"),
     ("tests/fakes.py", "_lock"),
     ("tests/fanout/test_layers_local.py", "_clean_expired"),  # channels' own, patched

@@ -44,6 +44,7 @@ from django.conf import settings
 from sessions_app import fanout
 from sessions_app.access.auth import user_of
 from sessions_app.delivery.core import Phase, check_transition
+from sessions_app.delivery.flow import Flow
 from sessions_app.server import metrics
 from sessions_app.server.logs import SocketLog
 from sessions_app.server.patches import PeerGone, send_buffer_probe
@@ -138,11 +139,11 @@ class AppSocket(AsyncWebsocketConsumer):
             # still runs its cleanup (counts, rows, groups) instead of daphne
             # dropping the consumer with none of it.
             self.log.exception("connection %s: %s failed", self.connection_id, message["type"])
-            await self._close(p.CLOSE_INTERNAL_ERROR)
+            await self.close_with(p.CLOSE_INTERNAL_ERROR)
 
     async def connect(self) -> None:
         self.bucket = p.TokenBucket()
-        self.send_buffer = send_buffer_probe(self.scope)
+        self.flow = Flow(send_buffer_probe(self.scope))
         await self.accept()
         metrics.SOCKETS_OPEN.inc()
         self.counted_open = True
@@ -159,19 +160,19 @@ class AppSocket(AsyncWebsocketConsumer):
             self.user = await user_of(self.scope)
         except TimeoutError:
             self.log.warning("the user lookup timed out: closing 1013")
-            await self._close(p.CLOSE_TRY_AGAIN)
+            await self.close_with(p.CLOSE_TRY_AGAIN)
             return
         except Exception:
             self.log.exception("the user lookup failed: closing 1011")
-            await self._close(p.CLOSE_INTERNAL_ERROR)
+            await self.close_with(p.CLOSE_INTERNAL_ERROR)
             return
         if self.user is None or not self.user.is_authenticated:
-            await self._close(p.CLOSE_NOT_AUTHENTICATED)
+            await self.close_with(p.CLOSE_NOT_AUTHENTICATED)
             return
         counts = type(self).open_per_user
         if counts[self.user.pk] >= settings.AGENT_USER_MAX_SOCKETS:
             # Retryable: another of the user's tabs may close; backoff spaces it.
-            await self._close(p.CLOSE_RATE_LIMITED)
+            await self.close_with(p.CLOSE_RATE_LIMITED)
             return
         counts[self.user.pk] += 1
         self.counted_user = self.user.pk
@@ -238,7 +239,7 @@ class AppSocket(AsyncWebsocketConsumer):
     async def after_groups_left(self, code: int) -> None:
         """Record the close, once no group message can arrive (overridden)."""
 
-    async def _close(self, code: int) -> None:
+    async def close_with(self, code: int) -> None:
         if self.closing:
             return
         self.to(Phase.CLOSING)
@@ -320,7 +321,7 @@ class AppSocket(AsyncWebsocketConsumer):
     async def auth_logged_out(self, message: dict[str, Any]) -> None:
         """The cookie this socket was opened with was signed out (final)."""
         self.log.info("connection %s: signed out: closing 4401", self.connection_id)
-        await self._close(p.CLOSE_NOT_AUTHENTICATED)
+        await self.close_with(p.CLOSE_NOT_AUTHENTICATED)
 
     async def auth_revoked(self, message: dict[str, Any]) -> None:
         """The user was deactivated, deleted, or their password changed: the
@@ -328,7 +329,7 @@ class AppSocket(AsyncWebsocketConsumer):
         next upgrade's lookup lets in a cookie that still signs in (the
         browser where the password was changed) and refuses the others 4401."""
         self.log.info("connection %s: rights revoked: closing 4403", self.connection_id)
-        await self._close(p.CLOSE_RIGHTS_CHANGED)
+        await self.close_with(p.CLOSE_RIGHTS_CHANGED)
 
     # --- incoming frames -------------------------------------------------
 
@@ -339,10 +340,10 @@ class AppSocket(AsyncWebsocketConsumer):
         if text_data is not None and p.MAX_FRAME_BYTES // 4 < size <= p.MAX_FRAME_BYTES:
             size = len(text_data.encode("utf-8"))
         if size > p.MAX_FRAME_BYTES:
-            await self._close(p.CLOSE_TOO_LARGE)
+            await self.close_with(p.CLOSE_TOO_LARGE)
             return
         if not self.bucket.take(asyncio.get_running_loop().time()):
-            await self._close(p.CLOSE_RATE_LIMITED)
+            await self.close_with(p.CLOSE_RATE_LIMITED)
             return
         await self.on_frame(text_data, bytes_data)
 
@@ -355,17 +356,12 @@ class AppSocket(AsyncWebsocketConsumer):
         """Every frame this socket sends passes here, under flow control."""
         if self.closing:
             return
-        probe = self.send_buffer
         # The common case without a coroutine of its own: nothing waits unread.
-        if (
-            probe is not None
-            and probe() > settings.AGENT_SEND_BUFFER_BYTES
-            and not await self._writable()
-        ):
+        if self.flow.pressed() and not await self.writable():
             return
         await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
 
-    async def _send(self, frame: dict[str, Any]) -> None:
+    async def send_frame(self, frame: dict[str, Any]) -> None:
         if self.closing:
             return
         text = frames.dumps(frame)
@@ -375,29 +371,19 @@ class AppSocket(AsyncWebsocketConsumer):
             text = json.dumps(frame, separators=(",", ":"))
         await self.send(text_data=text)
 
-    async def _writable(self) -> bool:
-        """Wait while the client has too much unread; False once it was closed
-        for reading nothing for too long."""
-        probe = self.send_buffer
-        limit = settings.AGENT_SEND_BUFFER_BYTES
-        if probe is None or probe() <= limit:
+    async def writable(self) -> bool:
+        """Wait while the client has too much unread (``delivery.flow``); False
+        once it was closed for reading nothing for too long (4408)."""
+        if await self.flow.writable(lambda: self.closing):
             return True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + settings.AGENT_SLOW_CONSUMER_SECONDS
-        while probe() > limit // 2:
-            if self.closing:
-                return False
-            if loop.time() > deadline:
-                self.log.warning(
-                    "connection %s: closing a client that stopped reading (%s bytes unread)",
-                    self.connection_id,
-                    probe(),
-                )
-                await self._close(p.CLOSE_SLOW_CONSUMER)
-                return False
-            # The transport offers no wake-up to an ASGI app: look again shortly.
-            await asyncio.sleep(0.02)
-        return True
+        if not self.closing:
+            self.log.warning(
+                "connection %s: closing a client that stopped reading (%s bytes unread)",
+                self.connection_id,
+                self.flow.unread(),
+            )
+            await self.close_with(p.CLOSE_SLOW_CONSUMER)
+        return False
 
 
 async def _succeeded(task: asyncio.Future) -> bool:

@@ -102,19 +102,21 @@ class SessionListConsumer(AppSocket):
         if self.closing:
             return
         # Said, not silently cut: the page shows that more exist.
-        await self._send(frames.session_list(sessions[:MAX_LISTED], len(sessions) > MAX_LISTED))
+        await self.send_frame(
+            frames.session_list(sessions[:MAX_LISTED], len(sessions) > MAX_LISTED)
+        )
 
     async def on_frame(self, text_data: str | None, bytes_data: bytes | None) -> None:
         try:
             frame = p.decode(text_data, bytes_data)
         except p.FrameError as exc:
-            await self._send(p.error_frame(exc.code, exc.message, exc.request_id))
+            await self.send_frame(p.error_frame(exc.code, exc.message, exc.request_id))
             return
         rid = p.request_id_of(frame)
         if frame["type"] == p.PING:
-            await self._send(frames.pong(rid))
+            await self.send_frame(frames.pong(rid))
         else:
-            await self._send(
+            await self.send_frame(
                 p.error_frame(p.E_UNKNOWN_TYPE, "the list socket takes no commands", rid)
             )
 
@@ -124,6 +126,6 @@ class SessionListConsumer(AppSocket):
             return
         summary = await summary_reads.wanted(session_id, self.user.pk)
         if summary is None:
-            await self._send(frames.session_gone(session_id))
+            await self.send_frame(frames.session_gone(session_id))
         else:
-            await self._send(frames.session_changed(summary))
+            await self.send_frame(frames.session_changed(summary))

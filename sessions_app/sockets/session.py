@@ -15,10 +15,14 @@ missing events are already readable). In the steady state a live event costs
 no database query. Those decisions are the pure ``delivery.core.Sequencer``'s;
 this module carries them out.
 
-Flow control, limits and the socket's lifecycle are ``sockets.base.AppSocket``'s;
-sending logged ranges (pages, batches, compacted stretches) is
-``sockets.replay.ReplaySender``'s; the tail check, which refills a
-publication lost at the end of a burst, is ``sockets.tail.TailCheck``'s.
+Flow control, limits and the socket's lifecycle are ``sockets.base.AppSocket``'s
+(its base class). The rest are small objects the consumer holds, each behind
+the narrow interface it declares (a ``Protocol``): ``ranges`` sends logged
+ranges (``sockets.replay.RangeSender``: pages, batches, compacted stretches),
+``tail`` refills a publication lost at the end of a burst
+(``sockets.tail.TailCheck``), ``commands`` answers each command frame
+(``sockets.commands.Commands``). The handshake's progress is the socket's
+``phase``: OPEN until a handshake is answered, then REPLAYING and LIVE.
 """
 
 from __future__ import annotations
@@ -40,26 +44,26 @@ from sessions_app.sockets import queries as db
 from sessions_app.sockets import rows
 from sessions_app.sockets.base import AppSocket
 from sessions_app.sockets.commands import Commands, error_frame_for
-from sessions_app.sockets.replay import ReplaySender
+from sessions_app.sockets.replay import RangeSender
 from sessions_app.sockets.tail import TailCheck
 from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionError
 
+# The phases of a socket that follows a session: its handshake was answered.
+FOLLOWING = (Phase.REPLAYING, Phase.LIVE)
 # Live events held in memory while a replay is sent; past this a socket that
 # replays slowly costs the log a read, not the server its memory.
 LIVE_BUFFER_LIMIT = 1000
 
 
-class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
+class SessionConsumer(AppSocket):
     """Speaks the session protocol on one socket (its lifecycle, limits and
     flow control are ``AppSocket``'s)."""
 
     # What ``cleanup`` stops exists from the start, whatever a close interrupted.
     handshake_deadline: asyncio.TimerHandle | None = None
-    tail_timer: asyncio.TimerHandle | None = None
     replay_task: asyncio.Task | None = None
-    tail_task: asyncio.Task | None = None
 
     async def connect(self) -> None:
         fanout.publisher.attach(asyncio.get_running_loop())
@@ -69,15 +73,17 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         # The handshake's "compact" feature: replays skip superseded stretches.
         self.compact = False
         # The handshake's "batch" feature: replayed frames go out several to a
-        # message (``ReplaySender.batcher`` holds those not sent yet).
+        # message (``ranges.batcher`` holds those not sent yet).
         self.batching = False
+        # Sends the logged ranges: the replay, refills, syncs.
+        self.ranges = RangeSender(self)
         # The handshake's "interrupt" feature: said back, so the client knows a
         # send's "interrupt" is honoured (it is on every socket).
         self.interrupt = False
         # The handshake's "branches" feature: said back likewise (regenerate,
         # edit_of and switch work on every socket).
         self.branches = False
-        # The epoch the handshake answered with (see _rotated).
+        # The epoch the handshake answered with (see ``tail.rotated``).
         self.epoch: str | None = None
         # Retention deleted superseded deltas up to here (as last read): a
         # compacting replay from before it must skip, however short.
@@ -87,9 +93,10 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         # One sender at a time: live delivery, sync and the tail check all
         # move the sequencer, and the tail check runs outside the message loop.
         self.send_lock = asyncio.Lock()
-        self.tail_timer: asyncio.TimerHandle | None = None
-        self.tail_task: asyncio.Task | None = None
-        self.last_live = 0.0
+        # The head re-read after the last live event, and while idle.
+        self.tail = TailCheck(self)
+        # What each command frame does, once the handshake was answered.
+        self.commands = Commands(self)
         self.handshake_deadline: asyncio.TimerHandle | None = None
         self.opened_at = now()
         await super().connect()
@@ -110,21 +117,20 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         )
 
     def _handshake_timeout(self) -> None:
-        if self.session_id is None and not self.closing:
+        if self.phase is Phase.OPEN:
             self.log.info(
                 "connection %s: no handshake within %s s: closing 4400",
                 self.connection_id,
                 p.HANDSHAKE_TIMEOUT_SECONDS,
             )
-            asyncio.ensure_future(self._close(p.CLOSE_PROTOCOL_VIOLATION))
+            asyncio.ensure_future(self.close_with(p.CLOSE_PROTOCOL_VIOLATION))
 
     async def cleanup(self, code: int) -> None:
-        for timer in (self.handshake_deadline, self.tail_timer):
-            if timer is not None:
-                timer.cancel()
-        for task in (self.replay_task, self.tail_task):
-            if task is not None:
-                task.cancel()
+        if self.handshake_deadline is not None:
+            self.handshake_deadline.cancel()
+        if self.replay_task is not None:
+            self.replay_task.cancel()
+        self.tail.stop()
 
     async def after_groups_left(self, code: int) -> None:
         if self.connection_id is not None:
@@ -140,7 +146,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
             except Exception:
                 self.log.exception("connection %s: could not record the close", self.connection_id)
 
-    def _record(self, **fields: Any) -> None:
+    def record(self, **fields: Any) -> None:
         """Add to the socket's row, off its path (``sockets.rows`` writes a
         process's rows in batches, in the order they were asked for). The
         first call writes the row itself."""
@@ -149,7 +155,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         else:
             self.recorded = rows.update(self.connection_id, **fields)
 
-    async def _recorded(self) -> None:
+    async def recorded_row(self) -> None:
         """Wait for the row (before anything that updates or counts it)."""
         if self.recorded is not None:
             try:
@@ -162,24 +168,24 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
     async def on_frame(self, text_data: str | None, bytes_data: bytes | None) -> None:
         if self.connection_id is None:
             return
-        if self.session_id is None:
+        if self.phase is Phase.OPEN:  # no handshake answered yet
             await self._receive_handshake(text_data, bytes_data)
             return
         frame: dict[str, Any] = {}
         try:
             frame = p.decode(text_data, bytes_data)
-            await self._dispatch(frame)
+            await self.commands.dispatch(frame)
         except p.FrameError as exc:
-            await self._send(p.error_frame(exc.code, exc.message, exc.request_id))
+            await self.send_frame(p.error_frame(exc.code, exc.message, exc.request_id))
         except SessionError as exc:
-            await self._send(error_frame_for(exc, p.request_id_of(frame)))
+            await self.send_frame(error_frame_for(exc, p.request_id_of(frame)))
             if isinstance(exc, RightsRevoked):
-                await self._close(p.CLOSE_RIGHTS_CHANGED)
+                await self.close_with(p.CLOSE_RIGHTS_CHANGED)
         except PeerGone:
             raise  # the client left; dispatch ends the socket quietly
         except Exception:
             self.log.exception("connection %s: frame failed", self.connection_id)
-            await self._send(
+            await self.send_frame(
                 p.error_frame(
                     p.E_INTERNAL, "the server could not handle that", p.request_id_of(frame)
                 )
@@ -200,7 +206,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
                 self.connection_id,
                 "undecodable" if frame is None else repr(frame["type"])[:40],
             )
-            await self._close(p.CLOSE_PROTOCOL_VIOLATION)
+            await self.close_with(p.CLOSE_PROTOCOL_VIOLATION)
             return
         # A well-formed handshake is under way: a slow database must not
         # turn it into a 4400 (a close clients never come back from).
@@ -215,7 +221,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         try:
             start = p.parse_start(frame)
         except p.FrameError as exc:
-            await self._send(p.error_frame(exc.code, exc.message, exc.request_id))
+            await self.send_frame(p.error_frame(exc.code, exc.message, exc.request_id))
             self._rearm_handshake_deadline()
             return
         session = await db.start_session(self.user, start)
@@ -229,7 +235,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         # can have been appended to it that we would miss.
         await self.join(fanout.group_name(session["id"]))
         self._attached(session["id"], 0)
-        await self._send(
+        await self.send_frame(
             frames.handshake_ok(
                 p.START_OK,
                 start.request_id,
@@ -241,7 +247,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
                 self._features(),
             )
         )
-        self._record(session_id=session["id"], tab_id=start.tab_id or "", first_frame_type=p.START)
+        self.record(session_id=session["id"], tab_id=start.tab_id or "", first_frame_type=p.START)
         self._begin_replay(0, session["head"])
 
     async def _resume(self, frame: dict[str, Any]) -> None:
@@ -269,7 +275,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
             if joined:
                 await self.leave(group)
             await self._reject(rid, resume.session_id, exc)
-            self._record(**seen)
+            self.record(**seen)
             return
         if self.closing:
             return
@@ -281,7 +287,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         self.branches = p.FEATURE_BRANCHES in resume.features
         self.epoch = head["epoch"]
         self.compacted_through = head["compacted_through"]
-        await self._send(
+        await self.send_frame(
             frames.handshake_ok(
                 p.RESUME_OK,
                 resume.request_id,
@@ -294,7 +300,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
                 after=resume.after,
             )
         )
-        self._record(session_id=resume.session_id, **seen)
+        self.record(session_id=resume.session_id, **seen)
         self._begin_replay(resume.after, head["head"], head["page"], head["plan"])
 
     def _features(self) -> list[str]:
@@ -310,6 +316,12 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
             if on
         ]
 
+    def follows(self, message: dict[str, Any]) -> bool:
+        """Is ``message`` (from a group) about the session this socket follows?
+        Only once its handshake was answered (the phase says so, REPLAYING or
+        LIVE), and never about another session (a stale membership)."""
+        return self.phase in FOLLOWING and message.get("session_id") == self.session_id
+
     def _attached(self, session_id: str, after: int) -> None:
         self.session_id = session_id
         self.sequencer.attach(after)
@@ -319,7 +331,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         # The session id is echoed only if it is an id at all: a reply never
         # repeats what a client sent of any length.
         echoed = session_id if p.is_session_id(session_id) else None
-        await self._send(
+        await self.send_frame(
             frames.resume_rejected(echoed, exc.reason, exc.message, request_id=rid, **exc.extra)
         )
         self._rearm_handshake_deadline()
@@ -343,7 +355,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         ids = {"session.id": self.session_id, "after": after, "head": head}
         try:
             with tracing.span("socket.replay", **ids):
-                sent = await self._send_range(after, head, first_page, plan)
+                sent = await self.ranges.send_range(after, head, first_page, plan)
             self.sequencer.sent(sent)
             # Live events that arrived meanwhile, in order, deduplicated; what
             # did not fit in the buffer comes from the log. More may arrive
@@ -359,26 +371,26 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
             self.to(Phase.LIVE)
             metrics.REPLAY_EVENTS.observe(head - after)
             metrics.REPLAY_SECONDS.observe(asyncio.get_running_loop().time() - began)
-            self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
+            self.tail.arm(settings.AGENT_TAIL_SETTLE_SECONDS)
             # This socket's own presence at once; the others' is coalesced.
-            await self._recorded()  # it counts as a viewer from its row
+            await self.recorded_row()  # it counts as a viewer from its row
             mine = await db.presence(self.session_id)
             if self.pending_presence is not None:
                 presence, self.pending_presence = self.pending_presence, None
-                await self._send(presence)
+                await self.send_frame(presence)
             elif mine is not None:
-                await self._send(frames.presence(self.session_id, **mine))
+                await self.send_frame(frames.presence(self.session_id, **mine))
         except asyncio.CancelledError:
             raise
         except PeerGone:
             self.to(Phase.CLOSING)
         except Exception:
             self.log.exception("connection %s: replay failed", self.connection_id)
-            await self._close(p.CLOSE_INTERNAL_ERROR)
+            await self.close_with(p.CLOSE_INTERNAL_ERROR)
 
     async def session_event(self, message: dict[str, Any]) -> None:
         """A committed event published to the session's group."""
-        if message.get("session_id") != self.session_id or self.session_id is None:
+        if not self.follows(message):
             return  # left over from a group this socket no longer follows
         if self.phase is Phase.REPLAYING:
             self.sequencer.hold(message["seq"], message["text"])
@@ -388,7 +400,7 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
     async def session_events(self, message: dict[str, Any]) -> None:
         """Several committed events of the session, in seq order (a busy publisher
         merges what it had queued)."""
-        if message.get("session_id") != self.session_id or self.session_id is None:
+        if not self.follows(message):
             return
         for seq, text in message["events"]:
             if self.phase is Phase.REPLAYING:
@@ -407,12 +419,11 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
             if before is REPEAT:
                 return
             if before is not None:
-                order.sent(await self._send_range(before.after, before.upto))
+                order.sent(await self.ranges.send_range(before.after, before.upto))
                 if self.closing:
                     return
             await self._send_event(text, seq)
-        self.last_live = asyncio.get_running_loop().time()
-        self._arm_tail_check(settings.AGENT_TAIL_SETTLE_SECONDS)
+        self.tail.live()
 
     async def _carry_out(self, steps: list[Send | Refill]) -> None:
         """Send what the sequencer decided, in order; a refill that comes back
@@ -421,13 +432,13 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
             if self.closing:
                 return
             if isinstance(step, Refill):
-                self.sequencer.sent(await self._send_range(step.after, step.upto))
+                self.sequencer.sent(await self.ranges.send_range(step.after, step.upto))
             elif not await self._send_event(step.text, step.seq):
                 return
 
     async def _send_event(self, text: str, seq: int) -> bool:
         """One event's frame, under flow control; False if the socket closed."""
-        if not await self._writable():
+        if not await self.writable():
             return False
         await self.send(text_data=text)
         self.sequencer.sent(seq)
@@ -435,12 +446,20 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
 
     async def session_title(self, message: dict[str, Any]) -> None:
         """The session's title changed: its tabs show it at once."""
-        if message.get("session_id") != self.session_id or self.session_id is None:
+        if not self.follows(message):
             return
-        await self._send(frames.title(self.session_id, message["title"]))
+        await self.send_frame(frames.title(self.session_id, message["title"]))
+
+    async def session_rotated(self, message: dict[str, Any]) -> None:
+        """The session's epoch was rotated: this socket's cursor means nothing
+        now. Close (1013, retryable): the client resumes and is told
+        ``epoch_mismatch`` (a late message, for the epoch it resumed on, is
+        ignored)."""
+        if self.follows(message):
+            await self.tail.rotated(message.get("epoch"))
 
     async def session_presence(self, message: dict[str, Any]) -> None:
-        if message.get("session_id") != self.session_id or self.session_id is None:
+        if not self.follows(message):
             return
         frame = frames.presence(
             self.session_id, message["viewers"], message["running"], message.get("head")
@@ -448,4 +467,4 @@ class SessionConsumer(Commands, TailCheck, ReplaySender, AppSocket):
         if self.phase is Phase.REPLAYING:
             self.pending_presence = frame
             return
-        await self._send(frame)
+        await self.send_frame(frame)

@@ -1,104 +1,138 @@
-"""The tail check of a session socket (``SessionConsumer``'s, in a class of
-its own).
+"""The tail check of a session socket: ``TailCheck``, one per session socket.
 
 A publication lost at the *end* of a burst leaves no later event to reveal
 the hole, so each socket checks the tail: ``AGENT_TAIL_SETTLE_SECONDS`` after
 the last live event (and every ``AGENT_TAIL_PROBE_SECONDS`` while idle) it
 reads the session's head once and refills up to it if it is behind. The
 first check at least ``RIGHTS_READ_AFTER_SECONDS`` after the open reads the
-user's rights in the same trip (``sockets.base``). The class it is mixed into
-provides the socket's ``phase`` and ``sequencer``, ``_send_range`` and ``rights_*``. An epoch
-rotation seen with a head read closes the socket (``_rotated``).
+user's rights in the same trip (``sockets.base``). An epoch rotation seen
+with a head read closes the socket (``rotated``). What it needs of its
+socket is ``TailTarget``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 
 from sessions_app.delivery import reads
-from sessions_app.delivery.core import Phase
+from sessions_app.delivery.core import Phase, Sequencer
 from sessions_app.server.patches import PeerGone
+from sessions_app.sockets.replay import RangeSender
 from sessions_app.wire import protocol as p
+
+
+class TailTarget(Protocol):
+    """What a ``TailCheck`` needs of its socket."""
+
+    session_id: str | None
+    connection_id: str | None
+    phase: Phase
+    epoch: str | None  # the epoch its handshake answered with
+    compacted_through: int
+    sequencer: Sequencer
+    send_lock: asyncio.Lock
+    ranges: RangeSender
+    log: Any
+
+    @property
+    def closing(self) -> bool: ...
+
+    def to(self, phase: Phase) -> None: ...
+
+    def rights_to_check(self, soon: bool = False) -> tuple[int, str] | None: ...
+
+    async def rights_read(self, granted: bool | None) -> None: ...
+
+    async def close_with(self, code: int) -> None: ...
 
 
 class TailCheck:
     """Refills what was committed but never published (see the module)."""
 
-    def _arm_tail_check(self, delay: float) -> None:
+    def __init__(self, socket: TailTarget) -> None:
+        self.socket = socket
+        self.timer: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task | None = None
+        self.last_live = 0.0
+
+    def live(self) -> None:
+        """A live event went out: check once things settle after it."""
+        self.last_live = asyncio.get_running_loop().time()
+        self.arm(settings.AGENT_TAIL_SETTLE_SECONDS)
+
+    def arm(self, delay: float) -> None:
         """Check the head ``delay`` seconds from now, unless a check is due sooner."""
         loop = asyncio.get_running_loop()
         due = loop.time() + delay
-        if self.tail_timer is not None:
-            if self.tail_timer.when() <= due:
+        if self.timer is not None:
+            if self.timer.when() <= due:
                 return
-            self.tail_timer.cancel()
-        self.tail_timer = loop.call_at(due, self._tail_due)
+            self.timer.cancel()
+        self.timer = loop.call_at(due, self._due)
 
-    def _tail_due(self) -> None:
-        self.tail_timer = None
-        if self.closing or self.session_id is None:
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.task is not None:
+            self.task.cancel()
+
+    def _due(self) -> None:
+        self.timer = None
+        if self.socket.phase not in (Phase.REPLAYING, Phase.LIVE):
             return
         settle = settings.AGENT_TAIL_SETTLE_SECONDS
         quiet = asyncio.get_running_loop().time() - self.last_live
-        if self.phase is Phase.REPLAYING or quiet < settle:
-            self._arm_tail_check(max(settle - quiet, 0.05))
+        if self.socket.phase is Phase.REPLAYING or quiet < settle:
+            self.arm(max(settle - quiet, 0.05))
             return
-        if self.tail_task is None or self.tail_task.done():
-            self.tail_task = asyncio.ensure_future(self._check_tail())
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._check())
 
-    async def _check_tail(self) -> None:
+    async def _check(self) -> None:
         """Refill events that were committed but whose publication never came."""
+        socket = self.socket
         try:
             # Read without the lock: live delivery goes on meanwhile, and most
             # checks find nothing missing. The first one after the rights
             # group was joined reads the rights too (``AppSocket``).
-            rights = self.rights_to_check()
-            state, granted = await reads.tail_state(self.session_id, rights)
-            await self.rights_read(granted)
+            rights = socket.rights_to_check()
+            state, granted = await reads.tail_state(socket.session_id, rights)
+            await socket.rights_read(granted)
             head = None
-            if state is not None and not await self._rotated(state[1]):
-                head, self.compacted_through = state[0], state[2]
-            order = self.sequencer
-            if head is not None and head > order.last_sent and not self.closing:
-                async with self.send_lock:
+            if state is not None and not await self.rotated(state[1]):
+                head, socket.compacted_through = state[0], state[2]
+            order = socket.sequencer
+            if head is not None and head > order.last_sent and not socket.closing:
+                async with socket.send_lock:
                     if head > order.last_sent:
-                        self.log.info(
+                        socket.log.info(
                             "connection %s: refilling %s..%s after a lost publication",
-                            self.connection_id,
+                            socket.connection_id,
                             order.last_sent + 1,
                             head,
                         )
-                        order.sent(await self._send_range(order.last_sent, head))
+                        order.sent(await socket.ranges.send_range(order.last_sent, head))
         except asyncio.CancelledError:
             raise
         except PeerGone:
-            self.to(Phase.CLOSING)
+            socket.to(Phase.CLOSING)
         except Exception:
-            self.log.exception("connection %s: tail check failed", self.connection_id)
-        if not self.closing:
-            self._arm_tail_check(settings.AGENT_TAIL_PROBE_SECONDS)
+            socket.log.exception("connection %s: tail check failed", socket.connection_id)
+        if not socket.closing:
+            self.arm(settings.AGENT_TAIL_PROBE_SECONDS)
 
-    async def _rotated(self, epoch: str) -> bool:
+    async def rotated(self, epoch: str) -> bool:
         """Whether the session's epoch changed since the handshake: then close
         (1013), as for the rotation's own message. Checked whenever the head is
         read anyway (sync, tail check), so a rotation whose message could not
         reach this process (a command run beside an embedded server) is still
         noticed."""
-        if self.epoch is None or epoch == self.epoch:
+        socket = self.socket
+        if socket.epoch is None or epoch == socket.epoch:
             return False
-        await self.session_rotated({"session_id": self.session_id, "epoch": epoch})
+        socket.log.info("connection %s: session epoch rotated: closing 1013", socket.connection_id)
+        await socket.close_with(p.CLOSE_TRY_AGAIN)
         return True
-
-    async def session_rotated(self, message: dict[str, Any]) -> None:
-        """The session's epoch was rotated: this socket's cursor means nothing
-        now. Close (1013, retryable): the client resumes and is told
-        ``epoch_mismatch``."""
-        if message.get("session_id") != self.session_id or self.session_id is None:
-            return
-        if message.get("epoch") == self.epoch:
-            return  # a late message: this socket resumed on the new epoch already
-        self.log.info("connection %s: session epoch rotated: closing 1013", self.connection_id)
-        await self._close(p.CLOSE_TRY_AGAIN)

@@ -16,14 +16,14 @@ from sessions_app.models import AgentSession, ApprovalRequest, Run
 pytestmark = pytest.mark.django_db
 
 
-def _crowded(user, runs: int, gates: int, active: int, pending: int) -> AgentSession:
+def _crowded(user, runs: int, gates: int, active: int, pending: int, tag: str = "") -> AgentSession:
     """A session with ``runs`` runs (``active`` of them running) and ``gates``
-    gates (``pending`` of them waiting), made in bulk."""
+    gates (``pending`` of them waiting), made in bulk (``tag`` in their ids)."""
     s = create_session(user)
     now = timezone.now()
     Run.objects.bulk_create(
         Run(
-            id=f"run_{i:06d}",
+            id=f"run_{tag}{i:06d}",
             session=s,
             client_message_id=f"m{i}",
             text="x",
@@ -35,10 +35,10 @@ def _crowded(user, runs: int, gates: int, active: int, pending: int) -> AgentSes
     )
     ApprovalRequest.objects.bulk_create(
         ApprovalRequest(
-            id=f"ap_{i:06d}",
+            id=f"ap_{tag}{i:06d}",
             session=s,
-            run_id=f"run_{i % runs:06d}",
-            tool_call_id=f"call_{i}",
+            run_id=f"run_{tag}{i % runs:06d}",
+            tool_call_id=f"call_{tag}{i}",
             tool="write_file",
             status=ApprovalRequest.Status.PENDING if i < pending else "approved",
         )

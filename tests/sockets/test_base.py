@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 
+from sessions_app.delivery.flow import Flow
 from tests.harness import (
     Daphne,
     WsClient,
@@ -87,7 +88,7 @@ class _Transport:
 def _socket(cls, transport: _Transport):
     socket = cls()
     socket.scope = {"type": "websocket"}
-    socket.send_buffer = lambda: transport.unread
+    socket.flow = Flow(lambda: transport.unread)
     socket.base_send = transport.base_send
     return socket
 
@@ -106,11 +107,11 @@ async def test_every_reply_waits_for_a_slow_reader_and_closes_it_4408(kind, fram
     settings.AGENT_SEND_BUFFER_BYTES = 1000
     settings.AGENT_SLOW_CONSUMER_SECONDS = 0.2
     stalled = _Transport(unread=5000)
-    await _socket(cls, stalled)._send(frame)
+    await _socket(cls, stalled).send_frame(frame)
     assert stalled.messages == [{"type": "websocket.close", "code": 4408}]
 
     reading = _Transport(unread=0)
-    await _socket(cls, reading)._send(frame)
+    await _socket(cls, reading).send_frame(frame)
     assert [json.loads(m["text"]) for m in reading.messages] == [frame]
 
 
