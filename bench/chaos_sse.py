@@ -46,6 +46,7 @@ def _follow(base: str, key: str, session_id: str, stop: threading.Event, rng, ou
     seqs: list[int] = []
     cursor = 0
     headers = {"Authorization": f"Token {key}"}
+    out["begin"].wait(120)  # a reader that comes back late starts after the purge
     with httpx.Client(base_url=base, headers=headers, timeout=30) as c:
         while not stop.is_set() or cursor < out["head"]():
             budget = rng.randint(5, 200)  # events until this reader cuts
@@ -76,6 +77,8 @@ def _follow(base: str, key: str, session_id: str, stop: threading.Event, rng, ou
                             break
             except httpx.HTTPError:
                 pass  # a cut of another kind: come back from the cursor
+            if rng.random() < 0.3:
+                time.sleep(rng.uniform(0.5, 2))  # sleep-ok: away a while, as a laptop sleeps
     out["seqs"] = seqs
 
 
@@ -88,8 +91,13 @@ def cuts(cluster, user, session, args, report: Report) -> None:
     def head() -> int:
         return AgentSession.objects.get(id=session.id).head
 
+    purged = threading.Event()
+    at_once = threading.Event()
+    at_once.set()
+    # The first reader was away until after the purge: its cursor 0 is gone.
     readers = [
-        {"violations": [], "resets": 0, "seqs": [], "head": head} for _ in range(args.sse_readers)
+        {"violations": [], "resets": 0, "seqs": [], "head": head, "begin": at_once if i else purged}
+        for i in range(args.sse_readers)
     ]
     threads = [
         threading.Thread(
@@ -104,14 +112,20 @@ def cuts(cluster, user, session, args, report: Report) -> None:
     headers = {"Authorization": f"Token {key}"}
     with httpx.Client(base_url=base, headers=headers, timeout=30) as c:
         for turn in range(args.sse_turns):
-            sent = c.post(
-                f"/api/sessions/{session.id}/messages/",
-                json={"client_message_id": f"sse-{turn}", "text": "/stream 20 5"},
-            )
-            if sent.status_code == 429:
-                time.sleep(1)  # sleep-ok: the user's rate, then on
+            while True:
+                sent = c.post(
+                    f"/api/sessions/{session.id}/messages/",
+                    json={"client_message_id": f"sse-{turn}", "text": "/stream 20 5"},
+                )
+                if sent.status_code != 429:
+                    break
+                time.sleep(0.5)  # sleep-ok: the user's queue is full; again shortly
             if turn == args.sse_turns // 2:
+                # Once there is something to purge: retention under the readers.
+                while head() < 60:
+                    time.sleep(0.1)  # sleep-ok: a database state no stream announces
                 purge_events(session.id, keep=30)
+                purged.set()
     deadline = time.monotonic() + 120
     while AgentSession.objects.filter(id=session.id, status="idle").count() == 0:
         if time.monotonic() > deadline:
@@ -127,6 +141,7 @@ def cuts(cluster, user, session, args, report: Report) -> None:
     report.figure(f"sse: {len(readers)} readers with random cuts, {resets} resets after a purge")
     report.check(bad == 0, f"sse: seqs out of order or past a hole: {bad}")
     report.check(complete, "sse: every reader reached the head")
+    report.check(resets >= 1, "sse: the reader back after the purge was told reset, not skipped")
 
 
 def non_readers(cluster, user, args, report: Report) -> None:
