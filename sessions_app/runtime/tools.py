@@ -26,6 +26,7 @@ from typing import Any
 
 from django.conf import settings
 
+from sessions_app.runtime.quota import Refused, check_quota
 from sessions_app.runtime.registry import Tool
 from sessions_app.wire.protocol import is_session_id
 
@@ -99,8 +100,6 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
-class _Refused(Exception):
-    """A tool call refused before it touched anything; the message is the reason."""
 
 
 def remove_workspace(session_id: str) -> None:
@@ -160,7 +159,7 @@ class WriteFile(Tool):
     def execute(self, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
         try:
             return _write_file(args["path"], args["text"], workspace)
-        except _Refused as refused:
+        except Refused as refused:
             return False, str(refused)
 
 
@@ -195,7 +194,7 @@ class Terminal(Tool):
     def execute(self, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
         try:
             return _terminal(args["command"], workspace)
-        except _Refused as refused:
+        except Refused as refused:
             return False, str(refused)
 
 
@@ -211,12 +210,12 @@ def _write_parts(path: str, root: Path) -> list[str]:
     """The path's components, after refusing anything that could leave ``root``."""
     pure = PurePosixPath(path)
     if pure.is_absolute():
-        raise _Refused(f"absolute paths are not allowed: {path}")
+        raise Refused(f"absolute paths are not allowed: {path}")
     parts = list(pure.parts)
     if ".." in parts:
-        raise _Refused(f"'..' is not allowed in paths: {path}")
+        raise Refused(f"'..' is not allowed in paths: {path}")
     if not parts:
-        raise _Refused(f"the path names no file: {path}")
+        raise Refused(f"the path names no file: {path}")
     current = root
     for index, name in enumerate(parts):
         current = current / name
@@ -226,81 +225,20 @@ def _write_parts(path: str, root: Path) -> list[str]:
             break  # the rest is created below, as real directories
         shown = "/".join(parts[: index + 1])
         if stat.S_ISLNK(info.st_mode):
-            raise _Refused(f"symlinks are not allowed: {shown}")
+            raise Refused(f"symlinks are not allowed: {shown}")
         if index < len(parts) - 1 and not stat.S_ISDIR(info.st_mode):
-            raise _Refused(f"not a directory: {shown}")
+            raise Refused(f"not a directory: {shown}")
         if index == len(parts) - 1 and not stat.S_ISREG(info.st_mode):
-            raise _Refused(f"not a regular file: {shown}")
+            raise Refused(f"not a regular file: {shown}")
     if not _inside(root, os.path.join(root, *parts)):
-        raise _Refused(f"the path leaves the workspace: {path}")
+        raise Refused(f"the path leaves the workspace: {path}")
     return parts
-
-
-def workspace_usage(root: Path) -> tuple[int, int]:
-    """The bytes of the workspace's files and how many entries (files and
-    directories) it holds; symlinks are not followed."""
-    size = entries = 0
-    stack = [str(root)]
-    while stack:
-        with os.scandir(stack.pop()) as listing:
-            for entry in listing:
-                entries += 1
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                else:
-                    size += entry.stat(follow_symlinks=False).st_size
-    return size, entries
-
-
-def owner_usage(root: Path) -> int:
-    """The bytes of every workspace of the owner of ``root``'s session (0 for
-    a directory that is no session's workspace)."""
-    from sessions_app.models import AgentSession
-
-    if not is_session_id(root.name):
-        return 0
-    owner = AgentSession.objects.filter(id=root.name).values_list("owner_id", flat=True)
-    base = Path(settings.AGENT_WORKSPACES)
-    total = 0
-    for session_id in AgentSession.objects.filter(owner_id__in=owner).values_list("id", flat=True):
-        path = base / session_id
-        if path.is_dir() and not path.is_symlink():
-            total += workspace_usage(path)[0]
-    return total
-
-
-def _check_quota(parts: list[str], root: Path, adding: int) -> None:
-    """Refuse a write past the workspace's quota (``AGENT_WORKSPACE_MAX_BYTES``
-    and ``AGENT_WORKSPACE_MAX_FILES``) or its owner's across their sessions
-    (``AGENT_USER_WORKSPACES_MAX_BYTES``: a new session is no fresh quota),
-    before anything is touched."""
-    size, entries = workspace_usage(root)
-    limit = settings.AGENT_WORKSPACE_MAX_BYTES
-    if size + adding > limit:
-        raise _Refused(
-            f"the workspace quota is reached: {size:,} of {limit:,} bytes used, "
-            f"this write adds {adding:,}"
-        )
-    user_limit = settings.AGENT_USER_WORKSPACES_MAX_BYTES
-    if user_limit:
-        used = owner_usage(root)
-        if used + adding > user_limit:
-            raise _Refused(
-                f"your workspaces' quota is reached: {used:,} of {user_limit:,} bytes "
-                f"used across your sessions, this write adds {adding:,}"
-            )
-    new = sum(1 for i in range(len(parts)) if not root.joinpath(*parts[: i + 1]).exists())
-    if new and entries + new > settings.AGENT_WORKSPACE_MAX_FILES:
-        raise _Refused(
-            f"the workspace quota is reached: {entries:,} of "
-            f"{settings.AGENT_WORKSPACE_MAX_FILES:,} files and directories"
-        )
 
 
 def _write_file(path: str, text: str, root: Path) -> tuple[bool, str]:
     parts = _write_parts(path, root)
     data = (text + "\n").encode("utf-8", errors="surrogatepass")
-    _check_quota(parts, root, len(data))
+    check_quota(parts, root, len(data))
     # The checks above can race with a concurrent swap of a component for a
     # symlink; walking with directory fds and O_NOFOLLOW closes that window.
     dir_flags = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
@@ -312,7 +250,7 @@ def _write_file(path: str, text: str, root: Path) -> tuple[bool, str]:
             try:
                 next_fd = os.open(name, dir_flags, dir_fd=dir_fd)
             except OSError as exc:
-                raise _Refused(f"not a plain directory: {name}") from exc
+                raise Refused(f"not a plain directory: {name}") from exc
             os.close(dir_fd)
             dir_fd = next_fd
         # O_NONBLOCK: a FIFO without a reader fails instead of hanging the run.
@@ -328,14 +266,14 @@ def _write_file(path: str, text: str, root: Path) -> tuple[bool, str]:
         try:
             fd = os.open(parts[-1], file_flags, 0o644, dir_fd=dir_fd)
         except OSError as exc:
-            raise _Refused(f"cannot open {path}: {exc.strerror}") from exc
+            raise Refused(f"cannot open {path}: {exc.strerror}") from exc
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                raise _Refused(f"not a regular file: {path}")
+                raise Refused(f"not a regular file: {path}")
             # A second hard link could be a file outside the workspace.
             if info.st_nlink > 1:
-                raise _Refused(f"files with several hard links are not allowed: {path}")
+                raise Refused(f"files with several hard links are not allowed: {path}")
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
@@ -352,9 +290,9 @@ def _write_file(path: str, text: str, root: Path) -> tuple[bool, str]:
 def _check_path_like(arg: str) -> None:
     pure = PurePosixPath(arg)
     if pure.is_absolute():
-        raise _Refused(f"absolute paths are not allowed: {arg}")
+        raise Refused(f"absolute paths are not allowed: {arg}")
     if ".." in pure.parts:
-        raise _Refused(f"'..' is not allowed in paths: {arg}")
+        raise Refused(f"'..' is not allowed in paths: {arg}")
 
 
 def _check_options(program: str, spec: _Spec, argv: list[str]) -> None:
@@ -371,7 +309,7 @@ def _check_options(program: str, spec: _Spec, argv: list[str]) -> None:
             name, eq, _ = arg.partition("=")
             allowed = name in spec.long_value if eq else name in spec.long | spec.long_value
             if not allowed:
-                raise _Refused(f"option not allowed: {name}")
+                raise Refused(f"option not allowed: {name}")
             expect_value = not eq and name in spec.long_value and name not in spec.long
         elif not options_done and _is_short_cluster(program, spec, arg):
             for index, letter in enumerate(arg[1:]):
@@ -381,11 +319,11 @@ def _check_options(program: str, spec: _Spec, argv: list[str]) -> None:
                     expect_value = index == len(arg) - 2  # its value is the next argument
                     break
                 if letter not in spec.short:
-                    raise _Refused(f"option not allowed: -{letter}")
+                    raise Refused(f"option not allowed: -{letter}")
         else:
             _check_operand(program, spec, arg)
     if expect_value:
-        raise _Refused(f"an option of {program} is missing its value")
+        raise Refused(f"an option of {program} is missing its value")
 
 
 def _is_short_cluster(program: str, spec: _Spec, arg: str) -> bool:
@@ -397,28 +335,28 @@ def _is_short_cluster(program: str, spec: _Spec, arg: str) -> bool:
 
 def _check_operand(program: str, spec: _Spec, arg: str) -> None:
     if spec.operands == "none":
-        raise _Refused(f"{program} takes no operands: {arg}")
+        raise Refused(f"{program} takes no operands: {arg}")
     if spec.operands == "format" and not arg.startswith("+"):
-        raise _Refused(f"{program} takes only a +FORMAT operand (anything else sets the clock)")
+        raise Refused(f"{program} takes only a +FORMAT operand (anything else sets the clock)")
 
 
 def _terminal_argv(command: str, root: Path) -> list[str]:
     try:
         argv = shlex.split(command)
     except ValueError as exc:
-        raise _Refused(f"cannot parse the command: {exc}") from exc
+        raise Refused(f"cannot parse the command: {exc}") from exc
     if not argv:
-        raise _Refused("command is empty")
+        raise Refused("command is empty")
     program = argv[0]
     if program not in ALLOWED_PROGRAMS:
         allowed = ", ".join(sorted(ALLOWED_PROGRAMS))
-        raise _Refused(f"program not allowed: {program} (allowed: {allowed})")
+        raise Refused(f"program not allowed: {program} (allowed: {allowed})")
     _check_options(program, _SPECS.get(program, _NO_OPTIONS), argv)
     for arg in argv[1:]:
         _check_path_like(arg)
         # Catches a symlink inside the workspace that points out of it.
         if not _inside(root, os.path.join(root, arg)):
-            raise _Refused(f"the path leaves the workspace: {arg}")
+            raise Refused(f"the path leaves the workspace: {arg}")
         _check_single_link(root, arg)
         name, eq, value = arg.partition("=")
         if arg.startswith("--") and eq:
@@ -436,7 +374,7 @@ def _check_single_link(root: Path, arg: str) -> None:
     except OSError:
         return  # not a path (an option, a +FORMAT): nothing to read through
     if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-        raise _Refused(f"files with several hard links are not allowed: {arg}")
+        raise Refused(f"files with several hard links are not allowed: {arg}")
 
 
 def _terminal(command: str, root: Path) -> tuple[bool, str]:

@@ -177,6 +177,7 @@ def test_write_resume_reports_approve_deny_and_failure():
         assert later.tool_requests == []
 
 
+@pytest.mark.django_db  # the quota reads who owns the workspace
 def test_write_end_to_end_appends_exactly_once(settings, tmp_path):
     """Start, the tool executed once after approval, resume: one line in the file."""
     settings.AGENT_WORKSPACES = tmp_path
