@@ -100,8 +100,6 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
-
-
 def remove_workspace(session_id: str) -> None:
     """Delete the session's workspace (with its session: nothing of a deleted
     session stays on disk). Never follows a symlink out of the workspaces."""
