@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import random
 import re
-import socket
 import threading
 import time
 
@@ -34,7 +33,7 @@ from chaos_phases import Report, _rss_kib
 from sessions_app.log.events import purge_events
 from sessions_app.models import AgentSession
 from tests.access.test_logout import _logout
-from tests.harness import api_key, session_cookie
+from tests.harness import api_key, ask_and_leave, session_cookie
 from tests.sockets.test_session_limits import _big_log
 from tests.web.test_stream_limits import raw_stream_that_never_reads
 
@@ -171,9 +170,7 @@ def quick_closes(cluster, user, args, report: Report) -> None:
     cookie = session_cookie(user)
     path = f"/api/sessions/{s.id}/stream/"
     for _ in range(200):
-        sock = socket.create_connection(("127.0.0.1", daphne.port))
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: {cookie}\r\n\r\n".encode())
-        sock.close()
+        ask_and_leave(daphne.port, path, cookie)
     name, value = cookie.split("=", 1)
     deadline = time.monotonic() + 20
     opened = False

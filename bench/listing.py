@@ -23,73 +23,14 @@ from common import emit, profile_line  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
-from django.utils import timezone  # noqa: E402
 
 from sessions_app.log.sessions import create_session, session_summary, summaries  # noqa: E402
-from sessions_app.models import AgentSession, ApprovalRequest, Run  # noqa: E402
+from sessions_app.models import AgentSession  # noqa: E402
 from sessions_app.runtime import turns  # noqa: E402
+from tests.log.test_sessions import _crowded as crowded  # noqa: E402
+from tests.runtime.test_turns_scale import _long as branched  # noqa: E402
 
 TAG = secrets.token_hex(3)  # ids of this run's rows: the database may hold an earlier run's
-
-
-def crowded(user, runs: int, gates: int) -> AgentSession:
-    s = create_session(user, "crowded")
-    now = timezone.now()
-    Run.objects.bulk_create(
-        (
-            Run(
-                id=f"run_c{TAG}{i:06d}",
-                session=s,
-                client_message_id=f"m{i}",
-                text="x",
-                message_seq=i + 2,
-                status=Run.Status.RUNNING if i == 0 else Run.Status.FINISHED,
-                created_at=now,
-            )
-            for i in range(runs)
-        ),
-        batch_size=2000,
-    )
-    ApprovalRequest.objects.bulk_create(
-        (
-            ApprovalRequest(
-                id=f"ap_c{TAG}{i:06d}",
-                session=s,
-                run_id=f"run_c{TAG}{i % runs:06d}",
-                tool_call_id=f"call_c{TAG}{i}",
-                tool="write_file",
-                status="pending" if i < 2 else "approved",
-            )
-            for i in range(gates)
-        ),
-        batch_size=2000,
-    )
-    return s
-
-
-def branched(user, branches: int, depth: int) -> tuple[AgentSession, list[str]]:
-    s = create_session(user, "branched")
-    rows = [Run(id=f"run_b{TAG}root", session=s, client_message_id="m", text="x", message_seq=1)]
-    now = timezone.now()
-    for b in range(branches):
-        parent = f"run_b{TAG}root"
-        for d in range(depth):
-            run_id = f"run_b{TAG}{b:04d}_{d:03d}"
-            rows.append(
-                Run(
-                    id=run_id,
-                    session=s,
-                    client_message_id=f"m{b}.{d}",
-                    text="x",
-                    message_seq=2,
-                    parent_id=parent,
-                    status=Run.Status.FINISHED,
-                    created_at=now,
-                )
-            )
-            parent = run_id
-    Run.objects.bulk_create(rows, batch_size=2000)
-    return s, [f"run_b{TAG}{b:04d}_000" for b in range(branches)]
 
 
 def timed(fn, repeat: int) -> tuple[float, float]:
@@ -111,10 +52,10 @@ def main() -> None:
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
     user, _ = get_user_model().objects.get_or_create(username=f"bench-list-{time.time_ns()}")
-    s = crowded(user, args.runs, args.gates)
+    s = crowded(user, args.runs, args.gates, 1, 2, f"c{TAG}")
     for i in range(args.sessions):
         create_session(user, f"other {i}")
-    tree, firsts = branched(user, args.runs // 50, 50)
+    tree, firsts = branched(user, args.runs // 50, 50, f"b{TAG}")
     if connection.vendor == "postgresql":
         # Rows made in bulk have no statistics until autovacuum's next
         # analyze; a table that grew a turn at a time has them.

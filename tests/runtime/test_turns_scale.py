@@ -22,17 +22,19 @@ from tests.runtime.common import open_session, send_text
 pytestmark = pytest.mark.django_db
 
 
-def _long(user, branches: int, depth: int):
+def _long(user, branches: int, depth: int, tag: str = ""):
     """A session of ``branches`` side paths (``depth`` runs each) off one root:
-    ``branches * depth + 1`` runs; returns it and each branch's first run."""
+    ``branches * depth + 1`` runs (``tag`` in their ids); returns it and each
+    branch's first run."""
     s = create_session(user)
     now = timezone.now()
-    rows = [Run(id="run_root", session=s, client_message_id="m", text="x", message_seq=1)]
+    root = f"run_{tag}root"
+    rows = [Run(id=root, session=s, client_message_id="m", text="x", message_seq=1)]
     firsts = []
     for b in range(branches):
-        parent = "run_root"
+        parent = root
         for d in range(depth):
-            run_id = f"run_{b:04d}_{d:03d}"
+            run_id = f"run_{tag}{b:04d}_{d:03d}"
             rows.append(
                 Run(
                     id=run_id,
@@ -46,7 +48,7 @@ def _long(user, branches: int, depth: int):
                 )
             )
             parent = run_id
-        firsts.append(f"run_{b:04d}_000")
+        firsts.append(f"run_{tag}{b:04d}_000")
     Run.objects.bulk_create(rows, batch_size=2000)
     return s, firsts
 

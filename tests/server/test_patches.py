@@ -117,16 +117,16 @@ def test_the_probe_reads_a_tls_transport(tmp_path, cookie, user, transactional_d
     4408, as over plain TCP: the probe reads through TLSMemoryBIOProtocol to
     the socket's buffer (the review found it returned 0 there)."""
     from sessions_app.models import Connection
-    from tests.harness import Daphne, client_frame, raw_socket_that_never_reads, wait_until
+    from tests.harness import (
+        Daphne,
+        client_frame,
+        raw_socket_that_never_reads,
+        self_signed_certificate,
+        wait_until,
+    )
     from tests.sockets.test_session_limits import _big_log
 
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-        + ["-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
+    key, cert = self_signed_certificate(tmp_path)
     daphne = Daphne(
         tmp_path,
         tls=(key, cert),

@@ -12,16 +12,6 @@ from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def client_for():
-    def make(user, csrf=False):
-        c = Client(enforce_csrf_checks=csrf)
-        c.force_login(user)
-        return c
-
-    return make
-
-
 def test_anonymous_is_refused(client):
     """Logged-in users only: the API says 403, pages redirect to the login."""
     assert client.get("/api/sessions/").status_code == 403

@@ -5,22 +5,11 @@ behind."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from sessions_app.models import AgentSession, Event, Run
 from tests.web.test_api import parked_gate
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def client_for():
-    def make(user):
-        c = Client()
-        c.force_login(user)
-        return c
-
-    return make
 
 
 def test_branches_over_rest_edit_tree_switch_and_a_cancelled_gate(

@@ -11,7 +11,6 @@ import json
 import re
 import socket
 import ssl
-import subprocess
 import threading
 import time
 
@@ -27,7 +26,14 @@ from sessions_app.log.sessions import create_session
 from sessions_app.models import ApiToken
 from sessions_app.web import stream
 from tests.access.test_logout import _logout
-from tests.harness import Daphne, api_key, poll_pause, session_cookie
+from tests.harness import (
+    Daphne,
+    api_key,
+    ask_and_leave,
+    poll_pause,
+    self_signed_certificate,
+    session_cookie,
+)
 from tests.sockets.test_session_limits import _big_log
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,17 +60,6 @@ def raw_stream_that_never_reads(port: int, path: str, cookie: str, tls=None) -> 
     return sock
 
 
-def _certificate(tmp_path):
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-        + ["-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
-    return key, cert
-
-
 @pytest.mark.parametrize("over", ["plain", "tls"])
 def test_streams_that_never_read_leave_memory_bounded(over, user, cookie, tmp_path):
     """The review's attack: 20 streams of a 30k-event (5.6 MB) log that read
@@ -73,7 +68,7 @@ def test_streams_that_never_read_leave_memory_bounded(over, user, cookie, tmp_pa
     its reader has the limit unread (256 KiB here), and is ended after the
     slow-consumer period: the daphne's peak grows by about 36 MiB (the
     database's page caches included), under 50 whatever the log's length."""
-    tls = _certificate(tmp_path) if over == "tls" else None
+    tls = self_signed_certificate(tmp_path) if over == "tls" else None
     daphne = Daphne(
         tmp_path, tls=tls, AGENT_SLOW_CONSUMER_SECONDS="3", AGENT_SEND_BUFFER_BYTES="262144"
     ).start()
@@ -104,11 +99,7 @@ def test_quick_closes_give_every_slot_back(user, cookie, tmp_path):
         s = create_session(user)
         path = f"/api/sessions/{s.id}/stream/"
         for _ in range(200):
-            sock = socket.create_connection(("127.0.0.1", daphne.port))
-            sock.sendall(
-                f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: {cookie}\r\n\r\n".encode()
-            )
-            sock.close()
+            ask_and_leave(daphne.port, path, cookie)
         name, value = cookie.split("=", 1)
         with httpx.Client(base_url=daphne.http, cookies={name: value}, timeout=10) as c:
             deadline = time.monotonic() + 15

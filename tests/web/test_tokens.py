@@ -5,19 +5,8 @@ and unreadable from a copy of the database."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def client_for():
-    def make(user):
-        c = Client()
-        c.force_login(user)
-        return c
-
-    return make
 
 
 def test_a_user_makes_lists_and_revokes_their_own_keys(client_for, user, other_user):
