@@ -45,9 +45,12 @@ def _env_int(name: str, default: int) -> int:
     if value.strip() == "":
         return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise _junk(name, value, "a whole number") from None
+    if number < 0:
+        raise ImproperlyConfigured(f"{name}={value!r} must be 0 or more")
+    return number
 
 
 def _env_url(name: str, default: str = "") -> str:

@@ -8,7 +8,6 @@ again every third of that, until the reader leaves them all.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 log = logging.getLogger("sessions_app.delivery")
@@ -44,8 +43,8 @@ class Membership:
         must not keep the others)."""
         if self.renewing is not None:
             self.renewing.cancel()
-            with contextlib.suppress(BaseException):
-                await self.renewing
+            # Waited for, not awaited: a cancellation of the caller stays its own.
+            await asyncio.wait({self.renewing})
         groups, self.groups = self.groups, []
         for group in groups:
             try:

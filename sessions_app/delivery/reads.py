@@ -39,6 +39,11 @@ def replay_plan(session_id: str, after: int, upto: int) -> list[tuple[int, int, 
     return compacted_plan(session_id, after, upto)
 
 
+def head_row(session_id: str) -> tuple[int, str, int] | None:
+    """``head_of`` inside a call already on the pool (one trip for several reads)."""
+    return _head(session_id)
+
+
 def _head(session_id: str) -> tuple[int, str, int] | None:
     return (
         AgentSession.objects.filter(id=session_id)

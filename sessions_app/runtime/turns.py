@@ -110,7 +110,7 @@ def open_turn(
     new run is the session's leaf: the active path ends with it."""
     session_id = session.id
     cap = settings.AGENT_SESSION_MAX_RUNS
-    if Run.objects.filter(session_id=session_id).order_by()[cap - 1 : cap].exists():
+    if cap and Run.objects.filter(session_id=session_id).order_by()[cap - 1 : cap].exists():
         raise SessionFull()
     if jump:
         # A session has one executing run at most, and the caller cancelled it.
@@ -340,7 +340,9 @@ def ancestry(run_id: str | None, limit: int | None = None) -> list[str]:
     if run_id is None:
         return []
     with connection.cursor() as cursor:
-        cursor.execute(_UP, [run_id, limit or settings.AGENT_SESSION_MAX_RUNS + 1])
+        # Unlimited: the path is as long as it is (a cycle is impossible: a
+        # run's parent exists before it), bounded only against corrupt rows.
+        cursor.execute(_UP, [run_id, limit or 10**9])
         return [row[0] for row in cursor.fetchall()]
 
 

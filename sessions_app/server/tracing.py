@@ -104,7 +104,7 @@ def span(name: str, **attributes: Any) -> Iterator[Any]:
     ) as current:
         try:
             yield current
-        except BaseException as exc:
+        except Exception as exc:  # a cancellation or a close is no failure
             from opentelemetry.trace import Status, StatusCode
 
             kind = f"{type(exc).__module__}.{type(exc).__qualname__}"

@@ -121,11 +121,35 @@ class SessionListConsumer(AppSocket):
             )
 
     async def sessions_changed(self, message: dict[str, Any]) -> None:
+        """A session of the user changed: its summary is read (shared, after
+        the coalescing window) and pushed, without holding up this socket's
+        other messages. A change while that session's push is on its way
+        pushes it once more afterwards; more changes meanwhile add nothing."""
         session_id = message.get("session_id")
         if self.user is None or self.closing or not isinstance(session_id, str):
             return
-        summary = await summary_reads.wanted(session_id, self.user.pk)
-        if summary is None:
-            await self.send_frame(frames.session_gone(session_id))
-        else:
-            await self.send_frame(frames.session_changed(summary))
+        pushing = self.__dict__.setdefault("pushing", {})
+        if session_id in pushing:
+            pushing[session_id] = True  # read again once this push is out
+            return
+        pushing[session_id] = False
+        asyncio.ensure_future(self._push(session_id, pushing))
+
+    async def _push(self, session_id: str, pushing: dict[str, bool]) -> None:
+        try:
+            while not self.closing:
+                summary = await summary_reads.wanted(session_id, self.user.pk)
+                if summary is None:
+                    await self.send_frame(frames.session_gone(session_id))
+                else:
+                    await self.send_frame(frames.session_changed(summary))
+                if not pushing.get(session_id):
+                    break
+                pushing[session_id] = False
+        except Exception:
+            # A database blip while reading: closed 1011 (retryable), as a
+            # failing handler is; the reconnect's snapshot has it all.
+            self.log.exception("connection %s: a list push failed", self.connection_id)
+            await self.close_with(p.CLOSE_INTERNAL_ERROR)
+        finally:
+            pushing.pop(session_id, None)

@@ -229,6 +229,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         class NewToken(forms.ModelForm):
             days = forms.IntegerField(
                 min_value=0,
+                max_value=3650,
                 initial=settings.AGENT_TOKEN_DAYS,
                 help_text="days until it expires (0: never)",
             )
@@ -255,7 +256,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return False  # made or revoked, never edited
 
     def has_delete_permission(self, request, obj=None):
-        return False  # revoked: the row stays, with when
+        # Revoking is the way to end a key (the row stays, with when); a
+        # superuser may still delete rows, and users with keys.
+        return self._superuser(request)
 
     def save_model(self, request, obj, form, change):
         made, key = tokens.issue(obj.user, obj.name, form.cleaned_data["days"])

@@ -35,14 +35,18 @@ import collections
 import logging
 import threading
 from collections.abc import AsyncIterator
+from importlib import import_module
 from typing import Any
 
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db.models import Q
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from sessions_app import fanout
+from sessions_app.access.rights import still_granted
 from sessions_app.access.tokens import token_user
 from sessions_app.delivery import reads, replay
 from sessions_app.delivery.core import REPEAT, LogHole, Phase, Sequencer, check_transition
@@ -71,14 +75,29 @@ def _owned(session_id: str, user_id: int) -> dict[str, Any] | None:
 _token_user_in_pool = reading_in_db_pool(token_user)
 
 
-@reading_in_db_pool
-def _token_live(token_id: str) -> bool:
-    """Is the key a stream was opened with still neither revoked nor expired?"""
-    from django.db.models import Q
-    from django.utils import timezone
+def _standing(granted: tuple[int, str], token_id: str | None, session_key: str | None) -> bool:
+    """May the stream go on? The user's rights as it was let in with them, and
+    its key neither revoked nor expired, or its cookie's session still there
+    (a logout whose message was lost, a session that expired)."""
+    if not still_granted(granted):
+        return False
+    if token_id is not None:
+        live = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+        return ApiToken.objects.filter(live, pk=token_id, revoked_at__isnull=True).exists()
+    if session_key is not None and settings.SESSION_ENGINE != SIGNED_COOKIES:
+        return import_module(settings.SESSION_ENGINE).SessionStore().exists(session_key)
+    return True
 
-    live = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
-    return ApiToken.objects.filter(live, pk=token_id, revoked_at__isnull=True).exists()
+
+# Signed-cookie sessions keep no state on the server: a logout cannot be read back.
+SIGNED_COOKIES = "django.contrib.sessions.backends.signed_cookies"
+
+
+@reading_in_db_pool
+def _state(session_id: str, granted, token_id, session_key):
+    """The session's head, epoch and compacted point (None: gone), and whether
+    the stream may go on, in one trip to the pool."""
+    return reads.head_row(session_id), _standing(granted, token_id, session_key)
 
 
 # A slot taken for a response whose body has not started after this long is
@@ -181,7 +200,8 @@ async def session_stream(request: HttpRequest, session_id: str):
         return _problem(p.E_BAD_FRAME, "the cursor must be an integer from 0", 400)
     compact = request.GET.get("compact") in ("1", "true")
     # Without an epoch a reconnect cannot tell a rebuilt log: it is trusted.
-    epoch = request.GET.get("epoch") or row["epoch"]
+    # From 0 the client takes the log as it is now, whatever epoch it had.
+    epoch = row["epoch"] if after == 0 else (request.GET.get("epoch") or row["epoch"])
     try:
         check_resume_cursor(row, after, epoch, compact)
     except p.Rejection as rejection:
@@ -226,6 +246,8 @@ class SseReader:
         self.session_id = session_id
         self.granted = granted
         self.token_id = token_id
+        session = getattr(request, "session", None)
+        self.session_key = None if token_id or session is None else session.session_key
         # The groups whose messages end it: the session's rotation, the user's
         # rights, and the cookie's logout or the key's revocation.
         self.groups = [fanout.group_name(session_id), fanout.rights_group(granted[0])]
@@ -286,9 +308,13 @@ class SseReader:
             # The head and epoch once joined: what is appended from here on
             # also comes live (a repeat is dropped by its seq), and a rotation
             # before the join is seen here.
-            state = await reads.head_of(self.session_id)
+            state, standing = await _state(
+                self.session_id, self.granted, self.token_id, self.session_key
+            )
             if state is None:
                 yield self.reset(p.R_NOT_FOUND, "this session no longer exists")
+                return
+            if not standing:  # revoked, or signed out, before the join
                 return
             head, epoch, _ = state
             if epoch != self.epoch:
@@ -312,8 +338,8 @@ class SseReader:
             yield await self.hole(hole.cursor)
         finally:
             self.to(Phase.CLOSING)
-            await membership.leave_all()
             self.slot.release()
+            await membership.leave_all()
 
     async def log_range(self, upto: int, plan=None) -> AsyncIterator[bytes]:
         """The logged events after what was sent, up to ``upto``, under flow
@@ -357,16 +383,28 @@ class SseReader:
         return sse.KEEP_ALIVE
 
     async def live(self, layer, channel: str) -> AsyncIterator[bytes]:
+        """Live events, and every heartbeat period a check of the tail and of
+        the stream's standing, busy or idle (a key expires with no message)."""
         beat = settings.AGENT_SSE_HEARTBEAT_SECONDS
+        loop = asyncio.get_running_loop()
+        due = loop.time() + beat
         while not self.closing:
             try:
-                message = await asyncio.wait_for(layer.receive(channel), beat)
+                wait = max(due - loop.time(), 0)
+                message = await asyncio.wait_for(layer.receive(channel), wait)
             except TimeoutError:
-                if not await self.writable():
-                    return
-                yield sse.KEEP_ALIVE
+                message = None
+            if loop.time() >= due:
+                due = loop.time() + beat
+                if message is None:
+                    if not await self.writable():
+                        return
+                    yield sse.KEEP_ALIVE
                 async for chunk in self.check_tail():
                     yield chunk
+                if self.closing:
+                    return
+            if message is None:
                 continue
             kind = message.get("type")
             if kind in (fanout.REVOKED_MESSAGE, fanout.LOGGED_OUT_MESSAGE):
@@ -377,7 +415,8 @@ class SseReader:
             if kind == fanout.ROTATED_MESSAGE:
                 if message.get("epoch") != self.epoch:
                     yield self.rotated()
-                return
+                    return
+                continue  # late: the stream began on that epoch
             if kind == fanout.EVENTS_MESSAGE:
                 events = message["events"]
             elif kind == fanout.EVENT_MESSAGE:
@@ -397,13 +436,15 @@ class SseReader:
                 self.order.sent(seq)
 
     async def check_tail(self) -> AsyncIterator[bytes]:
-        """While idle: the head (a publication lost on its way is in the log),
-        the epoch and the user's rights, in one trip to the pool."""
-        state, granted = await reads.tail_state(self.session_id, self.granted)
+        """The head (a publication lost on its way is in the log), the epoch
+        and the stream's standing, in one trip to the pool."""
+        state, standing = await _state(
+            self.session_id, self.granted, self.token_id, self.session_key
+        )
         if state is None:
             yield self.reset(p.R_NOT_FOUND, "this session no longer exists")
             return
-        if not granted or (self.token_id and not await _token_live(self.token_id)):
+        if not standing:
             self.to(Phase.CLOSING)  # the next request is refused
             return
         head, epoch, _ = state

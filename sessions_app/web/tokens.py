@@ -1,7 +1,9 @@
 """``/api/tokens/``: a user's own API keys (``access.tokens``).
 
+Signed in with the cookie only (a key cannot make or revoke keys).
 ``GET`` lists them (never a key: its prefix, name, dates); ``POST {"name",
-"days"}`` makes one and answers with the key, the only time it is shown;
+"days"}`` makes one (at most ``AGENT_TOKEN_DAYS`` days where that is set)
+and answers with the key, the only time it is shown;
 ``DELETE tokens/<id>/`` revokes one (its streams end at once). A user sees
 and revokes only their own keys; another's is 404.
 """
@@ -12,6 +14,7 @@ from django.conf import settings
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework import generics, serializers, status
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.response import Response
 
 from sessions_app.access import tokens
@@ -61,6 +64,10 @@ class IssuedSerializer(TokenSerializer):
 
 
 class OwnTokens(AppView):
+    # Signed in as a person, with the cookie: a key cannot make, list or
+    # revoke keys (a leaked one could otherwise outlive itself).
+    authentication_classes = [SessionAuthentication]
+
     def get_queryset(self):
         return ApiToken.objects.filter(user=self.request.user)
 
@@ -73,6 +80,11 @@ class TokenList(OwnTokens, generics.ListCreateAPIView):
         body = NewTokenSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         days = body.validated_data.get("days", settings.AGENT_TOKEN_DAYS)
+        longest = settings.AGENT_TOKEN_DAYS
+        if longest and not 0 < days <= longest:
+            raise serializers.ValidationError(
+                {"days": f"a key lives 1 to {longest} days here (AGENT_TOKEN_DAYS)"}
+            )
         token, key = tokens.issue(request.user, body.validated_data["name"], days)
         data = {**TokenSerializer(token).data, "key": key}
         return Response(data, status=status.HTTP_201_CREATED)

@@ -80,9 +80,11 @@ class _Transport:
     def __init__(self, unread: int):
         self.unread = unread
         self.messages: list[dict] = []
+        self.sent = asyncio.Event()
 
     async def base_send(self, message: dict) -> None:
         self.messages.append(message)
+        self.sent.set()
 
 
 def _socket(cls, transport: _Transport):
@@ -224,6 +226,8 @@ async def test_a_failing_push_closes_the_list_socket_1011_and_frees_its_place(mo
     socket = _socket(SessionListConsumer, transport)
     socket.user = type("U", (), {"pk": 1})()
     await socket.dispatch({"type": "sessions.changed", "session_id": "s" * 22})
+    # The push reads after the coalescing window, off the handler's path.
+    await asyncio.wait_for(transport.sent.wait(), 5)
     assert transport.messages == [{"type": "websocket.close", "code": 1011}]
 
 

@@ -147,16 +147,29 @@ def test_a_logout_ends_a_cookie_stream_within_a_second(server, user):
 
 
 def test_a_revoked_key_ends_its_streams(server, user):
-    """Revoking a key (through the API) ends the streams opened with it at
-    once; one revoked elsewhere (a command) is seen at the next heartbeat."""
+    """Revoking a key (its owner, signed in, through the API) ends the streams
+    opened with it at once; one revoked elsewhere (a command) is seen at the
+    next heartbeat."""
     token, key = issue(user)
     s = create_session(user)
     headers = {"Authorization": f"Token {key}"}
-    with httpx.Client(base_url=server.http, headers=headers, timeout=30) as c:
-        with c.stream("GET", f"/api/sessions/{s.id}/stream/") as response:
-            assert response.status_code == 200
-            _ends_within(response, lambda: c.delete(f"/api/tokens/{token.pk}/"), 1.0)
-        assert c.get(f"/api/sessions/{s.id}/stream/").status_code == 403
+    name, value = session_cookie(user).split("=", 1)
+    with httpx.Client(base_url=server.http, cookies={name: value}, timeout=30) as owner:
+        owner.get("/accounts/login/")  # sets the CSRF cookie on the client
+        csrf = owner.cookies.get("csrftoken") or ""
+
+        def revoke_through_the_api():
+            done = owner.delete(
+                f"/api/tokens/{token.pk}/",
+                headers={"X-CSRFToken": csrf, "Referer": server.http + "/"},
+            )
+            assert done.status_code == 204, done.text
+
+        with httpx.Client(base_url=server.http, headers=headers, timeout=30) as c:
+            with c.stream("GET", f"/api/sessions/{s.id}/stream/") as response:
+                assert response.status_code == 200
+                _ends_within(response, revoke_through_the_api, 1.0)
+            assert c.get(f"/api/sessions/{s.id}/stream/").status_code == 403
 
 
 def test_a_key_revoked_by_another_process_ends_at_a_heartbeat(user, tmp_path):
@@ -301,3 +314,54 @@ async def test_a_response_closed_before_its_body_gives_its_slot_back(user, setti
     again = await stream.session_stream(_request(user, s.id), s.id)
     assert again.status_code == 200
     again.close()
+
+
+async def test_from_zero_a_stale_epoch_is_no_reason_to_reset(user):
+    """A client that starts again from 0 (as a reset told it) may keep its old
+    ``?epoch=``: from 0 the stream takes the log as it is now (the review found
+    it reset again, forever)."""
+    s = await database_sync_to_async(create_session)(user)
+    old = s.epoch
+    await database_sync_to_async(rotate_epoch)(s.id)
+    response = await stream.session_stream(_request(user, s.id, after=0, epoch=old), s.id)
+    chunks = []
+    async for chunk in response.streaming_content:
+        chunks.append(chunk)
+        if b"id: 1\n" in chunk:
+            break
+    response.close()
+    names = [name for name, _ in _events(chunks)]
+    assert names[0] == "stream" and "reset" not in names
+
+
+def test_a_key_that_expires_ends_a_busy_stream(user, tmp_path):
+    """A key's expiry sends no message: the stream reads its standing every
+    heartbeat period even while events flow (the review's read it only when
+    idle), and ends."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    daphne = Daphne(tmp_path, AGENT_SSE_HEARTBEAT_SECONDS="0.5").start()
+    try:
+        token, key = issue(user)
+        s = create_session(user)
+        headers = {"Authorization": f"Token {key}"}
+        with (
+            httpx.Client(base_url=daphne.http, headers=headers, timeout=30) as c,
+            c.stream("GET", f"/api/sessions/{s.id}/stream/") as response,
+        ):
+            sent = c.post(
+                f"/api/sessions/{s.id}/messages/",
+                json={"client_message_id": "busy", "text": "/stream 400 20"},
+            )
+            assert sent.status_code == 201, sent.text
+
+            def expire():
+                ApiToken.objects.filter(pk=token.pk).update(
+                    expires_at=timezone.now() - timedelta(seconds=1)
+                )
+
+            _ends_within(response, expire, 4.0)  # the answer alone takes 8 s
+    finally:
+        daphne.stop()

@@ -65,3 +65,37 @@ def test_a_key_is_unreadable_from_a_copy_of_the_database(user, tmp_path):
     assert key not in text and key[len("ast_") :] not in text
     stored = ApiToken.objects.get(user=user)
     assert not key_works(stored.digest) and not key_works(stored.prefix)
+
+
+def test_a_key_cannot_make_or_revoke_keys_and_none_outlives_the_setting(client_for, user, settings):
+    """/api/tokens/ takes the signed-in cookie only: a key (a leaked one
+    included) cannot make itself a successor; a key asks for 1 to
+    AGENT_TOKEN_DAYS days."""
+    from django.test import Client
+
+    from tests.harness import api_key
+
+    key = api_key(user)
+    with_key = Client(HTTP_AUTHORIZATION=f"Token {key}")
+    made = with_key.post("/api/tokens/", {"days": 0}, content_type="application/json")
+    assert made.status_code in (401, 403)
+    settings.AGENT_TOKEN_DAYS = 30
+    c = client_for(user)
+    for days in (0, 31):
+        refused = c.post("/api/tokens/", {"days": days}, content_type="application/json")
+        assert refused.status_code == 400, days
+    assert c.post("/api/tokens/", {"days": 30}, content_type="application/json").status_code == 201
+
+
+def test_a_superuser_deletes_a_user_who_has_keys(admin_client, django_user_model):
+    """Keys are revoked, not deleted, in the normal course; a user who has
+    some can still be deleted by a superuser, keys and all."""
+    from sessions_app.access.tokens import issue
+    from sessions_app.models import ApiToken
+
+    someone = django_user_model.objects.create_user("someone", password="x-pass-12345")
+    issue(someone)
+    page = admin_client.post(f"/admin/auth/user/{someone.pk}/delete/", {"post": "yes"})
+    assert page.status_code == 302
+    assert not django_user_model.objects.filter(pk=someone.pk).exists()
+    assert not ApiToken.objects.filter(user_id=someone.pk).exists()
