@@ -374,7 +374,7 @@ class AppSocket(AsyncWebsocketConsumer):
     async def writable(self) -> bool:
         """Wait while the client has too much unread (``delivery.flow``); False
         once it was closed for reading nothing for too long (4408)."""
-        if await self.flow.writable(lambda: self.closing):
+        if not self.flow.pressed() or await self.flow.writable(lambda: self.closing):
             return True
         if not self.closing:
             self.log.warning(

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from sessions_app.delivery import replay
-from sessions_app.delivery.core import Batcher, LogHole
+from sessions_app.delivery.core import Batcher, LogHole, Send
+from sessions_app.delivery.flow import Flow
 from sessions_app.wire import protocol as p
 
 # A replay on a socket that batches ("batch") sends its frames in messages of
@@ -31,6 +32,7 @@ class RangeTarget(Protocol):
     compact: bool  # the handshake's "compact": skip superseded stretches
     batching: bool  # the handshake's "batch": several frames to a message
     compacted_through: int  # retention's compacted point, as last read
+    flow: Flow
     log: Any
 
     @property
@@ -68,12 +70,19 @@ class RangeSender:
         cursor = after
         pages = replay.frames(self.socket.session_id, after, upto, plan, first_page)
         try:
+            # The per-frame path of every replay: no coroutine for flow control
+            # unless the reader has the limit unread, no lookup twice.
+            socket, flow, session_id = self.socket, self.socket.flow, self.socket.session_id
             async for page in pages:
                 for step in page:
-                    if self.socket.closing or not await self.socket.writable():
+                    if socket.closing or (flow.pressed() and not await socket.writable()):
                         return cursor
-                    await self._emit(replay.text_of(step, self.socket.session_id))
-                    cursor = replay.last_seq(step)
+                    if type(step) is Send:
+                        await self._emit(step.text)
+                        cursor = step.seq
+                    else:
+                        await self._emit(step.text(session_id))
+                        cursor = step.last
                 # Sent before the next read, not held behind it.
                 await self._flush_batch()
         except LogHole as hole:
