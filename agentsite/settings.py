@@ -387,7 +387,7 @@ SPECTACULAR_SETTINGS = {
     # The SSE stream is a plain async view: its path is added by a hook.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "sessions_app.web.stream.add_to_schema",
+        "sessions_app.web.openapi.add_to_schema",
     ],
 }
 

@@ -33,7 +33,8 @@ from chaos_phases import Report, _rss_kib
 from sessions_app.log.events import purge_events
 from sessions_app.models import AgentSession
 from tests.access.test_logout import _logout
-from tests.harness import api_key, ask_and_leave, session_cookie
+from tests.harness import api_key, session_cookie
+from tests.raw_http import ask_and_leave
 from tests.sockets.test_session_limits import _big_log
 from tests.web.test_stream_limits import raw_stream_that_never_reads
 

@@ -486,23 +486,3 @@ def key_works(key: str) -> bool:
     from sessions_app.access.tokens import token_user
 
     return token_user(f"Token {key}") is not None
-
-
-def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
-    """A key and a certificate for localhost, made with openssl for one test."""
-    key, cert = directory / "key.pem", directory / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-        + ["-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
-    return key, cert
-
-
-def ask_and_leave(port: int, path: str, cookie: str) -> None:
-    """A GET of ``path`` whose client leaves as soon as it asked."""
-    import socket
-
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: {cookie}\r\n\r\n".encode())

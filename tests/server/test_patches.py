@@ -117,13 +117,8 @@ def test_the_probe_reads_a_tls_transport(tmp_path, cookie, user, transactional_d
     4408, as over plain TCP: the probe reads through TLSMemoryBIOProtocol to
     the socket's buffer (the review found it returned 0 there)."""
     from sessions_app.models import Connection
-    from tests.harness import (
-        Daphne,
-        client_frame,
-        raw_socket_that_never_reads,
-        self_signed_certificate,
-        wait_until,
-    )
+    from tests.harness import Daphne, client_frame, raw_socket_that_never_reads, wait_until
+    from tests.raw_http import self_signed_certificate
     from tests.sockets.test_session_limits import _big_log
 
     key, cert = self_signed_certificate(tmp_path)

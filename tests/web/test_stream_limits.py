@@ -26,14 +26,8 @@ from sessions_app.log.sessions import create_session
 from sessions_app.models import ApiToken
 from sessions_app.web import stream
 from tests.access.test_logout import _logout
-from tests.harness import (
-    Daphne,
-    api_key,
-    ask_and_leave,
-    poll_pause,
-    self_signed_certificate,
-    session_cookie,
-)
+from tests.harness import Daphne, api_key, poll_pause, session_cookie
+from tests.raw_http import ask_and_leave, self_signed_certificate
 from tests.sockets.test_session_limits import _big_log
 
 pytestmark = pytest.mark.django_db(transaction=True)
