@@ -242,9 +242,14 @@ AGENT_TOOLS = _env_list("AGENT_TOOLS", _app("AGENT_TOOLS"))
 AGENT_WORKER_METRICS_PORT = _app("AGENT_WORKER_METRICS_PORT")
 AGENT_WORKER_METRICS_HOST = _app("AGENT_WORKER_METRICS_HOST")
 AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))
-# A run's lease: renewed while it works; expired means its process died.
+# A run's lease: renewed while it works; expired means its process died, and
+# another worker takes the run over from its last checkpoint. Lease + sweep
+# bound the stall a kill -9 causes.
 AGENT_LEASE_SECONDS = _app("AGENT_LEASE_SECONDS")
 AGENT_SWEEP_SECONDS = _app("AGENT_SWEEP_SECONDS")
+# A run whose step took its worker down this many times finishes "error"
+# instead of walking through the fleet.
+AGENT_RUN_MAX_CRASHES = _app("AGENT_RUN_MAX_CRASHES")
 # How long a run handed to the task framework may wait for an executor before
 # the sweeper hands it over again (all workers busy counts as waiting).
 AGENT_PICKUP_SECONDS = _app("AGENT_PICKUP_SECONDS")
@@ -259,8 +264,9 @@ AGENT_GROUP_COMMIT = os.environ.get("AGENT_GROUP_COMMIT", "1") != "0"
 # Runs one user may have executing at once, across all their sessions; more
 # wait as "queued" (0: no limit). Parked gates do not count.
 AGENT_USER_MAX_RUNS = _app("AGENT_USER_MAX_RUNS")
-# How long a stopped worker (SIGTERM) lets its runs go on to finish or park
-# before it stops them and finishes them "interrupted" itself.
+# How long a stopped worker (SIGTERM) lets its runs reach their next checkpoint
+# (where each is handed to another worker at once) before it stops what is
+# left and hands it over from its last checkpoint.
 AGENT_WORKER_GRACE_SECONDS = _app("AGENT_WORKER_GRACE_SECONDS")
 
 OPENAI_BASE_URL = _app("OPENAI_BASE_URL")

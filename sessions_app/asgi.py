@@ -15,6 +15,8 @@ DEBUG or SERVE_STATIC); the embedded runtime starts with the first request.
 
 from __future__ import annotations
 
+import functools
+
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -61,9 +63,11 @@ def application_for(django_asgi_app, *, websocket_routes=(), serve_static: bool 
 
 def install_patches() -> None:
     """Apply and check every third-party patch (``server.patches``), with the
-    graceful stop's hooks: stop the runs this process executes, then flush
+    graceful stop's hooks: hand back the runs this process executes, then flush
     the sockets' rows. Once per process; ``application_for`` calls it."""
-    patches.install(on_stop=executor.abort_all, drain=rows.flush)
+    # Runs executing here (embedded) go back to the queue at their last
+    # checkpoint, for the next start-up to enqueue (docs/agents.md).
+    patches.install(on_stop=functools.partial(executor.abort_all, enqueue=False), drain=rows.flush)
 
 
 def _import_channel_layer() -> None:

@@ -60,8 +60,13 @@ DEFAULTS: dict[str, object] = {
         "sessions_app.runtime.tools.WriteFile",
         "sessions_app.runtime.tools.Terminal",
     ],
-    "AGENT_LEASE_SECONDS": 10.0,
-    "AGENT_SWEEP_SECONDS": 3.0,
+    # A worker renews its runs' leases every third of this; a run whose lease
+    # lapsed is taken over by another worker (docs/architecture.md, "Durable
+    # runs"): lease + sweep bound the stall after a kill -9.
+    "AGENT_LEASE_SECONDS": 3.0,
+    "AGENT_SWEEP_SECONDS": 1.0,
+    # A run whose step took its worker down this many times finishes "error".
+    "AGENT_RUN_MAX_CRASHES": 3,
     "AGENT_PICKUP_SECONDS": 120.0,
     "AGENT_WORKER_CONCURRENCY": 32,
     "AGENT_GROUP_COMMIT": True,

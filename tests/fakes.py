@@ -42,15 +42,23 @@ class FakeContext:
         self.sleeps: list[float] = []
         self.calls: list[tuple[str, Any]] = []  # everything, in order
         self.delta_seen = threading.Event()  # set by every delta
+        # The state saved at each checkpoint, as the runtime would save it.
+        self.checkpoints: list[dict[str, Any]] = []
 
-    def delta(self, text: str) -> None:
+    def delta(self, text: str, *, checkpoint: bool = False) -> None:
         self.deltas.append(text)
         self.calls.append(("delta", text))
         self.delta_seen.set()
+        if checkpoint:
+            self.checkpoint()
 
     def message(self, text: str) -> None:
         self.messages.append(text)
         self.calls.append(("message", text))
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        self.checkpoints.append(json.loads(json.dumps(self.state)))
 
     def request_tool(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> None:
         # Round-trip through JSON like the runtime's database column would.

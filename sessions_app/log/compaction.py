@@ -36,8 +36,10 @@ from sessions_app.models import AgentSession, Run
 from sessions_app.wire import protocol as p
 
 # Kinds that may sit between a run's deltas and its message without ending
-# the segment: they belong to other runs (inputs queued meanwhile).
-_PASS_THROUGH = frozenset({p.K_USER_MESSAGE, p.K_RUN_QUEUED})
+# the segment: they belong to other runs (inputs queued meanwhile), or say
+# that the run went on elsewhere (``run.resumed``: the message that follows
+# states the whole text, so the deltas on both sides of it are superseded).
+_PASS_THROUGH = frozenset({p.K_USER_MESSAGE, p.K_RUN_QUEUED, p.K_RUN_RESUMED})
 
 # The same predicate as the partial index's, so both databases use it.
 _SKELETON = (

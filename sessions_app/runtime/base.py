@@ -20,6 +20,16 @@ An agent is a class named by ``settings.AGENT_CLASS`` (``scripted``, ``openai``,
 
 Agents hold nothing in memory between calls: everything they need to go on is
 in ``ctx.state`` and the session's log.
+
+Steps and checkpoints (docs/agents.md): ``ctx.state`` is saved with the run
+at every checkpoint: each ``message``, each ``request_tool``, each tool
+result, ``delta(text, checkpoint=True)`` and ``checkpoint()``. When the
+process executing a run dies or stops, another goes on from the last
+checkpoint: it calls ``start`` (or ``resume``, with the same outcome, if the
+checkpoint came after a tool call) again, with ``ctx.state`` as saved there;
+whatever the cut step had streamed since is superseded (``run.resumed``). An
+agent keeps in ``ctx.state`` where it is, and sets it before the call that
+ends a step.
 """
 
 from __future__ import annotations
@@ -54,9 +64,11 @@ class RunContext(Protocol):
     text: str
     state: dict[str, Any]
 
-    def delta(self, text: str) -> None: ...
+    def delta(self, text: str, *, checkpoint: bool = False) -> None: ...
 
     def message(self, text: str) -> None: ...
+
+    def checkpoint(self) -> None: ...
 
     def request_tool(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> None: ...
 

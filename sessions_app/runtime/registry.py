@@ -43,6 +43,9 @@ class Tool:
     description: ClassVar[str] = ""
     parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
     display: ClassVar[list[dict[str, str]]] = []
+    # Safe to run again when a worker stopped while it ran, its outcome unknown
+    # (docs/agents.md, "Tool calls and crashes"); otherwise the run asks first.
+    idempotent: ClassVar[bool] = False
 
     def validate(self, args: Any) -> str | None:
         """Why ``args`` are not acceptable, or None: checked against ``parameters``."""
@@ -67,6 +70,11 @@ class Tool:
 
     def execute(self, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
         raise NotImplementedError(f"tool {self.name!r} has no execute()")
+
+    def execute_call(self, args: dict[str, Any], workspace: Path, call_id: str) -> tuple[bool, str]:
+        """``execute`` for the call ``call_id``: a tool that makes itself
+        idempotent by call id overrides this one."""
+        return self.execute(args, workspace)
 
     def schema(self) -> dict[str, Any]:
         """The tool as a model is told of it (name, description, parameters)."""
@@ -119,7 +127,15 @@ def display_of(tool: str) -> list[dict[str, str]]:
     return [dict(field) for field in found.display] if found is not None else []
 
 
-def execute(tool: str, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
+def is_idempotent(tool: str) -> bool:
+    """May a call of ``tool`` whose outcome is unknown be run again?"""
+    found = tools().get(tool)
+    return bool(found and found.idempotent)
+
+
+def execute(
+    tool: str, args: dict[str, Any], workspace: Path, call_id: str = ""
+) -> tuple[bool, str]:
     """Run an approved call in ``workspace``: ``(ok, output)``; bad input and a
     tool's own failure are reported, never raised."""
     problem = validate_args(tool, args)
@@ -132,6 +148,6 @@ def execute(tool: str, args: dict[str, Any], workspace: Path) -> tuple[bool, str
     if not root.is_dir():
         return False, "the session workspace is missing"
     try:
-        return tools()[tool].execute(args, root)
+        return tools()[tool].execute_call(args, root, call_id)
     except OSError as exc:
         return False, f"{tool} failed: {exc.strerror or exc.__class__.__name__}"

@@ -211,8 +211,15 @@ def cancel_locked(
 ) -> None:
     """Cancel ``run`` (not finished; the caller holds its session's lock):
     its open gates closed (``gates``: denied, or cancelled when their branch
-    was left) with their results, then ``run.finished``."""
+    was left) with their results, then ``run.finished``.
+
+    A run whose approved tool is running now is not finished under it: the
+    cancel is recorded on the run and carried out right after the tool's
+    ``tool.result`` (``runtime.toolcalls``), so the log always says what the
+    tool did before it says the run ended."""
     run_id = run.id
+    if _defer_for_tool_in_flight(run_id, cancelled_by, message, gates):
+        return
     for approval in ApprovalRequest.objects.filter(
         run_id=run_id, status=ApprovalRequest.Status.PENDING
     ):
@@ -239,6 +246,25 @@ def cancel_locked(
                 run_id,
             )
     finish_run(run_id, p.STOP_CANCELLED, message, start_next=start_next)
+
+
+def _defer_for_tool_in_flight(run_id: str, by: str, message: str, gates: str) -> bool:
+    """Record the cancel on a run whose approved tool started and has no
+    result yet (its gate still in the state); True if it must wait."""
+    found = Run.objects.filter(id=run_id, status=Run.Status.RUNNING).values_list("state").first()
+    state = dict((found[0] if found else None) or {})
+    gate = state.get("gate")
+    if (
+        not gate
+        or not ApprovalRequest.objects.filter(
+            tool_call_id=gate, status=ApprovalRequest.Status.APPROVED, executed_at__isnull=False
+        ).exists()
+    ):
+        return False
+    state["cancel"] = {"by": by, "message": message, "gates": gates}
+    Run.objects.filter(id=run_id).update(state=state)
+    log.info("run %s: the cancel waits for its tool in flight", run_id, extra={"run_id": run_id})
+    return True
 
 
 def finish_run(
@@ -337,8 +363,10 @@ def park(
     tool: str,
     args: dict,
     state: dict,
+    note: str = "",
 ) -> str | None:
     """Log a gate (tool.call, approval.requested, run.paused) and release the run.
+    ``note`` says why the gate is asked, on both events (``runtime.toolcalls``).
 
     The gate row, its events and the run's saved state commit together: a
     refresh, a restart or another tab sees all of it or none of it. Returns the
@@ -359,6 +387,8 @@ def park(
         # How the cards show the arguments (the tool's own ``display``).
         if display := registry.display_of(tool):
             call["display"] = display
+        if note:  # why this gate is asked (an unknown outcome asked again)
+            call["note"] = note
         append_events(
             session_id,
             [

@@ -1,9 +1,10 @@
-"""Crash recovery: no run stays "running" after its process is gone.
+"""Crash recovery: no run stays with a process that is gone.
 
 A running run is held by a worker whose lease the worker keeps renewing. The
-``Sweeper`` (a thread in every run-executing process) finishes runs whose lease
-expired as ``interrupted`` and so lets the next queued run start. Parked gates
-hold no lease and are never touched: they wait for their decision however many
+``Sweeper`` (a thread in every run-executing process) takes over runs whose
+lease expired: each goes back to the queue at its last checkpoint
+(``durable.release``), and another worker goes on with it. Parked gates hold
+no lease and are never touched: they wait for their decision however many
 restarts happen.
 """
 
@@ -21,14 +22,15 @@ from django.utils import timezone
 from sessions_app.fanout.presence import close_stale_connections
 from sessions_app.log.retention import apply_retention
 from sessions_app.models import Connection, Run
-from sessions_app.runtime import runs
+from sessions_app.runtime import durable, runs
 from sessions_app.wire import protocol as p
 
 log = logging.getLogger(__name__)
 
 
-def interrupt_expired() -> list[str]:
-    """Finish every run whose worker stopped renewing its lease."""
+def take_over_expired() -> list[str]:
+    """Take over every run whose worker stopped renewing its lease: back to
+    the queue at its last checkpoint (or ``error``, its crash budget spent)."""
     expired = list(
         Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=Now())
         .exclude(worker="")
@@ -36,14 +38,7 @@ def interrupt_expired() -> list[str]:
     )
     done = []
     for run_id, worker in expired:
-        if runs.finish_run(
-            run_id,
-            p.STOP_INTERRUPTED,
-            worker=worker,
-            from_statuses=(Run.Status.RUNNING,),
-            lease_expired=True,
-        ):
-            log.warning("run %s interrupted: its worker %s stopped", run_id, worker)
+        if durable.release(run_id, worker, p.RESUMED_TAKEOVER, lease_expired=True):
             done.append(run_id)
     return done
 
@@ -68,13 +63,13 @@ def requeue_unclaimed() -> list[str]:
 
 def recover_at_startup() -> None:
     """Embedded profile: this process is the only executor, so whatever a
-    previous process was executing is interrupted, and runs that were waiting
-    for an executor (started, or continued after a decision) are enqueued."""
+    previous process was still executing when it died is taken over (its
+    lease need not lapse), and runs that were waiting for an executor
+    (started, handed back at a graceful stop, or continued after a decision)
+    are enqueued."""
     held = Run.objects.filter(status=Run.Status.RUNNING).exclude(worker="")
-    for run_id, worker in held.values_list("id", "worker"):
-        runs.finish_run(
-            run_id, p.STOP_INTERRUPTED, worker=worker, from_statuses=(Run.Status.RUNNING,)
-        )
+    for run_id, worker in list(held.values_list("id", "worker")):
+        durable.release(run_id, worker, p.RESUMED_TAKEOVER, enqueue=False)
     for run_id in Run.objects.filter(status=Run.Status.RUNNING, worker="").values_list(
         "id", flat=True
     ):
@@ -85,7 +80,7 @@ def recover_at_startup() -> None:
 
 
 class Sweeper(threading.Thread):
-    """Periodically interrupts runs whose lease expired (and, when configured,
+    """Periodically takes over runs whose lease expired (and, when configured,
     applies the retention policy every ``AGENT_RETENTION_INTERVAL_SECONDS``)."""
 
     def __init__(self, interval: float | None = None):
@@ -97,7 +92,7 @@ class Sweeper(threading.Thread):
         retention_due = 0.0
         while not self.stopped.wait(self.interval):
             try:
-                interrupt_expired()
+                take_over_expired()
                 requeue_unclaimed()
                 runs.admit_all_waiting()
                 close_stale_connections()

@@ -26,6 +26,7 @@ from typing import Any
 
 from django.conf import settings
 
+from sessions_app.runtime.journal import remove_journal, size_before
 from sessions_app.runtime.quota import Refused, check_quota
 from sessions_app.runtime.registry import Tool
 from sessions_app.wire.protocol import is_session_id
@@ -110,6 +111,7 @@ def remove_workspace(session_id: str) -> None:
         path.unlink()
     elif path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
+    remove_journal(path)
 
 
 def workspace_for(session_id: str) -> Path:
@@ -141,6 +143,8 @@ class WriteFile(Tool):
         "additionalProperties": False,
     }
     display = [{"arg": "path", "label": "path", "as": "code"}, {"arg": "text", "as": "block"}]
+    # Run again for the same call, it appends once (runtime.journal).
+    idempotent = True
 
     def validate(self, args: Any) -> str | None:
         problem = super().validate(args)
@@ -155,8 +159,11 @@ class WriteFile(Tool):
         return None
 
     def execute(self, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
+        return self.execute_call(args, workspace, "")
+
+    def execute_call(self, args: dict[str, Any], workspace: Path, call_id: str) -> tuple[bool, str]:
         try:
-            return _write_file(args["path"], args["text"], workspace)
+            return _write_file(args["path"], args["text"], workspace, call_id)
         except Refused as refused:
             return False, str(refused)
 
@@ -178,6 +185,8 @@ class Terminal(Tool):
         "additionalProperties": False,
     }
     display = [{"arg": "command", "as": "command"}]
+    # Its commands only read: running one again changes nothing.
+    idempotent = True
 
     def validate(self, args: Any) -> str | None:
         problem = super().validate(args)
@@ -233,7 +242,7 @@ def _write_parts(path: str, root: Path) -> list[str]:
     return parts
 
 
-def _write_file(path: str, text: str, root: Path) -> tuple[bool, str]:
+def _write_file(path: str, text: str, root: Path, call_id: str = "") -> tuple[bool, str]:
     parts = _write_parts(path, root)
     data = (text + "\n").encode("utf-8", errors="surrogatepass")
     check_quota(parts, root, len(data))
@@ -272,6 +281,11 @@ def _write_file(path: str, text: str, root: Path) -> tuple[bool, str]:
             # A second hard link could be a file outside the workspace.
             if info.st_nlink > 1:
                 raise Refused(f"files with several hard links are not allowed: {path}")
+            if call_id:
+                # An earlier attempt of this call may have appended: undo it.
+                before = size_before(root, call_id, info.st_size)
+                if before < info.st_size:
+                    os.ftruncate(fd, before)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]

@@ -52,6 +52,16 @@ HANDSHAKES = Counter(
 CLOSES = Counter(
     "agent_socket_closes", "Socket closes by close code (unknown codes as 'other')", ["code"]
 )
+RUNS_TAKEN_OVER = Counter(
+    "agent_runs_taken_over_total",
+    "Runs released at their last checkpoint because their worker stopped renewing its lease",
+)
+RUNS_HANDED_OVER = Counter(
+    "agent_runs_handed_over_total", "Runs a stopping process gave back to the queue"
+)
+STEPS_REDONE = Counter(
+    "agent_steps_redone_total", "Steps cut by a takeover or a hand-over and redone elsewhere"
+)
 PATCH_FAILURES = Counter(
     "agent_patch_failures",
     "Patches of third-party internals that did not take hold (patches.py)",

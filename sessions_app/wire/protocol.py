@@ -173,6 +173,13 @@ K_TOOL_RESULT = "tool.result"
 K_RUN_FINISHED = "run.finished"
 K_RUN_PAUSED = "run.paused"
 K_BRANCH_SWITCHED = "branch.switched"
+# A run goes on in another process from its last checkpoint (docs/protocol.md,
+# "Durable runs"): of the text its current message had streamed, only the
+# first "keep" characters stand; what followed is redone.
+K_RUN_RESUMED = "run.resumed"
+# run.resumed's "reason".
+RESUMED_TAKEOVER = "takeover"
+RESUMED_HANDOVER = "handover"
 
 
 class FrameError(Exception):

@@ -154,3 +154,6 @@ export const K_TOOL_RESULT = "tool.result";
 export const K_RUN_FINISHED = "run.finished";
 export const K_RUN_PAUSED = "run.paused";
 export const K_BRANCH_SWITCHED = "branch.switched";
+export const K_RUN_RESUMED = "run.resumed";
+export const RESUMED_TAKEOVER = "takeover";
+export const RESUMED_HANDOVER = "handover";

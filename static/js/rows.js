@@ -197,6 +197,16 @@ function row(doc, item, ctx) {
         text,
       });
     }
+    case "resumed":
+      // Quiet: the answer goes on where it was, nothing to do.
+      return h(d, "p", {
+        class: "row note note-resumed",
+        "data-seq": item.seq,
+        "data-testid": "run-resumed",
+        "data-run-id": item.runId || "",
+        "data-reason": item.reason || "",
+        text: item.reason === P.RESUMED_HANDOVER ? "Resumed on another server (a deploy)" : "Resumed after a server restart",
+      });
     default:
       return h(d, "p", { class: "row note", "data-seq": item.seq, text: "" });
   }
@@ -260,6 +270,7 @@ export function buildApproval(doc, item, ctx) {
         h(d, "span", { class: "chip chip-approval", text: pending ? "Approval needed" : "Approval" }),
         h(d, "strong", { text: item.tool }),
       ]),
+      item.note ? h(d, "p", { class: "approval-note", "data-testid": "approval-note", text: item.note }) : null,
       argsBlock(d, legacyDisplay(item), item.args),
       h(d, "div", { class: "approval-foot" }, [
         h(d, "p", { class: "approval-status", "data-testid": "approval-decision", "data-decided-by": item.decidedBy || null, text: statusText }),

@@ -12,9 +12,12 @@
  *              of a segment (a run's text between tool calls is one segment)
  *   tool       tool.call                       {toolCallId, tool, args, runId}
  *   approval   approval.requested              {approvalId, toolCallId, tool, args,
- *                                               status, decision, decidedBy, runId}
+ *                                               note, status, decision, decidedBy, runId}
  *   result     tool.result                     {toolCallId, ok, output, runId}
  *   notice     run.finished other than end_turn {runId, stop, message}
+ *   resumed    run.resumed (once a run)        {runId, reason}: "resumed after
+ *              a server restart"; the run's text segment is cut back to the
+ *              checkpoint's `keep` characters
  *
  * The conversation's tree (docs/protocol.md, "Branches"): every run has a
  * `parent` (the run its turn follows; null for the first) and `answers` (the
@@ -115,7 +118,191 @@ function segmentFor(model, ev, changes) {
 }
 
 /**
- * Apply one event to the model (mutating it).
+ * What each event kind does to the model: one small handler per kind, each
+ * `(model, ev, d, runId, changes)` with `d` the event's data (an object) and
+ * `runId` its run or null. A handler mutates the model and pushes changes.
+ */
+export const HANDLERS = {
+  [P.K_SESSION_CREATED](model, ev, d, _runId, changes) {
+    model.title = str(d.title);
+    addItem(model, { key: `n${ev.seq}`, seq: ev.seq, type: "note", text: "Session started" }, changes);
+    changes.push({ op: "title" });
+  },
+
+  [P.K_USER_MESSAGE](model, ev, d, runId, changes) {
+    const cmid = str(d.client_message_id);
+    if (cmid && model.idx.user[cmid] !== undefined) return; // once per id, by protocol
+    const item = { key: `u${ev.seq}`, seq: ev.seq, type: "user", cmid, text: str(d.text), runId };
+    const i = addItem(model, item, changes);
+    if (cmid) model.idx.user[cmid] = i;
+    const leaf = model.leaf;
+    const run = runOf(model, runId);
+    if (run) {
+      run.cmid = cmid;
+      run.status = "pending";
+      run.seq = ev.seq;
+      // An edit names its parent; a plain input follows the leaf before it.
+      growTree(model, runId, run, "parent_run_id" in d ? d.parent_run_id : leaf, runId, changes);
+    }
+  },
+
+  [P.K_RUN_QUEUED]: runQueuedOrStarted,
+  [P.K_RUN_STARTED]: runQueuedOrStarted,
+
+  [P.K_ASSISTANT_DELTA](model, ev, d, _runId, changes) {
+    const text = str(d.text);
+    const seg = segmentFor(model, ev, changes);
+    if (changes.length && changes[changes.length - 1].item === seg) {
+      seg.text = text; // just created: the add renders the text
+    } else {
+      seg.text += text;
+      changes.push({ op: "append", item: seg, text });
+    }
+  },
+
+  [P.K_ASSISTANT_MESSAGE](model, ev, d, _runId, changes) {
+    const seg = segmentFor(model, ev, changes);
+    seg.text = str(d.text);
+    seg.final = true;
+    if (!(changes.length && changes[changes.length - 1].item === seg)) changes.push({ op: "update", item: seg });
+  },
+
+  [P.K_TOOL_CALL](model, ev, d, runId, changes) {
+    const id = str(d.tool_call_id);
+    const item = { key: `t${ev.seq}`, seq: ev.seq, type: "tool", toolCallId: id, tool: str(d.tool), args: d.args ?? {}, display: displayOf(d), runId };
+    const i = addItem(model, item, changes);
+    if (id) model.idx.tool[id] = i;
+  },
+
+  [P.K_APPROVAL_REQUESTED](model, ev, d, runId, changes) {
+    const id = str(d.approval_id);
+    if (id && model.idx.approval[id] !== undefined) return;
+    const item = {
+      key: `p${ev.seq}`,
+      seq: ev.seq,
+      type: "approval",
+      approvalId: id,
+      toolCallId: str(d.tool_call_id),
+      tool: str(d.tool),
+      args: d.args ?? {},
+      display: displayOf(d),
+      note: str(d.note),
+      status: "pending",
+      decision: null,
+      decidedBy: null,
+      runId,
+    };
+    const i = addItem(model, item, changes);
+    if (id) model.idx.approval[id] = i;
+  },
+
+  [P.K_APPROVAL_DECIDED](model, _ev, d, _runId, changes) {
+    const i = model.idx.approval[str(d.approval_id)];
+    if (i === undefined) return;
+    const item = model.items[i];
+    item.decision = str(d.decision);
+    item.status = d.decision === P.APPROVE ? "approved" : d.decision === P.GATE_CANCELLED ? "cancelled" : "denied";
+    item.decidedBy = str(d.decided_by);
+    changes.push({ op: "update", item });
+  },
+
+  [P.K_TOOL_RESULT](model, ev, d, runId, changes) {
+    const item = {
+      key: `r${ev.seq}`,
+      seq: ev.seq,
+      type: "result",
+      toolCallId: str(d.tool_call_id),
+      ok: d.ok === true,
+      output: str(d.output),
+      runId,
+    };
+    addItem(model, item, changes);
+  },
+
+  [P.K_RUN_PAUSED](model, _ev, _d, runId, changes) {
+    const run = runOf(model, runId);
+    if (run && run.status !== "finished") {
+      run.status = "awaiting_approval";
+      changes.push({ op: "runs" });
+    }
+  },
+
+  [P.K_RUN_RESUMED](model, ev, d, runId, changes) {
+    // The run goes on in another process from its last checkpoint: of the
+    // text being streamed only the first `keep` characters (code points, as
+    // the server counts them) stand; the step after them is redone.
+    const si = model.idx.seg[runId];
+    if (si !== undefined && model.idx.lastOfRun[runId] === si && !model.items[si].final) {
+      const seg = model.items[si];
+      const keep = Number.isInteger(d.keep) && d.keep > 0 ? d.keep : 0;
+      const chars = Array.from(seg.text);
+      if (chars.length > keep) {
+        seg.text = chars.slice(0, keep).join("");
+        changes.push({ op: "update", item: seg });
+      }
+    }
+    const run = runOf(model, runId);
+    if (!run || run.resumedNote) return;
+    // One quiet note a run, kept out of the run's segments (lastOfRun).
+    run.resumedNote = true;
+    const item = { key: `s${ev.seq}`, seq: ev.seq, type: "resumed", runId, reason: str(d.reason) };
+    model.items.push(item);
+    changes.push({ op: "add", item });
+  },
+
+  [P.K_RUN_FINISHED](model, ev, d, runId, changes) {
+    const run = runOf(model, runId);
+    if (!run) return;
+    const wasQueued = run.status === "queued" || run.status === "pending";
+    run.status = "finished";
+    run.stop = str(d.stop_reason);
+    changes.push({ op: "runs" });
+    const si = model.idx.seg[runId];
+    if (si !== undefined && !model.items[si].final) {
+      model.items[si].final = true;
+      changes.push({ op: "update", item: model.items[si] });
+    }
+    if (run.stop && run.stop !== P.STOP_END_TURN) {
+      const item = {
+        key: `f${ev.seq}`,
+        seq: ev.seq,
+        type: "notice",
+        runId,
+        stop: run.stop,
+        queued: wasQueued,
+        message: str(d.message),
+      };
+      addItem(model, item, changes);
+    }
+  },
+
+  [P.K_BRANCH_SWITCHED](model, _ev, d, _runId, changes) {
+    if (typeof d.leaf_run_id === "string" && model.runs[d.leaf_run_id]) {
+      model.leaf = d.leaf_run_id;
+      changes.push({ op: "path" });
+    }
+  },
+};
+
+function runQueuedOrStarted(model, ev, d, runId, changes) {
+  const run = runOf(model, runId);
+  if (!run) return;
+  if (d.client_message_id) run.cmid = str(d.client_message_id);
+  if (!run.seq) run.seq = ev.seq;
+  if (typeof d.regenerates === "string" && model.runs[d.regenerates]) {
+    // A regenerated answer: no user.message of its own, it answers the
+    // one of the run it regenerates (which is what shows its input).
+    const answers = model.runs[d.regenerates].answers || d.regenerates;
+    growTree(model, runId, run, d.parent_run_id ?? null, answers, changes);
+    const ui = model.idx.user[model.runs[answers]?.cmid];
+    if (run.cmid && ui !== undefined && model.idx.user[run.cmid] === undefined) model.idx.user[run.cmid] = ui;
+  }
+  if (run.status !== "finished") run.status = ev.kind === P.K_RUN_QUEUED ? "queued" : "running";
+  changes.push({ op: "runs" });
+}
+
+/**
+ * Apply one event to the model (mutating it), through its kind's handler.
  *
  * Unknown kinds change nothing (they are carried, never rejected).
  * @param {object} model
@@ -125,162 +312,10 @@ function segmentFor(model, ev, changes) {
  */
 export function applyEvent(model, ev) {
   const changes = [];
-  const d = ev.data && typeof ev.data === "object" ? ev.data : {};
-  const runId = ev.run_id || null;
-  switch (ev.kind) {
-    case P.K_SESSION_CREATED: {
-      model.title = str(d.title);
-      addItem(model, { key: `n${ev.seq}`, seq: ev.seq, type: "note", text: "Session started" }, changes);
-      changes.push({ op: "title" });
-      break;
-    }
-    case P.K_USER_MESSAGE: {
-      const cmid = str(d.client_message_id);
-      if (cmid && model.idx.user[cmid] !== undefined) break; // once per id, by protocol
-      const item = { key: `u${ev.seq}`, seq: ev.seq, type: "user", cmid, text: str(d.text), runId };
-      const i = addItem(model, item, changes);
-      if (cmid) model.idx.user[cmid] = i;
-      const leaf = model.leaf;
-      const run = runOf(model, runId);
-      if (run) {
-        run.cmid = cmid;
-        run.status = "pending";
-        run.seq = ev.seq;
-        // An edit names its parent; a plain input follows the leaf before it.
-        growTree(model, runId, run, "parent_run_id" in d ? d.parent_run_id : leaf, runId, changes);
-      }
-      break;
-    }
-    case P.K_RUN_QUEUED:
-    case P.K_RUN_STARTED: {
-      const run = runOf(model, runId);
-      if (!run) break;
-      if (d.client_message_id) run.cmid = str(d.client_message_id);
-      if (!run.seq) run.seq = ev.seq;
-      if (typeof d.regenerates === "string" && model.runs[d.regenerates]) {
-        // A regenerated answer: no user.message of its own, it answers the
-        // one of the run it regenerates (which is what shows its input).
-        const answers = model.runs[d.regenerates].answers || d.regenerates;
-        growTree(model, runId, run, d.parent_run_id ?? null, answers, changes);
-        const ui = model.idx.user[model.runs[answers]?.cmid];
-        if (run.cmid && ui !== undefined && model.idx.user[run.cmid] === undefined) model.idx.user[run.cmid] = ui;
-      }
-      if (run.status !== "finished") run.status = ev.kind === P.K_RUN_QUEUED ? "queued" : "running";
-      changes.push({ op: "runs" });
-      break;
-    }
-    case P.K_ASSISTANT_DELTA: {
-      const text = str(d.text);
-      const seg = segmentFor(model, ev, changes);
-      if (changes.length && changes[changes.length - 1].item === seg) {
-        seg.text = text; // just created: the add renders the text
-      } else {
-        seg.text += text;
-        changes.push({ op: "append", item: seg, text });
-      }
-      break;
-    }
-    case P.K_ASSISTANT_MESSAGE: {
-      const seg = segmentFor(model, ev, changes);
-      seg.text = str(d.text);
-      seg.final = true;
-      if (!(changes.length && changes[changes.length - 1].item === seg)) changes.push({ op: "update", item: seg });
-      break;
-    }
-    case P.K_TOOL_CALL: {
-      const id = str(d.tool_call_id);
-      const item = { key: `t${ev.seq}`, seq: ev.seq, type: "tool", toolCallId: id, tool: str(d.tool), args: d.args ?? {}, display: displayOf(d), runId };
-      const i = addItem(model, item, changes);
-      if (id) model.idx.tool[id] = i;
-      break;
-    }
-    case P.K_APPROVAL_REQUESTED: {
-      const id = str(d.approval_id);
-      if (id && model.idx.approval[id] !== undefined) break;
-      const item = {
-        key: `p${ev.seq}`,
-        seq: ev.seq,
-        type: "approval",
-        approvalId: id,
-        toolCallId: str(d.tool_call_id),
-        tool: str(d.tool),
-        args: d.args ?? {},
-        display: displayOf(d),
-        status: "pending",
-        decision: null,
-        decidedBy: null,
-        runId,
-      };
-      const i = addItem(model, item, changes);
-      if (id) model.idx.approval[id] = i;
-      break;
-    }
-    case P.K_APPROVAL_DECIDED: {
-      const i = model.idx.approval[str(d.approval_id)];
-      if (i === undefined) break;
-      const item = model.items[i];
-      item.decision = str(d.decision);
-      item.status = d.decision === P.APPROVE ? "approved" : d.decision === P.GATE_CANCELLED ? "cancelled" : "denied";
-      item.decidedBy = str(d.decided_by);
-      changes.push({ op: "update", item });
-      break;
-    }
-    case P.K_TOOL_RESULT: {
-      const item = {
-        key: `r${ev.seq}`,
-        seq: ev.seq,
-        type: "result",
-        toolCallId: str(d.tool_call_id),
-        ok: d.ok === true,
-        output: str(d.output),
-        runId,
-      };
-      addItem(model, item, changes);
-      break;
-    }
-    case P.K_RUN_PAUSED: {
-      const run = runOf(model, runId);
-      if (run && run.status !== "finished") {
-        run.status = "awaiting_approval";
-        changes.push({ op: "runs" });
-      }
-      break;
-    }
-    case P.K_RUN_FINISHED: {
-      const run = runOf(model, runId);
-      if (!run) break;
-      const wasQueued = run.status === "queued" || run.status === "pending";
-      run.status = "finished";
-      run.stop = str(d.stop_reason);
-      changes.push({ op: "runs" });
-      const si = model.idx.seg[runId];
-      if (si !== undefined && !model.items[si].final) {
-        model.items[si].final = true;
-        changes.push({ op: "update", item: model.items[si] });
-      }
-      if (run.stop && run.stop !== P.STOP_END_TURN) {
-        const item = {
-          key: `f${ev.seq}`,
-          seq: ev.seq,
-          type: "notice",
-          runId,
-          stop: run.stop,
-          queued: wasQueued,
-          message: str(d.message),
-        };
-        addItem(model, item, changes);
-      }
-      break;
-    }
-    case P.K_BRANCH_SWITCHED: {
-      if (typeof d.leaf_run_id === "string" && model.runs[d.leaf_run_id]) {
-        model.leaf = d.leaf_run_id;
-        changes.push({ op: "path" });
-      }
-      break;
-    }
-    default:
-      break;
+  const handler = Object.hasOwn(HANDLERS, ev.kind) ? HANDLERS[ev.kind] : null;
+  if (handler) {
+    const d = ev.data && typeof ev.data === "object" ? ev.data : {};
+    handler(model, ev, d, ev.run_id || null, changes);
   }
   return changes;
 }

@@ -1,4 +1,6 @@
-"""The sweeper: expired leases become 'interrupted', dead servers' sockets stop counting."""
+"""The sweeper: expired leases are taken over from their last checkpoint, a
+step that keeps killing its worker ends the run 'error', dead servers'
+sockets stop counting."""
 
 from __future__ import annotations
 
@@ -12,26 +14,84 @@ from sessions_app.fanout.presence import close_stale_connections, touch_connecti
 from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import Connection, Run
-from sessions_app.runtime import runs, turns
-from sessions_app.runtime.sweeper import interrupt_expired
+from sessions_app.runtime import durable, runs, turns
+from sessions_app.runtime.sweeper import take_over_expired
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_expired_lease_is_interrupted_and_next_run_starts(user, no_enqueue):
-    """A running run whose lease expired finishes 'interrupted'; the queued one starts."""
+def _expire(run_id: str, worker: str = "dead:1:x") -> None:
+    Run.objects.filter(id=run_id).update(
+        worker=worker, lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+
+def test_expired_lease_is_taken_over_at_its_checkpoint(user, no_enqueue):
+    """A running run whose lease expired goes back to the queue at its last
+    checkpoint with run.resumed (takeover, keep); it is not finished and the
+    queued run behind it does not start."""
     s = create_session(user)
     first = turns.submit_message(s.id, "a", "/stream 5 0")
     second = turns.submit_message(s.id, "b", "/stream 1 0")
-    Run.objects.filter(id=first.run_id).update(
-        worker="dead:1:x", lease_expires_at=timezone.now() - timedelta(seconds=1)
+    Run.objects.filter(id=first.run_id).update(state={"agent": {"next": 3}, "keep": 15})
+    _expire(first.run_id)
+    assert take_over_expired() == [first.run_id]
+    run = Run.objects.get(id=first.run_id)
+    assert (run.status, run.worker, run.stop_reason) == ("running", "", "")
+    assert run.state == {"agent": {"next": 3}, "keep": 15, "crashes": 1}
+    assert Run.objects.get(id=second.run_id).status == "queued"
+    last = read_events(s.id, 0)[-1]
+    assert (last.kind, last.run_id, last.data) == (
+        "run.resumed",
+        first.run_id,
+        {"reason": "takeover", "keep": 15},
     )
-    assert interrupt_expired() == [first.run_id]
-    assert Run.objects.get(id=first.run_id).stop_reason == "interrupted"
+    assert no_enqueue == [first.run_id, first.run_id]
+
+
+def test_a_step_that_kills_its_worker_three_times_ends_the_run(user, no_enqueue, settings):
+    """The crash budget: the third takeover in one step finishes the run
+    'error' with a message that says why, and the queued run starts."""
+    settings.AGENT_RUN_MAX_CRASHES = 3
+    s = create_session(user)
+    first = turns.submit_message(s.id, "a", "/stream 5 0")
+    second = turns.submit_message(s.id, "b", "/stream 1 0")
+    for _ in range(2):
+        _expire(first.run_id)
+        assert take_over_expired() == [first.run_id]
+    _expire(first.run_id)
+    assert take_over_expired() == [first.run_id]
+    run = Run.objects.get(id=first.run_id)
+    assert (run.status, run.stop_reason) == ("finished", "error")
+    assert run.error == durable.crash_limit_message(3)
     assert Run.objects.get(id=second.run_id).status == "running"
-    tail = [(e.kind, e.run_id) for e in read_events(s.id, 0)][-2:]
-    assert tail == [("run.finished", first.run_id), ("run.started", second.run_id)]
-    assert no_enqueue == [first.run_id, second.run_id]
+    kinds = [e.kind for e in read_events(s.id, 0) if e.run_id == first.run_id]
+    assert kinds.count("run.resumed") == 2 and kinds[-1] == "run.finished"
+
+
+def test_a_checkpoint_resets_the_crash_budget(user, no_enqueue):
+    """Crashes count per step: a checkpoint after a takeover starts afresh."""
+    s = create_session(user)
+    r = turns.submit_message(s.id, "a", "/stream 5 0")
+    _expire(r.run_id)
+    take_over_expired()
+    _expire(r.run_id, "w:2:y")
+    with transaction.atomic():
+        state = durable.save_checkpoint(r.run_id, "w:2:y", {"agent": {"next": 4}, "keep": 20})
+    assert state["crashes"] == 0 and state["agent"] == {"next": 4}
+
+
+def test_handover_does_not_count_as_a_crash(user, no_enqueue):
+    """A stopping worker's release logs run.resumed (handover) and spends
+    nothing of the crash budget."""
+    s = create_session(user)
+    r = turns.submit_message(s.id, "a", "/stream 5 0")
+    Run.objects.filter(id=r.run_id).update(worker="w:1:x")
+    assert durable.release(r.run_id, "w:1:x", "handover") == "resumed"
+    run = Run.objects.get(id=r.run_id)
+    assert run.worker == "" and run.state.get("crashes", 0) == 0
+    assert read_events(s.id, 0)[-1].data == {"reason": "handover", "keep": 0}
+    assert durable.release(r.run_id, "w:1:x", "handover") is None  # not its any more
 
 
 def test_live_lease_and_parked_gates_are_untouched(user, no_enqueue):
@@ -52,7 +112,7 @@ def test_live_lease_and_parked_gates_are_untouched(user, no_enqueue):
     )
     assert parked
     Run.objects.filter(id=r.run_id).update(lease_expires_at=timezone.now() - timedelta(hours=1))
-    assert interrupt_expired() == []
+    assert take_over_expired() == []
     assert Run.objects.get(id=r.run_id).status == "awaiting_approval"
 
 
@@ -79,22 +139,22 @@ def test_run_whose_task_was_lost_is_handed_over_again(user, no_enqueue):
     r = turns.submit_message(s.id, "a", "x")
     assert requeue_unclaimed() == []
     Run.objects.filter(id=r.run_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    assert interrupt_expired() == []
+    assert take_over_expired() == []
     assert requeue_unclaimed() == [r.run_id]
     run = Run.objects.get(id=r.run_id)
     assert run.status == "running" and run.lease_expires_at > timezone.now()
     assert no_enqueue == [r.run_id, r.run_id]
 
 
-def test_sweep_does_not_interrupt_a_renewed_lease(user, no_enqueue):
-    """finish_run on the sweeper path re-checks expiry under the lock."""
+def test_sweep_does_not_take_over_a_renewed_lease(user, no_enqueue):
+    """The takeover re-checks expiry under the lock: a renewal since the sweep read wins."""
     s = create_session(user)
     r = turns.submit_message(s.id, "a", "x")
     Run.objects.filter(id=r.run_id).update(
         worker="w:1:x", lease_expires_at=timezone.now() + timedelta(seconds=30)
     )
-    assert not runs.finish_run(r.run_id, "interrupted", worker="w:1:x", lease_expired=True)
-    assert Run.objects.get(id=r.run_id).status == "running"
+    assert durable.release(r.run_id, "w:1:x", "takeover", lease_expired=True) is None
+    assert Run.objects.get(id=r.run_id).worker == "w:1:x"
 
 
 def test_cancel_after_decision_before_continuation_logs_the_result(user, no_enqueue):

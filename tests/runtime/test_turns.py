@@ -194,10 +194,10 @@ async def test_the_agent_sees_only_its_own_path(server, cookie):
     await c.wait_event(finished(edited["run_id"]))
 
     def history():
-        from sessions_app.runtime.executor import _Context
+        from sessions_app.runtime.context import Context
 
         run = Run.objects.get(id=edited["run_id"])
-        return _Context(run, "w").history()
+        return Context(run, "w").history()
 
     seen = history()
     assert [m["role"] for m in seen] == ["user", "assistant"]

@@ -4,20 +4,22 @@ One process executes up to ``AGENT_WORKER_CONCURRENCY`` runs at once on its
 run pool. It takes a task from django-tasks-db's queue only when a pool thread
 is free (so a busy worker never sits on runs another worker could start),
 claims it with the queue's row lock, and hands it to the pool. Every worker
-also runs the sweeper, so runs whose process died (lease expired) are
-finished ``interrupted``.
+also runs the sweeper, so runs whose process died (lease expired) are taken
+over from their last checkpoint.
 
-Stopping (SIGTERM or SIGINT): the worker takes no new runs at once, lets the
-runs it executes go on for up to ``AGENT_WORKER_GRACE_SECONDS`` to finish or
-park at a gate, then stops what is left at its next step and finishes it
-``interrupted`` itself; it exits within the grace period plus a few seconds.
-A second signal skips the grace period.
+Stopping (SIGTERM or SIGINT): the worker takes no new runs at once, and hands
+every run it executes to the queue at the run's next checkpoint (a step ends
+at least once a second of streamed output), where another worker goes on with
+it at once, with no lease to wait for and nothing redone. What has not
+reached a checkpoint within ``AGENT_WORKER_GRACE_SECONDS`` (a long tool) is
+stopped and handed over from its last one. It exits within the grace period
+plus a few seconds; a second signal skips the grace period. No run is cut by
+a rolling deploy.
 """
 
 import logging
 import signal
 import threading
-import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -118,15 +120,11 @@ class ConcurrentWorker(Worker):
             self.pool.submit(lambda t=task_result: self.run_task(t), slot_taken=True)
 
     def drain(self, grace: float) -> list[str]:
-        """Let runs in flight finish or park for ``grace`` seconds, then hand
-        back what is left (finished ``interrupted``). Returns those ids."""
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and not self.hurry.is_set():
-            if self.pool.wait_idle(timeout=0.2):
-                return []
-        handed_back = executor.hand_back_all()
+        """Hand every run in flight to another worker at its next checkpoint
+        (or, past ``grace``, from its last one). Returns their ids."""
+        handed = executor.hand_over_all(grace, self.hurry)
         self.pool.wait_idle(timeout=5)
-        return handed_back
+        return handed
 
 
 class Command(BaseCommand):
@@ -171,11 +169,13 @@ class Command(BaseCommand):
         )
         self.stdout.flush()
         sweeper.stopped.set()
-        handed_back = worker.drain(settings.AGENT_WORKER_GRACE_SECONDS)
-        # The last events (run.finished of what was handed back) go out now.
+        handed = worker.drain(settings.AGENT_WORKER_GRACE_SECONDS)
+        # The last events (run.resumed of what was handed over) go out now.
         fanout.publisher.flush()
+        for run_id in handed:
+            log.info("handed over run %s", run_id, extra={"run_id": run_id})
         self.stdout.write(
-            f"run worker {worker_id()} stopped; interrupted: {','.join(handed_back) or 'none'}",
+            f"run worker {worker_id()} stopped; handed over: {','.join(handed) or 'none'}",
             ending="\n",
         )
         self.stdout.flush()

@@ -7,12 +7,18 @@ generator, ``/echo TEXT`` streams TEXT back as written (Markdown, payloads),
 through an approval gate (as does ``/tool NAME JSON``, any tool of the
 registry), ``/fail`` ends the run with an error. It holds
 nothing between calls: what ``resume`` needs is in ``ctx.state``.
+
+It checkpoints (docs/agents.md, "Steps and checkpoints"): ``/stream`` at least
+once a second of output, with the next token's index in ``ctx.state``; every
+answer marks itself ``done`` before its ``message``, so a run taken over after
+it says nothing twice.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 
 from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
 
@@ -63,12 +69,16 @@ MAX_REPLY_DELTAS = 20
 REPLY_DELTA_PAUSE = 0.01
 
 _INT_RE = re.compile(r"[+-]?\d{1,12}")
+# /stream checkpoints at least this often.
+CHECKPOINT_SECONDS = 1.0
 
 
 class ScriptedAgent:
     """The built-in agent of the demo; see the module docstring."""
 
     def start(self, ctx: RunContext) -> None:
+        if ctx.state.get("done"):  # taken over after its last message
+            return
         text = ctx.text.strip()
         parts = text.split(None, 1)
         command = parts[0] if parts else ""
@@ -94,6 +104,9 @@ class ScriptedAgent:
             self._reply(ctx, text)
 
     def resume(self, ctx: RunContext, outcome: ToolOutcome) -> None:
+        if ctx.state.get("done"):
+            return
+        ctx.state["done"] = True  # the message below ends the run's last step
         if outcome.tool == "write_file":
             path = ctx.state.get("path", outcome.args.get("path", ""))
             if not outcome.approved:
@@ -134,6 +147,7 @@ class ScriptedAgent:
             if index:
                 ctx.sleep(REPLY_DELTA_PAUSE)
             ctx.delta(chunk)
+        ctx.state["done"] = True
         ctx.message(full)
 
     def _stream(self, ctx: RunContext, rest: str) -> None:
@@ -146,14 +160,19 @@ class ScriptedAgent:
             raise AgentError(f"N must be between 0 and {MAX_STREAM_N:,} ({STREAM_USAGE})")
         if not 0 <= millis <= MAX_STREAM_MS:
             raise AgentError(f"MS must be between 0 and {MAX_STREAM_MS:,} ({STREAM_USAGE})")
-        tokens = []
-        for index in range(count):
-            if index and millis:
+        # Taken over: go on from the token after the last checkpoint.
+        first = int(ctx.state.get("next", 0))
+        saved = time.monotonic()
+        for index in range(first, count):
+            if index > first and millis:
                 ctx.sleep(millis / 1000)
-            token = f"tok{index} "
-            ctx.delta(token)
-            tokens.append(token)
-        ctx.message("".join(tokens))
+            due = time.monotonic() - saved >= CHECKPOINT_SECONDS
+            if due:
+                ctx.state["next"] = index + 1
+                saved = time.monotonic()
+            ctx.delta(f"tok{index} ", checkpoint=due)
+        ctx.state["done"] = True
+        ctx.message("".join(f"tok{index} " for index in range(count)))
 
     def _echo(self, ctx: RunContext, text: str) -> None:
         # Cut anywhere, mid-word and mid-syntax: the client renders every
@@ -163,6 +182,7 @@ class ScriptedAgent:
             if index:
                 ctx.sleep(ECHO_DELTA_PAUSE)
             ctx.delta(text[index : index + size])
+        ctx.state["done"] = True
         ctx.message(text)
 
     def _write(self, ctx: RunContext, rest: str) -> None:

@@ -1,0 +1,199 @@
+"""The ``RunContext`` an agent sees while the executor drives it (see ``runtime.base``).
+
+Every append of a run goes through here, guarded (a run that was cancelled or
+taken away cannot log another event). Most appends are plain (a delta, group
+committed with the process's other runs); the last event of a step commits
+with a *checkpoint* (``runtime.durable``): ``message`` always, ``delta(...,
+checkpoint=True)`` when the agent asks, ``checkpoint()`` with no event.
+A process that is stopping hands its runs over at their next checkpoint.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from sessions_app.log.events import NewEvent, RunGuard, append_events
+from sessions_app.log.group_commit import append_event
+from sessions_app.models import Event, Run
+from sessions_app.runtime import durable, registry, runs, turns
+from sessions_app.runtime.base import AgentError, Parked, ToolOutcome
+from sessions_app.wire import protocol as p
+from sessions_app.wire.errors import RunAborted
+
+# How many earlier messages of its path a run's agent sees, at most.
+HISTORY_MESSAGES = 50
+
+
+def cut_marker(cap: int) -> str:
+    """What ends a message cut at ``cap`` characters."""
+    return f"\n\n[message cut at {cap:,} characters]"
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_urlsafe(9)
+
+
+class Context:
+    """One drive of one run: what the agent sees, and the run's checkpoints."""
+
+    def __init__(self, run: Run, worker: str):
+        saved = run.state or {}
+        self.run_id = run.id
+        self.session_id = run.session_id
+        self.text = run.text
+        self.state: dict[str, Any] = dict(saved.get("agent", {}))
+        # Which agent method this drive goes on with, and its outcome.
+        self.entry: str = saved.get("entry", "start")
+        self.outcome: ToolOutcome | None = (
+            ToolOutcome(**saved["outcome"]) if saved.get("outcome") else None
+        )
+        self.worker = worker
+        self.guard = RunGuard(run.id, worker)
+        self.aborted = threading.Event()
+        # Set when this process stops: the run is handed to another worker at
+        # its next checkpoint (``enqueue_on_release`` False: left for the next
+        # start-up, an embedded server going down).
+        self.handover = threading.Event()
+        self.enqueue_on_release = True
+        # Characters of the current message's deltas (a checkpoint's ``keep``).
+        self._streamed = int(saved.get("keep", 0))
+
+    # --- appends -------------------------------------------------------------------
+
+    def append(self, kind: str, data: dict[str, Any]) -> None:
+        """Append one event of this run, guarded; ``RunAborted`` once it was stopped."""
+        if self.aborted.is_set():
+            raise RunAborted(self.run_id)
+        append_event(self.session_id, kind, data, self.run_id, guard=self.guard)
+
+    def commit_step(
+        self,
+        events: list[NewEvent],
+        then: Callable[[dict[str, Any]], None] | None = None,
+        **checkpoint: Any,
+    ) -> dict[str, Any]:
+        """Append ``events`` and save the checkpoint after them, in one
+        transaction (with ``then(state)`` last in it); returns the run's state.
+        A stopping process then hands the run over (``RunAborted`` here ends
+        this drive)."""
+        if self.aborted.is_set():
+            raise RunAborted(self.run_id)
+        saved = {
+            "agent": self.state,
+            "entry": self.entry,
+            "outcome": asdict(self.outcome) if self.outcome else None,
+            "keep": self._streamed,
+            **checkpoint,
+        }
+        with transaction.atomic():
+            if events:
+                append_events(self.session_id, events, guard=self.guard)
+            state = durable.save_checkpoint(self.run_id, self.worker, saved)
+            if state is None:
+                raise RunAborted(self.run_id)
+            if then is not None:
+                then(state)
+        if self.handover.is_set():
+            durable.release(
+                self.run_id,
+                self.worker,
+                p.RESUMED_HANDOVER,
+                enqueue=self.enqueue_on_release,
+                redo=False,
+            )
+            raise RunAborted(self.run_id)
+        return state
+
+    # --- what an agent calls ------------------------------------------------------
+
+    def delta(self, text: str, *, checkpoint: bool = False) -> None:
+        # A message is cut at AGENT_MAX_MESSAGE_CHARS (a model looping, or
+        # steered to flood the log and every tab): the deltas past it are
+        # dropped, and the cut is said once, in the text itself.
+        cap = settings.AGENT_MAX_MESSAGE_CHARS
+        room = cap - self._streamed
+        if room <= 0:
+            if checkpoint:
+                self.commit_step([])
+            return
+        if len(text) > room:
+            text = text[:room] + cut_marker(cap)
+        self._streamed += len(text)
+        event = NewEvent(p.K_ASSISTANT_DELTA, {"text": text}, self.run_id)
+        if checkpoint:
+            self.commit_step([event])
+        else:
+            self.append(event.kind, event.data)
+
+    def message(self, text: str) -> None:
+        """The current message, whole: the end of a step, so a checkpoint."""
+        self._streamed = 0  # the next message starts afresh
+        cap = settings.AGENT_MAX_MESSAGE_CHARS
+        if len(text) > cap:
+            text = text[:cap] + cut_marker(cap)
+        self.commit_step([NewEvent(p.K_ASSISTANT_MESSAGE, {"text": text}, self.run_id)])
+
+    def checkpoint(self) -> None:
+        """Save ``state`` now, with no event (between steps that log nothing)."""
+        self.commit_step([])
+
+    def request_tool(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> None:
+        problem = registry.validate_args(tool, args)
+        if problem:
+            # No gate for a call no tool can take (an unknown tool, bad arguments).
+            raise AgentError(problem)
+        self.state = dict(state)
+        approval_id = self.gate(tool, args)
+        if approval_id is None:
+            raise RunAborted(self.run_id)
+        raise Parked(approval_id)
+
+    def gate(self, tool: str, args: dict[str, Any], note: str = "") -> str | None:
+        """Log a gate for a new call of ``tool`` (the run parks): its approval
+        id, or None when this worker no longer holds the run."""
+        tool_call_id = new_call_id()
+        return runs.park(
+            self.run_id,
+            self.worker,
+            self.session_id,
+            tool_call_id=tool_call_id,
+            tool=tool,
+            args=args,
+            state={"agent": self.state, "gate": tool_call_id, "keep": 0},
+            note=note,
+        )
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0 and self.aborted.wait(seconds):
+            raise RunAborted(self.run_id)
+        if self.aborted.is_set():
+            raise RunAborted(self.run_id)
+
+    def history(self) -> list[dict[str, str]]:
+        """Earlier turns of this run's path, oldest first (the last 50
+        messages): a branch left behind is not part of its conversation."""
+        path = turns.history_path(self.session_id, self.run_id, HISTORY_MESSAGES)
+        if not path:
+            return []
+        texts = dict(Run.objects.filter(id__in=path).values_list("id", "text"))
+        answers: dict[str, list[str]] = {}
+        for run_id, data in (
+            Event.objects.filter(
+                session_id=self.session_id, run_id__in=path, kind=p.K_ASSISTANT_MESSAGE
+            )
+            .order_by("seq")
+            .values_list("run_id", "data")
+        ):
+            answers.setdefault(run_id, []).append(data["text"])
+        messages = []
+        for run_id in path:
+            messages.append({"role": "user", "content": texts.get(run_id, "")})
+            messages += [{"role": "assistant", "content": t} for t in answers.get(run_id, ())]
+        return messages[-HISTORY_MESSAGES:]

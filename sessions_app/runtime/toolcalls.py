@@ -1,0 +1,137 @@
+"""A decided tool call: run it (or report its denial) and log its outcome exactly once.
+
+The call is recorded as started (``ApprovalRequest.executed_at``) in a commit
+of its own before the tool runs, and only while this worker holds the run.
+Its ``tool.result`` commits with the run's next checkpoint (the gate cleared,
+the outcome saved), so "the gate is still in the run's state" means "no
+result was logged". A drive that finds its gate started but without a result
+knows a worker stopped while the tool ran (docs/agents.md, "Tool calls and
+crashes"):
+
+- a tool that declares itself ``idempotent`` is run again (``write_file``
+  appends once per call id, ``terminal`` only reads);
+- any other is not re-run blindly: its outcome is logged as unknown and the
+  run parks at a new gate asking whether to run it again.
+
+A cancel that arrives while the tool runs waits for it (``runs.cancel_locked``
+records it on the run); it is carried out here, right after the result, in the
+same transaction.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from sessions_app.log.events import NewEvent, append_events
+from sessions_app.models import ApprovalRequest, Run
+from sessions_app.runtime import registry, runs
+from sessions_app.runtime.base import Parked, ToolOutcome
+from sessions_app.runtime.context import Context
+from sessions_app.runtime.locks import lock_session
+from sessions_app.runtime.tools import workspace_for
+from sessions_app.server import tracing
+from sessions_app.wire import protocol as p
+from sessions_app.wire.errors import RunAborted
+
+UNKNOWN_OUTPUT = "unknown: the worker stopped while this ran, so whether it took effect is unknown"
+UNKNOWN_NOTE = "The worker stopped while this ran: run it again?"
+
+
+def continue_gate(ctx: Context, tool_call_id: str) -> ToolOutcome:
+    """Run (or refuse) the gated call and log its result; the outcome for
+    ``agent.resume``. Raises ``Parked`` when an unknown outcome is re-gated,
+    ``RunAborted`` when the run is no longer this drive's (or was cancelled
+    while the tool ran)."""
+    approval = ApprovalRequest.objects.get(tool_call_id=tool_call_id)
+    approved = approval.status == ApprovalRequest.Status.APPROVED
+    first = _mark_started(ctx, approval)
+    if not approved:
+        ok, output = False, "denied"
+    elif first or registry.is_idempotent(approval.tool):
+        ok, output = _execute(ctx, approval)
+    else:
+        _unknown(ctx, approval)  # raises
+    outcome = ToolOutcome(
+        tool_call_id=tool_call_id,
+        tool=approval.tool,
+        args=approval.args,
+        approved=approved,
+        ok=ok,
+        output=output,
+    )
+    _log_result(ctx, outcome)
+    return outcome
+
+
+def _mark_started(ctx: Context, approval: ApprovalRequest) -> bool:
+    """Record the call as started, if this worker still holds the run (under
+    the session lock: a cancel either sees the mark or comes after it).
+    False: a drive before this one started it."""
+    with transaction.atomic():
+        lock_session(ctx.session_id)
+        held = Run.objects.filter(id=ctx.run_id, status=Run.Status.RUNNING, worker=ctx.worker)
+        if not held.exists():
+            raise RunAborted(ctx.run_id)
+        return bool(
+            ApprovalRequest.objects.filter(id=approval.id, executed_at__isnull=True).update(
+                executed_at=timezone.now()
+            )
+        )
+
+
+def _execute(ctx: Context, approval: ApprovalRequest) -> tuple[bool, str]:
+    ids = {"run.id": ctx.run_id, "tool": approval.tool, "tool_call.id": approval.tool_call_id}
+    with tracing.span("tool.execute", **ids) as span:
+        ok, output = registry.execute(
+            approval.tool, approval.args, workspace_for(ctx.session_id), approval.tool_call_id
+        )
+        if span is not None:
+            span.set_attribute("ok", ok)
+    return ok, output
+
+
+def _log_result(ctx: Context, outcome: ToolOutcome) -> None:
+    """``tool.result`` and the checkpoint after it, then a cancel that waited."""
+    result = {"tool_call_id": outcome.tool_call_id, "ok": outcome.ok, "output": outcome.output}
+    ctx.entry, ctx.outcome = "resume", outcome
+    cancelled = []
+
+    def waited(state: dict) -> None:
+        if state.get("cancel"):
+            _cancel_now(ctx.run_id, state["cancel"])
+            cancelled.append(True)
+
+    ctx.commit_step([NewEvent(p.K_TOOL_RESULT, result, ctx.run_id)], then=waited, gate=None)
+    if cancelled:
+        raise RunAborted(ctx.run_id)
+
+
+def _unknown(ctx: Context, approval: ApprovalRequest) -> None:
+    """A worker stopped while this call ran: say so, then ask again (or carry
+    out the cancel that waited for it)."""
+    result = {"tool_call_id": approval.tool_call_id, "ok": False, "output": UNKNOWN_OUTPUT}
+    approval_id = None
+    with transaction.atomic():
+        append_events(
+            ctx.session_id, [NewEvent(p.K_TOOL_RESULT, result, ctx.run_id)], guard=ctx.guard
+        )
+        saved = Run.objects.values_list("state", flat=True).get(id=ctx.run_id) or {}
+        if saved.get("cancel"):
+            Run.objects.filter(id=ctx.run_id).update(state={"agent": ctx.state, "keep": 0})
+            _cancel_now(ctx.run_id, saved["cancel"])
+        else:
+            approval_id = ctx.gate(approval.tool, approval.args, note=UNKNOWN_NOTE)
+    if approval_id is None:
+        raise RunAborted(ctx.run_id)
+    raise Parked(approval_id)
+
+
+def _cancel_now(run_id: str, waiting: dict) -> None:
+    run = Run.objects.get(id=run_id)
+    runs.cancel_locked(
+        run,
+        str(waiting.get("by", "")),
+        str(waiting.get("message", "")),
+        gates=str(waiting.get("gates", p.DENY)),
+    )

@@ -1,0 +1,203 @@
+"""Durable runs (docs/agents.md, "Steps and checkpoints"): a run outlives the
+process executing it. kill -9 mid-answer: another worker (or the restarted
+embedded server) takes it over from its last checkpoint and the answer ends
+once, whole. SIGTERM: it is handed over at a checkpoint, nothing redone. A
+tool cut mid-run is asked again, never re-run blindly; an idempotent one is
+run again and takes effect once. A cancel waits for the tool in flight."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from django.conf import settings
+
+from sessions_app.models import Run
+from sessions_app.runtime import registry
+from sessions_app.runtime.toolcalls import UNKNOWN_NOTE, UNKNOWN_OUTPUT
+from sessions_app.runtime.tools import workspace_for
+from tests.durable_tools import TOOLS, lines
+from tests.harness import WsClient, wait_until
+from tests.runtime.common import open_session, send_text
+
+STREAM = "/stream 60 50"  # 3 s of output: a checkpoint at least every second
+FULL = "".join(f"tok{i} " for i in range(60))
+
+
+def shown_text(events: list[dict], run_id: str) -> str:
+    """The run's text as a tab applying these events shows it (deltas, cut
+    back to ``keep`` by run.resumed, replaced by the message)."""
+    text = ""
+    for e in events:
+        if e["run_id"] != run_id:
+            continue
+        if e["kind"] == "assistant.delta":
+            text += e["data"]["text"]
+        elif e["kind"] == "run.resumed":
+            text = text[: e["data"]["keep"]]
+        elif e["kind"] == "assistant.message":
+            text = e["data"]["text"]
+    return text
+
+
+def streamed_text(events: list[dict], run_id: str) -> str:
+    """The same without the message: what the deltas alone add up to."""
+    return shown_text([e for e in events if e["kind"] != "assistant.message"], run_id)
+
+
+def _holder(run_id: str) -> int:
+    return int(Run.objects.get(id=run_id).worker.split(":")[1])
+
+
+async def _crash(start, procs, run_id: str, cookie, sid: str, client: WsClient, **env):
+    """kill -9 the process executing ``run_id`` (embedded: the server, started
+    again with ``env``); returns a client following the session."""
+    if settings.AGENT_RUNNER == "worker":
+        os.kill(await wait_until(lambda: _holder(run_id)), signal.SIGKILL)
+        return client
+    for p in procs:
+        p.kill()
+    procs.clear()
+    server = start(**env)
+    live = await WsClient.connect(server.ws, cookie)
+    await live.resume(sid, 0)
+    return live
+
+
+async def test_kill_9_mid_answer_is_taken_over_and_ends_once(own_server, cookie):
+    """kill -9 while streaming: the run is taken over at its last checkpoint
+    (run.resumed, takeover), finishes end_turn, the log holds one message with
+    the whole answer, and the deltas as a tab applies them equal it."""
+    start, procs = own_server
+    server = start()
+    c, sid = await open_session(server, cookie)
+    sent = await send_text(c, STREAM, "m1")
+    run_id = sent["run_id"]
+    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "tok25 " in f["data"]["text"])
+    live = await _crash(start, procs, run_id, cookie, sid, c)
+    end = await live.wait_event(
+        lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id, timeout=40
+    )
+    assert end["data"] == {"stop_reason": "end_turn"}
+    events = live.events()
+    mine = [e for e in events if e["run_id"] == run_id]
+    resumed = [e for e in mine if e["kind"] == "run.resumed"]
+    assert [e["data"]["reason"] for e in resumed] == ["takeover"]
+    assert 0 < resumed[0]["data"]["keep"] < len(FULL)
+    assert [e["data"]["text"] for e in mine if e["kind"] == "assistant.message"] == [FULL]
+    assert streamed_text(events, run_id) == FULL
+    assert [e["seq"] for e in events] == list(range(1, events[-1]["seq"] + 1))
+    await live.close()
+
+
+@pytest.mark.postgres
+async def test_sigterm_hands_over_at_a_checkpoint_with_nothing_redone(own_server, cookie):
+    """A worker stopped with SIGTERM mid-answer hands the run to the other
+    worker at its next checkpoint: run.resumed (handover) keeps everything
+    streamed so far, the answer ends end_turn, whole and once."""
+    if settings.AGENT_RUNNER != "worker":
+        pytest.skip("the embedded profile has no second worker to hand over to")
+    start, procs = own_server
+    server = start()
+    c, sid = await open_session(server, cookie)
+    sent = await send_text(c, "/stream 100 50", "m1")
+    run_id = sent["run_id"]
+    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "tok10 " in f["data"]["text"])
+    holder = _holder(run_id)
+    stopped = next(p for p in procs if p.proc.pid == holder)
+    os.kill(holder, signal.SIGTERM)
+    end = await c.wait_event(
+        lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id, timeout=40
+    )
+    assert end["data"] == {"stop_reason": "end_turn"}
+    events = c.events()
+    at = next(i for i, e in enumerate(events) if e["kind"] == "run.resumed")
+    assert events[at]["data"]["reason"] == "handover"
+    before = "".join(e["data"]["text"] for e in events[:at] if e["kind"] == "assistant.delta")
+    assert events[at]["data"]["keep"] == len(before)  # nothing to redo
+    assert streamed_text(events, run_id) == "".join(f"tok{i} " for i in range(100))
+    assert stopped.proc.wait(30) == 0
+    assert f"handed over run {run_id}" in stopped.log_text()
+    await c.close()
+
+
+async def test_a_tool_cut_by_a_crash_is_asked_again_not_rerun(own_server, cookie):
+    """kill -9 while a non-idempotent tool runs: its result is logged
+    'unknown', the run parks at a new gate that says so, and only an approval
+    of that gate runs it again. Executions equal the ok results."""
+    start, procs = own_server
+    server = start(AGENT_TOOLS=TOOLS)
+    c, sid = await open_session(server, cookie)
+    sent = await send_text(c, "/tool slow_count", "m1")
+    run_id = sent["run_id"]
+    first = await c.wait_event(lambda f: f["kind"] == "approval.requested")
+    await c.request(
+        {"type": "decide", "approval_id": first["data"]["approval_id"], "decision": "approve"}
+    )
+    ws = workspace_for(sid)
+    await wait_until(lambda: lines(ws / "started.txt") == 1)
+    live = await _crash(start, procs, run_id, cookie, sid, c, AGENT_TOOLS=TOOLS)
+    again = await live.wait_event(
+        lambda f: (
+            f["kind"] == "approval.requested"
+            and f["data"]["approval_id"] != first["data"]["approval_id"]
+        ),
+        timeout=40,
+    )
+    assert again["data"]["note"] == UNKNOWN_NOTE
+    assert again["data"]["tool"] == "slow_count"
+    results = [e["data"] for e in live.events() if e["kind"] == "tool.result"]
+    assert results == [
+        {"tool_call_id": first["data"]["tool_call_id"], "ok": False, "output": UNKNOWN_OUTPUT}
+    ]
+    assert lines(ws / "counts.txt") == 0
+    await live.request(
+        {"type": "decide", "approval_id": again["data"]["approval_id"], "decision": "approve"}
+    )
+    end = await live.wait_event(
+        lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id, timeout=40
+    )
+    assert end["data"] == {"stop_reason": "end_turn"}
+    oks = [e for e in live.events() if e["kind"] == "tool.result" and e["data"]["ok"]]
+    assert lines(ws / "counts.txt") == len(oks) == 1
+    await live.close()
+
+
+async def test_a_cancel_waits_for_the_tool_in_flight(own_server, cookie):
+    """Cancel while an approved tool runs: the tool's result is logged, then
+    run.finished cancelled; the log says what the tool did."""
+    start, _ = own_server
+    server = start(AGENT_TOOLS=TOOLS)
+    c, sid = await open_session(server, cookie)
+    sent = await send_text(c, "/tool slow_count", "m1")
+    run_id = sent["run_id"]
+    gate = await c.wait_event(lambda f: f["kind"] == "approval.requested")
+    await c.request(
+        {"type": "decide", "approval_id": gate["data"]["approval_id"], "decision": "approve"}
+    )
+    await wait_until(lambda: lines(workspace_for(sid) / "started.txt") == 1)
+    await c.request({"type": "cancel", "run_id": run_id})
+    end = await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id)
+    assert end["data"]["stop_reason"] == "cancelled"
+    tail = [(e["kind"], e["data"].get("ok")) for e in c.events() if e["run_id"] == run_id][-2:]
+    assert tail == [("tool.result", True), ("run.finished", None)]
+    assert lines(workspace_for(sid) / "counts.txt") == 1
+    await c.close()
+
+
+@pytest.mark.django_db
+def test_write_file_run_again_for_one_call_appends_once(tmp_path, settings):
+    """write_file is idempotent by call id: a second attempt of the same call
+    (its worker died after the append) leaves the file as after one; another
+    call appends again."""
+    settings.AGENT_WORKSPACES = tmp_path
+    ws = tmp_path / "s_one"
+    ws.mkdir()
+    args = {"path": "notes.txt", "text": "hello"}
+    for _ in range(3):
+        assert registry.execute("write_file", args, ws, "call_aaaaaaaa")[0]
+    assert (ws / "notes.txt").read_text() == "hello\n"
+    assert registry.execute("write_file", args, ws, "call_bbbbbbbb")[0]
+    assert (ws / "notes.txt").read_text() == "hello\nhello\n"
+    assert not any(p.name.startswith(".") for p in ws.iterdir())  # the journal is elsewhere
