@@ -18,7 +18,7 @@ from chaos_verify import Report, _db, _quiet, wait_quiet
 from django.db import close_old_connections
 from django.utils import timezone
 
-from sessions_app.models import AgentSession, Run
+from sessions_app.models import AgentSession, Event, Run
 from tests.harness import WsClient, session_cookie
 
 raw_tabs_done = threading.Event()
@@ -78,17 +78,25 @@ def _held_by(pid: int) -> list[str]:
     )
 
 
-def _finished_at(run_ids) -> list:
-    return list(
-        Run.objects.filter(id__in=run_ids, status=Run.Status.FINISHED).values_list(
-            "finished_at", "stop_reason"
-        )
-    )
+def _went_on(run_ids, since) -> dict[str, tuple]:
+    """Per run: when it went on after ``since`` (its run.resumed, or its end)
+    and how (``takeover``, ``handover``, or the stop reason)."""
+    out = {}
+    for run_id, at, data in Event.objects.filter(
+        run_id__in=run_ids, kind="run.resumed", created_at__gte=since
+    ).values_list("run_id", "created_at", "data"):
+        out.setdefault(run_id, (at, data.get("reason", "")))
+    for run_id, at, reason in Run.objects.filter(
+        id__in=run_ids, status=Run.Status.FINISHED
+    ).values_list("id", "finished_at", "stop_reason"):
+        out.setdefault(run_id, (at, reason))
+    return out
 
 
 async def _worker_kill(cluster, report: Report, probing) -> tuple[float, float]:
-    """kill -9 of the worker holding most runs: each is finished 'interrupted' within
-    the lease (3 s here) plus a sweep (1 s) plus a little, by the survivors' sweepers.
+    """kill -9 of the worker holding most runs: each is taken over from its last
+    checkpoint (run.resumed) within the lease (3 s here) plus a sweep (1 s)
+    plus a little, by the survivors' sweepers; none is finished 'interrupted'.
     ``probing()`` starts the probe the moment the worker is dead."""
     held: list[str] = []
     deadline = time.monotonic() + 20
@@ -106,17 +114,19 @@ async def _worker_kill(cluster, report: Report, probing) -> tuple[float, float]:
     # What the dead worker still held (a run may have ended just before the kill).
     held = await _db(_held_by, pid)
     deadline = time.monotonic() + 30
-    done = []
+    done: dict = {}
     while time.monotonic() < deadline:
-        done = await _db(_finished_at, held)
+        done = await _db(_went_on, held, t0)
         if len(done) == len(held):
             break
         await asyncio.sleep(0.2)  # a database state no frame announces
-    waits = sorted((at - t0).total_seconds() for at, _ in done)
-    reasons = collections.Counter(reason for _, reason in done)
+    waits = sorted((at - t0).total_seconds() for at, _ in done.values())
+    reasons = collections.Counter(reason for _, reason in done.values())
     report.check(
-        len(done) == len(held) and (not waits or waits[-1] <= 3 + 1 + 3),
-        f"kill -9 of a worker holding {len(held)} runs: {len(done)} finished "
+        len(done) == len(held)
+        and "interrupted" not in reasons
+        and (not waits or waits[-1] <= 3 + 1 + 3),
+        f"kill -9 of a worker holding {len(held)} runs: {len(done)} went on "
         f"{dict(reasons)}, the last {waits[-1] if waits else 0:.1f} s after (bound 7 s)",
     )
     return await probe

@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.conf import settings
 from playwright.sync_api import expect
 
 from sessions_app.models import AgentSession, ApprovalRequest, Run
@@ -321,10 +320,11 @@ def test_simultaneous_approvals_decide_once(server, ctx):
 # 9. The server restarts under open tabs.
 def test_server_restart_resumes_every_tab(daphnes, ctx):
     """A dedicated daphne (runs execute inside it) is killed -9 and started
-    again on the same port while a run streams (the run is interrupted with
-    it) and while the next one is parked at a gate (the gate survives)."""
+    again on the same port while a run streams (the restarted server takes
+    the run over from its last checkpoint) and while the next one is parked
+    at a gate (the gate survives)."""
     server = daphnes()
-    scenarios.server_restart(ctx, server, server, interrupted=settings.AGENT_RUNNER == "embedded")
+    scenarios.server_restart(ctx, server, server)
 
 
 # 10. A failed resume silently falls back to a new session.

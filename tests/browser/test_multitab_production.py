@@ -38,7 +38,7 @@ def test_idle_tab_sees_short_runs_across_servers(server, server_b, ctx):
 def test_server_restart_resumes_every_tab_across_servers(daphnes, ctx):
     """Both daphnes are killed -9 and restarted on their ports, during a stream
     (which goes on in its worker) and at a parked gate."""
-    scenarios.server_restart(ctx, daphnes(), daphnes(), interrupted=False)
+    scenarios.server_restart(ctx, daphnes(), daphnes())
 
 
 def test_epoch_rotation_reloads_tabs_on_both_servers(server, server_b, ctx, django_user_model):

@@ -77,6 +77,8 @@ TRANSCRIPT_JS = (
       Object.assign(item, { run: d.runId, call: d.toolCallId, ok: d.ok === "true" });
     } else if (kind === "run-notice") {
       Object.assign(item, { run: d.runId, stop: d.stopReason });
+    } else if (kind === "run-resumed") {
+      Object.assign(item, { run: d.runId, reason: d.reason });
     }
     return item;
   });
@@ -119,6 +121,7 @@ def expected_transcript(session_id: str, upto: int | None = None) -> dict[str, A
     items: list[dict[str, Any]] = []
     segment: dict[str, int] = {}  # run -> index of its current text element
     last_of_run: dict[str, int] = {}
+    resumed_noted: set[str] = set()
     users: set[str] = set()
     approvals: dict[str, int] = {}
     last = 0
@@ -171,6 +174,17 @@ def expected_transcript(session_id: str, upto: int | None = None) -> dict[str, A
                 leaf = d["leaf_run_id"]
         elif e.kind == "assistant.delta":
             text_element(e)["text"] += d["text"]
+        elif e.kind == "run.resumed":
+            # The open text is cut back to the checkpoint; one quiet note a
+            # run, which does not end the run's text element.
+            index = segment.get(run)
+            if index is not None and last_of_run.get(run) == index and not items[index]["final"]:
+                items[index]["text"] = items[index]["text"][: d["keep"]]
+            if run not in resumed_noted:
+                resumed_noted.add(run)
+                items.append(
+                    {"seq": e.seq, "kind": "run-resumed", "run": run, "reason": d["reason"]}
+                )
         elif e.kind == "assistant.message":
             item = text_element(e)
             item["text"], item["final"] = d["text"], True

@@ -45,6 +45,8 @@ class AnthropicAgent:
     """The Messages API with streaming and approval-gated tool use."""
 
     def start(self, ctx: RunContext) -> None:
+        if ctx.state.get("done"):  # taken over after its answer: said once
+            return
         messages: list[dict[str, Any]] = []
         for item in ctx.history():
             role, content = item.get("role"), item.get("content")
@@ -57,6 +59,8 @@ class AnthropicAgent:
         self._loop(ctx, messages, [], [], 0)
 
     def resume(self, ctx: RunContext, outcome: ToolOutcome) -> None:
+        if ctx.state.get("done"):
+            return
         state = copy.deepcopy(ctx.state or {})  # never mutate the runtime's copy
         messages, current = state.get("messages"), state.get("current")
         if not isinstance(messages, list) or not isinstance(current, dict):
@@ -115,6 +119,7 @@ class AnthropicAgent:
             model_calls += 1
             text, calls = self._complete(ctx, messages)
             if not calls:
+                ctx.state["done"] = True  # saved with the message (docs/agents.md)
                 ctx.message(text)
                 return
             # A text block must hold more than whitespace (the API refuses it).

@@ -42,6 +42,8 @@ class OpenAIAgent:
     """Chat completions with streaming and approval-gated tool calls."""
 
     def start(self, ctx: RunContext) -> None:
+        if ctx.state.get("done"):  # taken over after its answer: said once
+            return
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": settings.AGENT_SYSTEM_PROMPT}
         ]
@@ -53,6 +55,8 @@ class OpenAIAgent:
         self._loop(ctx, messages, [], 0)
 
     def resume(self, ctx: RunContext, outcome: ToolOutcome) -> None:
+        if ctx.state.get("done"):
+            return
         state = copy.deepcopy(ctx.state or {})  # never mutate the runtime's copy
         messages, current = state.get("messages"), state.get("current")
         if not isinstance(messages, list) or not isinstance(current, dict):
@@ -92,6 +96,7 @@ class OpenAIAgent:
             model_calls += 1
             text, calls = self._complete(ctx, messages)
             if not calls:
+                ctx.state["done"] = True  # saved with the message (docs/agents.md)
                 ctx.message(text)
                 return
             messages.append(
