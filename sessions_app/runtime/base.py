@@ -25,8 +25,9 @@ Steps and checkpoints (docs/agents.md): ``ctx.state`` is saved with the run
 at every checkpoint: each ``message``, each ``request_tool``, each tool
 result, ``delta(text, checkpoint=True)`` and ``checkpoint()``. When the
 process executing a run dies or stops, another goes on from the last
-checkpoint: it calls ``start`` (or ``resume``, with the same outcome, if the
-checkpoint came after a tool call) again, with ``ctx.state`` as saved there;
+checkpoint: it calls ``resume`` again, with the same outcome, if that
+checkpoint is a tool call's result, and otherwise ``start`` (even for a
+checkpoint taken inside ``resume``), with ``ctx.state`` as saved there;
 whatever the cut step had streamed since is superseded (``run.resumed``). An
 agent keeps in ``ctx.state`` where it is, and sets it before the call that
 ends a step.

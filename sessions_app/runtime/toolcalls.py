@@ -105,6 +105,9 @@ def _log_result(ctx: Context, outcome: ToolOutcome) -> None:
     ctx.commit_step([NewEvent(p.K_TOOL_RESULT, result, ctx.run_id)], then=waited, gate=None)
     if cancelled:
         raise RunAborted(ctx.run_id)
+    # Only this checkpoint goes on with ``resume``; any later one the agent
+    # takes holds the outcome in its own state and goes on with ``start``.
+    ctx.entry, ctx.outcome = "start", None
 
 
 def _unknown(ctx: Context, approval: ApprovalRequest) -> None:

@@ -144,24 +144,43 @@ async def test_gates_parked_together_decided_in_another_order(one_executor, cook
 
 
 @pytest.mark.postgres
-async def test_kill_9_of_a_busy_worker_interrupts_each_of_its_runs_once(one_executor, cookie):
-    """kill -9 of a worker holding four runs: each ends 'interrupted' once, within the
-    lease plus a sweep, and nothing of it is appended after."""
-    server, worker = one_executor(AGENT_LEASE_SECONDS="2", AGENT_SWEEP_SECONDS="0.5")
+async def test_kill_9_of_a_busy_worker_has_each_of_its_runs_taken_over_once(
+    one_executor, cookie, tmp_path
+):
+    """kill -9 of the one worker, holding four runs: the server's sweeper takes
+    each over once (run.resumed, takeover) and the next worker to start
+    finishes each end_turn, with its whole answer, once."""
+    env = {"AGENT_LEASE_SECONDS": "2", "AGENT_SWEEP_SECONDS": "0.5"}
+    server, worker = one_executor(**env)
     tabs = await _sessions(server, cookie, 4)
     run_ids = [
-        (await _send(c, "/stream 1000 50", f"m{i}"))["run_id"] for i, (c, _) in enumerate(tabs)
+        (await _send(c, "/stream 60 30", f"m{i}"))["run_id"] for i, (c, _) in enumerate(tabs)
     ]
     holder = await wait_until(lambda: _held_by_one_process(run_ids), timeout=20)
     os.kill(int(holder.split(":")[1]), signal.SIGKILL)
-    # The daphne's sweeper finishes them (no worker is left alive).
-    for (c, sid), run_id in zip(tabs, run_ids, strict=True):
-        end = await c.wait_event(
-            lambda f, r=run_id: f["kind"] == "run.finished" and f["run_id"] == r, timeout=30
-        )
-        assert end["data"] == {"stop_reason": "interrupted"}
-        assert len(_finishes(sid, run_id)) == 1
-        await c.close()
+    # The daphne's sweeper takes them over (no worker is left alive) ...
+    for c, _ in tabs:
+        await c.wait_event(lambda f: f["kind"] == "run.resumed", timeout=30)
+    # ... and a worker started afterwards goes on with each.
+    fresh = Worker(tmp_path, **env).start()
+    try:
+        for (c, sid), run_id in zip(tabs, run_ids, strict=True):
+            end = await c.wait_event(
+                lambda f, r=run_id: f["kind"] == "run.finished" and f["run_id"] == r, timeout=30
+            )
+            assert end["data"] == {"stop_reason": "end_turn"}
+            assert len(_finishes(sid, run_id)) == 1
+            kinds = [e.kind for e in read_events(sid, 0) if e.run_id == run_id]
+            assert kinds.count("run.resumed") == 1
+            messages = [
+                e.data["text"]
+                for e in read_events(sid, 0)
+                if e.run_id == run_id and e.kind == "assistant.message"
+            ]
+            assert messages == ["".join(f"tok{i} " for i in range(60))]
+            await c.close()
+    finally:
+        fresh.kill()
 
 
 @pytest.mark.postgres

@@ -251,3 +251,16 @@ def test_the_system_prompt_is_a_setting(server, settings):
     server.responses = [anthropic_response("ok")]
     start(FakeContext("now"))
     assert server.requests[0]["system"] == "Answer in one line."
+
+
+def test_a_takeover_after_a_model_call_makes_its_calls_without_asking_again(server):
+    """The model step is checkpointed (the loop both backends share): a run
+    taken over after the model asked for a tool goes on with that call."""
+    server.responses = [
+        anthropic_response(("tool_use", "toolu_1", "terminal", ['{"command": "ls"}']))
+    ]
+    ctx = park(FakeContext("list"))
+    asked = len(server.requests)
+    later = park(FakeContext("list", state=ctx.checkpoints[0]))
+    assert len(server.requests) == asked
+    assert later.tool_requests[0][:2] == ("terminal", {"command": "ls"})

@@ -271,3 +271,26 @@ def test_the_system_prompt_is_a_setting(server, settings):
     server.responses = [text_response("ok")]
     start(FakeContext("now"))
     assert server.requests[0]["messages"][0] == {"role": "system", "content": "Answer in one line."}
+
+
+def test_a_takeover_after_a_model_call_makes_its_calls_without_asking_again(server):
+    """The model step is checkpointed: a run taken over after the model asked
+    for a tool goes on with that call; the model is not asked again."""
+    server.responses = [tool_call_response(("call_a", "terminal", '{"command": "ls"}'))]
+    ctx = park(FakeContext("list"))
+    saved = ctx.checkpoints[0]
+    assert [c["name"] for c in saved["pending"]] == ["terminal"] and "current" not in saved
+    asked = len(server.requests)
+    later = park(FakeContext("list", state=saved))
+    assert len(server.requests) == asked
+    assert later.tool_requests[0][:2] == ("terminal", {"command": "ls"})
+
+
+def test_a_takeover_after_the_answer_says_nothing_again(server):
+    """The final answer marks the state done before its message: started again
+    from that checkpoint, the agent neither calls the model nor speaks."""
+    server.responses = [text_response("all done")]
+    ctx = start(FakeContext("hi"))
+    asked = len(server.requests)
+    again = start(FakeContext("hi", state=ctx.checkpoints[-1]))
+    assert (again.messages, again.deltas, len(server.requests)) == ([], [], asked)

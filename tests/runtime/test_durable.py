@@ -7,11 +7,14 @@ run again and takes effect once. A cancel waits for the tool in flight."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 
 import pytest
 from django.conf import settings
+from httpx_sse import connect_sse
 
 from sessions_app.models import Run
 from sessions_app.runtime import registry
@@ -20,6 +23,7 @@ from sessions_app.runtime.tools import workspace_for
 from tests.durable_tools import TOOLS, lines
 from tests.harness import WsClient, wait_until
 from tests.runtime.common import open_session, send_text
+from tests.web.test_stream import client_for, read_until
 
 STREAM = "/stream 60 50"  # 3 s of output: a checkpoint at least every second
 FULL = "".join(f"tok{i} " for i in range(60))
@@ -52,30 +56,42 @@ def _holder(run_id: str) -> int:
 
 async def _crash(start, procs, run_id: str, cookie, sid: str, client: WsClient, **env):
     """kill -9 the process executing ``run_id`` (embedded: the server, started
-    again with ``env``); returns a client following the session."""
+    again with ``env``); returns a client following the session, and its server."""
     if settings.AGENT_RUNNER == "worker":
         os.kill(await wait_until(lambda: _holder(run_id)), signal.SIGKILL)
-        return client
+        return client, procs[-1]
     for p in procs:
         p.kill()
     procs.clear()
     server = start(**env)
     live = await WsClient.connect(server.ws, cookie)
     await live.resume(sid, 0)
-    return live
+    return live, server
 
 
-async def test_kill_9_mid_answer_is_taken_over_and_ends_once(own_server, cookie):
+def _sse_frames(server, user, sid: str, head: int, compact: bool) -> list[dict]:
+    """The session's event frames from 0 as the SSE stream sends them."""
+    query = "?after=0&compact=1" if compact else "?after=0"
+    with (
+        client_for(server, user) as c,
+        connect_sse(c, "GET", f"/api/sessions/{sid}/stream/{query}") as source,
+    ):
+        got = read_until(source.iter_sse(), lambda e: e.id == str(head))
+    return [json.loads(e.data) for e in got if e.event not in ("stream", "compacted")]
+
+
+async def test_kill_9_mid_answer_is_taken_over_and_ends_once(own_server, cookie, user):
     """kill -9 while streaming: the run is taken over at its last checkpoint
     (run.resumed, takeover), finishes end_turn, the log holds one message with
-    the whole answer, and the deltas as a tab applies them equal it."""
+    the whole answer, and the deltas as a tab applies them equal it: live, and
+    over SSE, plain and compacted."""
     start, procs = own_server
     server = start()
     c, sid = await open_session(server, cookie)
     sent = await send_text(c, STREAM, "m1")
     run_id = sent["run_id"]
     await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "tok25 " in f["data"]["text"])
-    live = await _crash(start, procs, run_id, cookie, sid, c)
+    live, server = await _crash(start, procs, run_id, cookie, sid, c)
     end = await live.wait_event(
         lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id, timeout=40
     )
@@ -88,6 +104,11 @@ async def test_kill_9_mid_answer_is_taken_over_and_ends_once(own_server, cookie)
     assert [e["data"]["text"] for e in mine if e["kind"] == "assistant.message"] == [FULL]
     assert streamed_text(events, run_id) == FULL
     assert [e["seq"] for e in events] == list(range(1, events[-1]["seq"] + 1))
+    head = events[-1]["seq"]
+    for compact in (False, True):
+        frames = await asyncio.to_thread(_sse_frames, server, user, sid, head, compact)
+        assert shown_text(frames, run_id) == FULL
+        assert [f["kind"] for f in frames].count("run.resumed") == 1
     await live.close()
 
 
@@ -137,7 +158,7 @@ async def test_a_tool_cut_by_a_crash_is_asked_again_not_rerun(own_server, cookie
     )
     ws = workspace_for(sid)
     await wait_until(lambda: lines(ws / "started.txt") == 1)
-    live = await _crash(start, procs, run_id, cookie, sid, c, AGENT_TOOLS=TOOLS)
+    live, _ = await _crash(start, procs, run_id, cookie, sid, c, AGENT_TOOLS=TOOLS)
     again = await live.wait_event(
         lambda f: (
             f["kind"] == "approval.requested"
@@ -201,3 +222,65 @@ def test_write_file_run_again_for_one_call_appends_once(tmp_path, settings):
     assert registry.execute("write_file", args, ws, "call_bbbbbbbb")[0]
     assert (ws / "notes.txt").read_text() == "hello\nhello\n"
     assert not any(p.name.startswith(".") for p in ws.iterdir())  # the journal is elsewhere
+
+
+async def _pair(server, cookie, sid: str) -> tuple[WsClient, WsClient]:
+    """Two fresh sockets on the session (each has its own branch-rate budget)."""
+    a = await WsClient.connect(server.ws, cookie)
+    b = await WsClient.connect(server.ws, cookie)
+    for c in (a, b):
+        await c.resume(sid, 0)
+    return a, b
+
+
+async def test_approve_and_switch_at_once_leave_workspace_and_log_agreeing(server, cookie):
+    """Tab A approves a /write at the instant tab B switches to another
+    branch, 50 rounds: the workspace holds exactly the writes whose ok
+    tool.result is in the log, and every approved call that started has its
+    result."""
+    c, sid = await open_session(server, cookie)
+    base = await send_text(c, "hello", "m0")
+    await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == base["run_id"])
+    await c.close()
+    a = b = None
+    for i in range(50):
+        if i % 5 == 0:
+            if a is not None:
+                await a.close()
+                await b.close()
+            a, b = await _pair(server, cookie, sid)
+        reply = await a.request(
+            {
+                "type": "send",
+                "client_message_id": f"e{i}",
+                "text": f"/write race.txt {i}",
+                "edit_of": base["run_id"],
+            }
+        )
+        run_id = reply["run_id"]
+        gate = await a.wait_event(
+            lambda f, r=run_id: f["kind"] == "approval.requested" and f["run_id"] == r
+        )
+        decide = {
+            "type": "decide",
+            "approval_id": gate["data"]["approval_id"],
+            "decision": "approve",
+        }
+        await asyncio.gather(
+            a.request(decide), b.request({"type": "switch", "run_id": base["run_id"]})
+        )
+        await a.wait_event(lambda f, r=run_id: f["kind"] == "run.finished" and f["run_id"] == r)
+    events = a.events()
+    await a.close()
+    await b.close()
+    calls = {
+        e["data"]["tool_call_id"]: e["data"]["args"]["text"]
+        for e in events
+        if e["kind"] == "tool.call"
+    }
+    results = [e["data"] for e in events if e["kind"] == "tool.result"]
+    assert sorted(r["tool_call_id"] for r in results) == sorted(calls)  # one result a call
+    written = sorted(calls[r["tool_call_id"]] for r in results if r["ok"])
+    path = workspace_for(sid) / "race.txt"
+    on_disk = sorted(path.read_text().splitlines()) if path.exists() else []
+    assert on_disk == written

@@ -15,7 +15,6 @@ proxy or a local fake), ANTHROPIC_MAX_TOKENS.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -23,12 +22,12 @@ from django.conf import settings
 
 from sessions_app.runtime import registry
 from sessions_app.runtime.agents import streaming
-from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
+from sessions_app.runtime.agents.toolloop import MAX_MODEL_CALLS, ToolLoopAgent
+from sessions_app.runtime.base import AgentError, RunContext
 from sessions_app.server import tracing
 
 API_VERSION = "2023-06-01"
-# Model calls per run (the first plus one after each round of tools).
-MAX_MODEL_CALLS = 8
+__all__ = ["MAX_MODEL_CALLS", "AnthropicAgent", "tool_schemas"]
 # Seconds to wait for the endpoint: to connect and between streamed bytes.
 REQUEST_TIMEOUT = 60.0
 
@@ -41,12 +40,11 @@ def tool_schemas() -> list[dict[str, Any]]:
     ]
 
 
-class AnthropicAgent:
-    """The Messages API with streaming and approval-gated tool use."""
+class AnthropicAgent(ToolLoopAgent):
+    """The Messages API with streaming and approval-gated tool use (the loop
+    and its checkpoints: ``agents.toolloop``)."""
 
-    def start(self, ctx: RunContext) -> None:
-        if ctx.state.get("done"):  # taken over after its answer: said once
-            return
+    def first_messages(self, ctx: RunContext) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
         for item in ctx.history():
             role, content = item.get("role"), item.get("content")
@@ -56,82 +54,33 @@ class AnthropicAgent:
             if usable and content.strip() and (messages or role == "user"):
                 _add(messages, role, content)
         _add(messages, "user", ctx.text)
-        self._loop(ctx, messages, [], [], 0)
+        return messages
 
-    def resume(self, ctx: RunContext, outcome: ToolOutcome) -> None:
-        if ctx.state.get("done"):
-            return
-        state = copy.deepcopy(ctx.state or {})  # never mutate the runtime's copy
-        messages, current = state.get("messages"), state.get("current")
-        if not isinstance(messages, list) or not isinstance(current, dict):
-            raise AgentError("the saved state of this run is unusable")
-        results = list(state.get("results") or [])
-        # The runtime has its own tool_call_id; the model needs its own back.
-        results.append(
-            {
-                "type": "tool_result",
-                "tool_use_id": current["id"],
-                "content": outcome.output if outcome.approved else "denied",
-                "is_error": not (outcome.approved and outcome.ok),
-            }
-        )
-        pending = list(state.get("pending") or [])
-        self._loop(ctx, messages, pending, results, int(state.get("model_calls", 0)))
+    def model_turn(self, text: str, calls: list[dict[str, str]]) -> dict[str, Any]:
+        # A text block must hold more than whitespace (the API refuses it).
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
+        content += [
+            {"type": "tool_use", "id": c["id"], "name": c["name"], "input": _input(c)}
+            for c in calls
+        ]
+        return {"role": "assistant", "content": content}
 
-    def _loop(
-        self,
-        ctx: RunContext,
-        messages: list[dict[str, Any]],
-        pending: list[dict[str, str]],
-        results: list[dict[str, Any]],
-        model_calls: int,
-    ) -> None:
-        while True:
-            while pending:
-                call = pending.pop(0)
-                args, error = _parse_call(call)
-                if error is not None:
-                    results.append(
-                        {
-                            "type": "tool_result",
-                            "tool_use_id": call["id"],
-                            "content": error,
-                            "is_error": True,
-                        }
-                    )
-                    continue
-                state = {
-                    "messages": messages,
-                    "pending": pending,
-                    "results": results,
-                    "current": call,
-                    "model_calls": model_calls,
-                }
-                ctx.request_tool(call["name"], args, state=state)
-                return  # request_tool raises Parked; never reached with a real runtime
-            if results:
-                messages.append({"role": "user", "content": results})
-                results = []
-            if model_calls >= MAX_MODEL_CALLS:
-                raise AgentError(
-                    f"the model was still calling tools after {MAX_MODEL_CALLS} rounds; stopped"
-                )
-            model_calls += 1
-            text, calls = self._complete(ctx, messages)
-            if not calls:
-                ctx.state["done"] = True  # saved with the message (docs/agents.md)
-                ctx.message(text)
-                return
-            # A text block must hold more than whitespace (the API refuses it).
-            content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
-            content += [
-                {"type": "tool_use", "id": c["id"], "name": c["name"], "input": _input(c)}
-                for c in calls
-            ]
-            messages.append({"role": "assistant", "content": content})
-            pending = calls
+    def answer(self, call: dict[str, str], content: str, ok: bool) -> dict[str, Any]:
+        return {
+            "type": "tool_result",
+            "tool_use_id": call["id"],
+            "content": content,
+            "is_error": not ok,
+        }
 
-    def _complete(
+    def add_answers(self, messages: list[dict[str, Any]], answers: list[dict[str, Any]]) -> None:
+        # One turn's results go back together, in one user message.
+        messages.append({"role": "user", "content": answers})
+
+    def parse_call(self, call: dict[str, str]) -> tuple[dict[str, Any] | None, str | None]:
+        return _parse_call(call)
+
+    def complete(
         self, ctx: RunContext, messages: list[dict[str, Any]]
     ) -> tuple[str, list[dict[str, str]]]:
         """Stream one response: deltas go to ``ctx``; returns (text, tool uses)."""

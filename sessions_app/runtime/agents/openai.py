@@ -17,18 +17,18 @@ Choices not fixed by the protocol:
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from django.conf import settings
 
 from sessions_app.runtime import registry
 from sessions_app.runtime.agents import streaming
-from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
+from sessions_app.runtime.agents.toolloop import MAX_MODEL_CALLS, ToolLoopAgent
+from sessions_app.runtime.base import AgentError, RunContext
 from sessions_app.server import tracing
 
-# Model calls per run (the first plus one after each round of tools).
-MAX_MODEL_CALLS = 8
+__all__ = ["MAX_MODEL_CALLS", "OpenAIAgent", "tool_schemas"]
+
 # Seconds to wait for the endpoint: to connect and between streamed bytes.
 REQUEST_TIMEOUT = 60.0
 
@@ -38,12 +38,11 @@ def tool_schemas() -> list[dict[str, Any]]:
     return [{"type": "function", "function": tool.schema()} for tool in registry.tools().values()]
 
 
-class OpenAIAgent:
-    """Chat completions with streaming and approval-gated tool calls."""
+class OpenAIAgent(ToolLoopAgent):
+    """Chat completions with streaming and approval-gated tool calls (the
+    loop and its checkpoints: ``agents.toolloop``)."""
 
-    def start(self, ctx: RunContext) -> None:
-        if ctx.state.get("done"):  # taken over after its answer: said once
-            return
+    def first_messages(self, ctx: RunContext) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": settings.AGENT_SYSTEM_PROMPT}
         ]
@@ -52,72 +51,34 @@ class OpenAIAgent:
             if role in ("user", "assistant") and isinstance(content, str):
                 messages.append({"role": role, "content": content})
         messages.append({"role": "user", "content": ctx.text})
-        self._loop(ctx, messages, [], 0)
+        return messages
 
-    def resume(self, ctx: RunContext, outcome: ToolOutcome) -> None:
-        if ctx.state.get("done"):
-            return
-        state = copy.deepcopy(ctx.state or {})  # never mutate the runtime's copy
-        messages, current = state.get("messages"), state.get("current")
-        if not isinstance(messages, list) or not isinstance(current, dict):
-            raise AgentError("the saved state of this run is unusable")
-        # The runtime has its own tool_call_id; the model needs its own back.
-        content = outcome.output if outcome.approved else "denied"
-        messages.append({"role": "tool", "tool_call_id": current["id"], "content": content})
-        pending = list(state.get("pending") or [])
-        self._loop(ctx, messages, pending, int(state.get("model_calls", 0)))
-
-    def _loop(
-        self,
-        ctx: RunContext,
-        messages: list[dict[str, Any]],
-        pending: list[dict[str, str]],
-        model_calls: int,
-    ) -> None:
-        while True:
-            while pending:
-                call = pending.pop(0)
-                args, error = _parse_call(call)
-                if error is not None:
-                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": error})
-                    continue
-                state = {
-                    "messages": messages,
-                    "pending": pending,
-                    "current": call,
-                    "model_calls": model_calls,
-                }
-                ctx.request_tool(call["name"], args, state=state)
-                return  # request_tool raises Parked; never reached with a real runtime
-            if model_calls >= MAX_MODEL_CALLS:
-                raise AgentError(
-                    f"the model was still calling tools after {MAX_MODEL_CALLS} rounds; stopped"
-                )
-            model_calls += 1
-            text, calls = self._complete(ctx, messages)
-            if not calls:
-                ctx.state["done"] = True  # saved with the message (docs/agents.md)
-                ctx.message(text)
-                return
-            messages.append(
+    def model_turn(self, text: str, calls: list[dict[str, str]]) -> dict[str, Any]:
+        return {
+            "role": "assistant",
+            "content": text or None,
+            "tool_calls": [
                 {
-                    "role": "assistant",
-                    "content": text or None,
-                    "tool_calls": [
-                        {
-                            "id": call["id"],
-                            "type": "function",
-                            "function": {"name": call["name"], "arguments": call["arguments"]},
-                        }
-                        for call in calls
-                    ],
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": call["arguments"]},
                 }
-            )
-            pending = calls
+                for call in calls
+            ],
+        }
+
+    def answer(self, call: dict[str, str], content: str, ok: bool) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": call["id"], "content": content}
+
+    def add_answers(self, messages: list[dict[str, Any]], answers: list[dict[str, Any]]) -> None:
+        messages.extend(answers)  # one tool message a call
+
+    def parse_call(self, call: dict[str, str]) -> tuple[dict[str, Any] | None, str | None]:
+        return _parse_call(call)
 
     # --- one streamed completion ----------------------------------------------
 
-    def _complete(
+    def complete(
         self, ctx: RunContext, messages: list[dict[str, Any]]
     ) -> tuple[str, list[dict[str, str]]]:
         """Stream one completion: deltas go to ``ctx``; returns (text, tool calls)."""
