@@ -30,6 +30,11 @@ Phases (``--only`` picks some):
   that would leak slots, a logout under a stream, a 20k-run session.
 - ``sse``: readers of the SSE stream cut at random and purged under
   (``chaos_sse.cuts``): every seq once, in order, never past a hole.
+- ``workers``: the processes executing runs (the run workers; embedded, the
+  server) killed -9 and stopped with SIGTERM at random under streams and
+  gated tools (``chaos_workers``): every run ends ``end_turn`` (or ``error``
+  by the crash budget), each tool's effect is counted once, every answer is
+  shown once.
 
 Then it checks, and prints, the invariants: every socket saw ``after+1 ...
 head`` with no gap and no repeat; every tab's final transcript equals the
@@ -164,27 +169,39 @@ SERVER_ENV = {
 class Cluster:
     """The servers under test: one daphne (embedded) or two daphnes and two workers."""
 
-    def __init__(self, log_dir: Path):
+    def __init__(self, log_dir: Path, **env: str):
         self.log_dir = log_dir
+        self.env = {**SERVER_ENV, **env}
         self.production = settings.AGENT_RUNNER == "worker"
-        self.daphnes = [Daphne(log_dir, **SERVER_ENV).start()]
+        self.daphnes = [Daphne(log_dir, **self.env).start()]
         self.workers: list[Worker] = []
         if self.production:
-            self.daphnes.append(Daphne(log_dir, **SERVER_ENV).start())
-            self.workers = [Worker(log_dir, **SERVER_ENV).start() for _ in range(2)]
+            self.daphnes.append(Daphne(log_dir, **self.env).start())
+            self.workers = [Worker(log_dir, **self.env).start() for _ in range(2)]
         self.dead_logs: list[str] = []
 
     def urls(self) -> list[str]:
         return [d.ws for d in self.daphnes]
 
-    def restart_daphne(self, index: int) -> None:
+    def restart_daphne(self, index: int, graceful: bool = False) -> None:
+        """kill -9 (or, ``graceful``, SIGTERM) a daphne and start it again on its port."""
+        if graceful:
+            self.daphnes[index].stop()
+        else:
+            self.daphnes[index].kill()
         self.dead_logs.append(self.daphnes[index].log_text())
-        self.daphnes[index].restart()
+        self.daphnes[index].start_again()
 
-    def replace_worker(self, index: int) -> None:
-        self.workers[index].kill()
+    def replace_worker(self, index: int, graceful: bool = False) -> None:
+        """kill -9 a worker and start another; ``graceful``: start the other
+        first, then SIGTERM this one (a rolling deploy)."""
+        if graceful:
+            fresh = Worker(self.log_dir, **self.env).start()
+            self.workers[index].stop()
+        else:
+            self.workers[index].kill()
         self.dead_logs.append(self.workers[index].log_text())
-        self.workers[index] = Worker(self.log_dir, **SERVER_ENV).start()
+        self.workers[index] = fresh if graceful else Worker(self.log_dir, **self.env).start()
 
     def logs(self) -> list[str]:
         return self.dead_logs + [p.log_text() for p in self.daphnes + self.workers]
@@ -284,7 +301,9 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--short", action="store_true", help="the CI size")
     parser.add_argument(
-        "--only", default="cuts,fuzz,hostile,sse", help="phases: cuts,fuzz,hostile,sse"
+        "--only",
+        default="cuts,fuzz,hostile,sse,workers",
+        help="phases: cuts,fuzz,hostile,sse,workers",
     )
     parser.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "1")))
     parser.add_argument("--sessions", type=int, default=None)
@@ -315,6 +334,7 @@ async def main() -> int:
     # collected (notes: Django's sync middleware under ASGI): the short run
     # stays well under PostgreSQL's 100.
     args.sse_quick_closes = 40 if short else 200
+    args.worker_sessions = 6 if short else 30
 
     call_command("migrate", verbosity=0)
     profile = (
@@ -366,6 +386,11 @@ async def main() -> int:
             clusters.append(Cluster(log_dir))
             user, (session,) = await asyncio.to_thread(_sessions, 1, "sse")
             await asyncio.to_thread(chaos_sse.cuts, clusters[-1], user, session, args, report)
+        if "workers" in phases:
+            import chaos_workers
+
+            clusters.append(Cluster(log_dir, **chaos_workers.ENV))
+            await chaos_workers.workers_phase(clusters[-1], args, report)
     finally:
         for cluster in clusters:
             cluster.stop()

@@ -77,13 +77,17 @@ class Context:
         self,
         events: list[NewEvent],
         then: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        even_if_stopping: bool = False,
         **checkpoint: Any,
     ) -> dict[str, Any]:
         """Append ``events`` and save the checkpoint after them, in one
         transaction (with ``then(state)`` last in it); returns the run's state.
         A stopping process then hands the run over (``RunAborted`` here ends
-        this drive)."""
-        if self.aborted.is_set():
+        this drive). ``even_if_stopping``: a tool that ran has its result
+        logged even when this process was asked to stop meanwhile (only the
+        run's guard can refuse it)."""
+        if self.aborted.is_set() and not even_if_stopping:
             raise RunAborted(self.run_id)
         saved = {
             "agent": self.state,

@@ -102,7 +102,12 @@ def _log_result(ctx: Context, outcome: ToolOutcome) -> None:
             _cancel_now(ctx.run_id, state["cancel"])
             cancelled.append(True)
 
-    ctx.commit_step([NewEvent(p.K_TOOL_RESULT, result, ctx.run_id)], then=waited, gate=None)
+    ctx.commit_step(
+        [NewEvent(p.K_TOOL_RESULT, result, ctx.run_id)],
+        then=waited,
+        even_if_stopping=True,
+        gate=None,
+    )
     if cancelled:
         raise RunAborted(ctx.run_id)
     # Only this checkpoint goes on with ``resume``; any later one the agent

@@ -1,0 +1,106 @@
+"""Exactly once under kill -9 (docs/agents.md, "Tool calls and crashes"): a
+second-long tool that counts its executions is approved and the process
+executing its run is killed at a random moment (before, during or after the
+tool), 20 times. Each approved call runs at most once, an ok result is never
+missing for a call that counted and never invented for one that did not, and
+an unknown outcome is always asked again, never re-run silently."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+
+from django.conf import settings
+
+from sessions_app.models import ApprovalRequest, Run
+from sessions_app.runtime.toolcalls import UNKNOWN_NOTE
+from sessions_app.runtime.tools import workspace_for
+from tests.durable_tools import TOOLS, lines
+from tests.harness import WsClient, wait_until
+from tests.runtime.common import open_session, send_text
+
+ROUNDS = 20
+ENV = {"AGENT_TOOLS": TOOLS, "AGENT_LEASE_SECONDS": "1", "AGENT_SWEEP_SECONDS": "0.3"}
+
+
+def _pending(run_id: str) -> str | None:
+    return (
+        ApprovalRequest.objects.filter(run_id=run_id, status="pending")
+        .values_list("id", flat=True)
+        .first()
+    )
+
+
+def _holder_pid(run_id: str) -> int | None:
+    worker = Run.objects.filter(id=run_id).values_list("worker", flat=True).first()
+    return int(worker.split(":")[1]) if worker else None
+
+
+async def test_kill_9_at_random_moments_never_runs_a_tool_twice(own_server, cookie):
+    """20 rounds of approve-then-kill-at-a-random-moment: executions never
+    exceed the approvals, every ok result is an execution, every unknown
+    outcome is re-asked, and every run ends end_turn."""
+    start, procs = own_server
+    server = start(**ENV)
+    rng = random.Random(7)
+    c, sid = await open_session(server, cookie)
+    counts = workspace_for(sid) / "counts.txt"
+    for i in range(ROUNDS):
+        run_id = (await send_text(c, "/tool slow_count", f"m{i}"))["run_id"]
+        approval = await wait_until(lambda r=run_id: _pending(r), timeout=30)
+        await c.request({"type": "decide", "approval_id": approval, "decision": "approve"})
+        await asyncio.sleep(rng.uniform(0, 1.6))  # sleep-ok: the random moment of the kill
+        if settings.AGENT_RUNNER == "worker":
+            pid = await asyncio.to_thread(_holder_pid, run_id)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                procs.remove(next(p for p in procs if p.proc.pid == pid))
+                procs.insert(0, await asyncio.to_thread(_fresh_worker, procs, ENV))
+        else:
+            await c.close()
+            for p in procs:
+                p.kill()
+            procs.clear()
+            server = start(**ENV)
+            c = await WsClient.connect(server.ws, cookie)
+            await c.resume(sid, 0)
+        # Approve whatever is asked again, until the run ends.
+        while not Run.objects.filter(id=run_id, status="finished").exists():
+            again = await asyncio.to_thread(_pending, run_id)
+            if again:
+                await c.request({"type": "decide", "approval_id": again, "decision": "approve"})
+            await asyncio.sleep(0.1)  # sleep-ok: a database state no frame announces
+    await c.close()
+    runs = Run.objects.filter(session_id=sid)
+    assert sorted({r.stop_reason for r in runs}) == ["end_turn"]
+    gates = ApprovalRequest.objects.filter(session_id=sid)
+    approved = gates.filter(status="approved").count()
+    results = [e for e in _events(sid) if e.kind == "tool.result"]
+    ok = sum(1 for e in results if e.data["ok"])
+    unknown = [e for e in results if e.data["output"].startswith("unknown:")]
+    assert ok == ROUNDS  # every run's tool ran, in the end
+    assert ok <= lines(counts) <= min(approved, ok + len(unknown))
+    reasked = gates.filter(tool_call_id__in=_noted_calls(sid)).count()
+    assert reasked == len(unknown)  # every unknown outcome was asked again
+
+
+def _fresh_worker(procs, env):
+    from tests.harness import Worker
+
+    return Worker(procs[-1].log_path.parent, **env).start()
+
+
+def _events(sid: str):
+    from sessions_app.log.events import read_events
+
+    return read_events(sid, 0)
+
+
+def _noted_calls(sid: str) -> list[str]:
+    return [
+        e.data["tool_call_id"]
+        for e in _events(sid)
+        if e.kind == "approval.requested" and e.data.get("note") == UNKNOWN_NOTE
+    ]
