@@ -67,6 +67,10 @@ def _pending(session_id: str) -> list[str]:
     )
 
 
+def _held_by(pid: int) -> int:
+    return Run.objects.filter(status=Run.Status.RUNNING, worker__contains=f":{pid}:").count()
+
+
 def _finished(run_id: str) -> bool:
     return Run.objects.filter(id=run_id, status=Run.Status.FINISHED).exists()
 
@@ -115,7 +119,9 @@ async def _faults(cluster, args, stop: asyncio.Event, counts: collections.Counte
         how = rng.choice(["kill", "term"])
         counts[how] += 1
         if cluster.production:
-            index = rng.randrange(len(cluster.workers))
+            # The worker holding the most runs (an idle one proves nothing).
+            held = [await _db(_held_by, w.proc.pid) for w in cluster.workers]
+            index = max(range(len(held)), key=lambda i: (held[i], rng.random()))
             await asyncio.to_thread(cluster.replace_worker, index, how == "term")
         else:
             await asyncio.to_thread(cluster.restart_daphne, 0, how == "term")
