@@ -16,6 +16,10 @@ Scenario: RUNS sessions, each followed by one raw protocol client, are sent
 
 Every figure comes from the clients' clocks (frames received), except the
 kill's instant, taken by this process just before the signal.
+
+First it measures what keeping leases costs: one worker's renewal beat (one
+statement, however many runs it holds) for ``--renewals`` runs, and so the
+database time a second that the default lease (3 s, a beat a second) takes.
 """
 
 from __future__ import annotations
@@ -81,12 +85,48 @@ async def _follow(server, user, session) -> Follower:
     return follower
 
 
+def _rows_of(run_ids: list[str]) -> list[tuple]:
+    return list(Run.objects.filter(id__in=run_ids).values_list("id", "status", "worker", "state"))
+
+
 async def _all_finished(followers: list[Follower], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not all(f.stop for f in followers):
         if time.monotonic() > deadline:
-            raise TimeoutError("runs did not finish")
+            stuck = [f.run_id for f in followers if not f.stop]
+            rows = await asyncio.to_thread(_rows_of, stuck)
+            raise TimeoutError(f"runs did not finish: {rows[:5]}")
         await asyncio.sleep(0.05)  # sleep-ok: polling the clients' own records
+
+
+def _renewal_cost(n: int, beats: int = 50) -> tuple[float, float]:
+    """(mean, p99) ms of one renewal beat of a worker holding ``n`` runs."""
+    from sessions_app.runtime import leases
+
+    User = get_user_model()
+    user, _ = User.objects.get_or_create(username="tk-renewals")
+    session = create_session(user, "renewals")
+    worker = "bench:0:renewals"
+    Run.objects.bulk_create(
+        Run(
+            session=session,
+            client_message_id=f"r{i}",
+            text="x",
+            message_seq=i + 1,
+            status=Run.Status.RUNNING,
+            worker=worker,
+        )
+        for i in range(n)
+    )
+    ids = list(Run.objects.filter(worker=worker).values_list("id", flat=True))
+    times = []
+    for _ in range(beats):
+        began = time.perf_counter()
+        kept = leases.renew(ids, worker)
+        times.append((time.perf_counter() - began) * 1000)
+        assert len(kept) == n
+    Run.objects.filter(worker=worker).update(status=Run.Status.FINISHED, worker="")
+    return sum(times) / len(times), percentile(times, 0.99)
 
 
 def _held(pid: int) -> list[str]:
@@ -169,11 +209,19 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--stream", default="300 30", help="N MS for /stream (9 s by default)")
     parser.add_argument("--timeout", type=float, default=120)
+    parser.add_argument("--renewals", type=int, default=200, help="runs one worker holds")
     args = parser.parse_args()
     if settings.AGENT_RUNNER != "worker":
         sys.exit("bench/takeover.py needs the production profile (DATABASE_URL and REDIS_URL)")
     call_command("migrate", verbosity=0)
     print(profile_line())
+    mean, p99 = _renewal_cost(args.renewals)
+    beat = settings.AGENT_LEASE_SECONDS / 3
+    print(
+        f"lease renewal of {args.renewals} runs held by one worker: one statement, "
+        f"mean {mean:.2f} ms, p99 {p99:.2f} ms, a beat every {beat:g} s "
+        f"(= {mean / beat:.2f} ms of database time a second)"
+    )
     env = {"AGENT_TEST_HOOKS": "0", "AGENT_USER_MAX_RUNS": "0"}
     log_dir = Path(tempfile.mkdtemp(prefix="agent-bench-logs-"))
     workers = [Worker(log_dir, **env).start() for _ in range(2)]
@@ -202,6 +250,7 @@ async def main() -> None:
     emit(
         "takeover",
         runs=args.runs,
+        renewal_ms=mean,
         takeover_p50_ms=percentile(stalls, 0.5),
         takeover_p99_ms=percentile(stalls, 0.99),
         deploy_not_end_turn=sum(n for k, n in deployed["stops"].items() if k != "end_turn"),

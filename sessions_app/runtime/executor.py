@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from django.db import close_old_connections
 
@@ -64,19 +65,30 @@ def abort_all(*, enqueue: bool = True) -> int:
     return len(contexts)
 
 
-def hand_over_all(grace: float, hurry: threading.Event | None = None) -> list[str]:
+def hand_over_all(
+    grace: float,
+    hurry: threading.Event | None = None,
+    busy: Callable[[], bool] | None = None,
+) -> list[str]:
     """A stopping worker: every run it executes is handed to another worker at
     its next checkpoint, with nothing redone. What has not reached one within
     ``grace`` seconds (or once ``hurry`` is set) is stopped and handed over
-    from its last checkpoint, its cut step redone elsewhere. Returns the ids
-    handed over."""
-    ids = live_runs()
-    with _live_lock:
-        contexts = list(_live.values())
-    for ctx in contexts:
-        ctx.handover.set()
+    from its last checkpoint, its cut step redone elsewhere. ``busy``: whether
+    the process still has run tasks (one taken just before the stop may not
+    have started its run yet). Returns the ids handed over."""
+    ids: dict[str, None] = {}
     deadline = time.monotonic() + grace
-    while live_runs() and time.monotonic() < deadline and not (hurry and hurry.is_set()):
+    while True:
+        # Again every pass: a task taken just before the stop starts its run
+        # here after the first pass, and is handed over like the others.
+        with _live_lock:
+            contexts = list(_live.values())
+        for ctx in contexts:
+            ids[ctx.run_id] = None
+            ctx.handover.set()
+        idle = not contexts and not (busy and busy())
+        if idle or time.monotonic() >= deadline or (hurry and hurry.is_set()):
+            break
         time.sleep(0.05)
     if live_runs():
         abort_all()
@@ -91,7 +103,7 @@ def hand_over_all(grace: float, hurry: threading.Event | None = None) -> list[st
             durable.release(run_id, me, p.RESUMED_HANDOVER)
         except Exception:
             log.exception("could not hand over run %s", run_id, extra={"run_id": run_id})
-    return ids
+    return list(ids)
 
 
 def execute_run(run_id: str) -> None:

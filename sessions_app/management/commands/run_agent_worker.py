@@ -122,7 +122,7 @@ class ConcurrentWorker(Worker):
     def drain(self, grace: float) -> list[str]:
         """Hand every run in flight to another worker at its next checkpoint
         (or, past ``grace``, from its last one). Returns their ids."""
-        handed = executor.hand_over_all(grace, self.hurry)
+        handed = executor.hand_over_all(grace, self.hurry, busy=lambda: self.pool.busy > 0)
         self.pool.wait_idle(timeout=5)
         return handed
 
