@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 from django.utils import timezone
+from prometheus_client import REGISTRY
 
 from sessions_app.fanout.presence import close_stale_connections, touch_connections
 from sessions_app.log.events import read_events
@@ -29,12 +30,15 @@ def _expire(run_id: str, worker: str = "dead:1:x") -> None:
 def test_expired_lease_is_taken_over_at_its_checkpoint(user, no_enqueue):
     """A running run whose lease expired goes back to the queue at its last
     checkpoint with run.resumed (takeover, keep); it is not finished and the
-    queued run behind it does not start."""
+    queued run behind it does not start; the metrics count a takeover and a
+    step redone."""
     s = create_session(user)
     first = turns.submit_message(s.id, "a", "/stream 5 0")
     second = turns.submit_message(s.id, "b", "/stream 1 0")
     Run.objects.filter(id=first.run_id).update(state={"agent": {"next": 3}, "keep": 15})
     _expire(first.run_id)
+    taken = REGISTRY.get_sample_value("agent_runs_taken_over_total")
+    redone = REGISTRY.get_sample_value("agent_steps_redone_total")
     assert take_over_expired() == [first.run_id]
     run = Run.objects.get(id=first.run_id)
     assert (run.status, run.worker, run.stop_reason) == ("running", "", "")
@@ -47,6 +51,8 @@ def test_expired_lease_is_taken_over_at_its_checkpoint(user, no_enqueue):
         {"reason": "takeover", "keep": 15},
     )
     assert no_enqueue == [first.run_id, first.run_id]
+    assert REGISTRY.get_sample_value("agent_runs_taken_over_total") == taken + 1
+    assert REGISTRY.get_sample_value("agent_steps_redone_total") == redone + 1
 
 
 def test_a_step_that_kills_its_worker_three_times_ends_the_run(user, no_enqueue, settings):
