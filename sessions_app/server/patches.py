@@ -48,7 +48,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from sessions_app.server import metrics
+from sessions_app.server import exit_watch, metrics
 from sessions_app.wire import protocol as p
 
 log = logging.getLogger(__name__)
@@ -449,6 +449,7 @@ def _install_graceful_stop() -> None:
             log.exception("graceful close failed")
 
     reactor.addSystemEventTrigger("before", "shutdown", close_all)
+    reactor.addSystemEventTrigger("after", "shutdown", exit_watch.exit_after)
 
 
 def check_graceful_stop() -> str | None:
