@@ -24,6 +24,7 @@ from sessions_app.log.group_commit import append_event
 from sessions_app.models import Event, Run
 from sessions_app.runtime import durable, registry, runs, turns
 from sessions_app.runtime.base import AgentError, Parked, ToolOutcome
+from sessions_app.runtime.locks import lock_run_session
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted
 
@@ -62,6 +63,7 @@ class Context:
         # start-up, an embedded server going down).
         self.handover = threading.Event()
         self.enqueue_on_release = True
+        self.handed_over = False  # released to the queue by this drive
         # Characters of the current message's deltas (a checkpoint's ``keep``).
         self._streamed = int(saved.get("keep", 0))
 
@@ -97,6 +99,9 @@ class Context:
             **checkpoint,
         }
         with transaction.atomic():
+            # The session row's lock first, events or none: a takeover or a
+            # cancel (which take it too) is seen here or waits for this commit.
+            lock_run_session(self.session_id)
             if events:
                 append_events(self.session_id, events, guard=self.guard)
             state = durable.save_checkpoint(self.run_id, self.worker, saved)
@@ -105,15 +110,21 @@ class Context:
             if then is not None:
                 then(state)
         if self.handover.is_set():
-            durable.release(
-                self.run_id,
-                self.worker,
-                p.RESUMED_HANDOVER,
-                enqueue=self.enqueue_on_release,
-                redo=False,
-            )
+            self.hand_over(redo=False)
             raise RunAborted(self.run_id)
         return state
+
+    def hand_over(self, *, redo: bool = True) -> None:
+        """Give the run back to the queue at its last checkpoint (this process
+        is stopping); a no-op if it is no longer this drive's."""
+        outcome = durable.release(
+            self.run_id,
+            self.worker,
+            p.RESUMED_HANDOVER,
+            enqueue=self.enqueue_on_release,
+            redo=redo,
+        )
+        self.handed_over = self.handed_over or outcome is not None
 
     # --- what an agent calls ------------------------------------------------------
 

@@ -39,7 +39,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from sessions_app.log.events import append_event
-from sessions_app.models import Run
+from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime import runs
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session
@@ -53,6 +53,22 @@ log = logging.getLogger(__name__)
 _CHECKPOINT_KEYS = ("agent", "entry", "outcome", "gate", "keep", "crashes")
 
 
+# A started tool call's result when its worker stopped before logging one.
+UNKNOWN_OUTPUT = "unknown: the worker stopped while this ran, so whether it took effect is unknown"
+
+
+def _unknown_result(session_id: str, run_id: str, tool_call_id: str | None) -> None:
+    """The run ends with a call started and no result: say it is unknown."""
+    if (
+        tool_call_id
+        and ApprovalRequest.objects.filter(
+            tool_call_id=tool_call_id, executed_at__isnull=False
+        ).exists()
+    ):
+        data = {"tool_call_id": tool_call_id, "ok": False, "output": UNKNOWN_OUTPUT}
+        append_event(session_id, p.K_TOOL_RESULT, data, run_id)
+
+
 def crash_limit_message(crashes: int) -> str:
     return (
         f"this run's step stopped its worker {crashes} times; it is not retried again "
@@ -64,19 +80,18 @@ def save_checkpoint(run_id: str, worker: str, checkpoint: dict[str, Any]) -> dic
     """Write ``checkpoint`` on the run if ``worker`` still holds it; returns the
     run's whole state after, or None if the run is no longer this worker's.
 
-    Call it inside the transaction that appended the step's last event (the
-    append locked the session row, so a cancel cannot interleave)."""
-    row = (
-        Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker)
-        .values_list("state", flat=True)
-        .first()
-    )
+    Call it inside the transaction that appended the step's last event,
+    holding the session row's lock (``Context.commit_step``), so a cancel or a
+    takeover cannot interleave."""
+    held = Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker)
+    row = held.values_list("state", flat=True).first()
     if row is None:
         return None
     state = {k: v for k, v in (row or {}).items() if k not in _CHECKPOINT_KEYS}
     state.update({k: v for k, v in checkpoint.items() if v is not None})
     state["crashes"] = 0
-    Run.objects.filter(id=run_id).update(state=state)
+    if not held.update(state=state):
+        return None
     return state
 
 
@@ -116,6 +131,7 @@ def release(
             state["crashes"] = int(state.get("crashes", 0)) + 1
             if state["crashes"] >= settings.AGENT_RUN_MAX_CRASHES:
                 Run.objects.filter(id=run_id).update(state=state)
+                _unknown_result(session_id, run_id, state.get("gate"))
                 runs.finish_run(
                     run_id,
                     p.STOP_ERROR,

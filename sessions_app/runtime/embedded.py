@@ -7,7 +7,8 @@ backend instance per asgiref context; the pool is not theirs, so the number of
 run threads stays bounded however many sockets and contexts there are.
 Nothing is durable in it, and nothing needs to be: the runs' rows are the
 truth, and ``sweeper.recover_at_startup`` re-enqueues at start-up whatever the previous
-process left to do (and finishes as ``interrupted`` what it was executing).
+process left to do (and takes over, from its last checkpoint, what it was
+executing).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def hand_over_all(
     from its last checkpoint, its cut step redone elsewhere. ``busy``: whether
     the process still has run tasks (one taken just before the stop may not
     have started its run yet). Returns the ids handed over."""
-    ids: dict[str, None] = {}
+    flagged: dict[str, Context] = {}
     deadline = time.monotonic() + grace
     while True:
         # Again every pass: a task taken just before the stop starts its run
@@ -84,7 +84,7 @@ def hand_over_all(
         with _live_lock:
             contexts = list(_live.values())
         for ctx in contexts:
-            ids[ctx.run_id] = None
+            flagged[ctx.run_id] = ctx
             ctx.handover.set()
         idle = not contexts and not (busy and busy())
         if idle or time.monotonic() >= deadline or (hurry and hurry.is_set()):
@@ -96,14 +96,17 @@ def hand_over_all(
         while live_runs() and time.monotonic() < deadline:
             time.sleep(0.05)
     me = worker_id()
+    stuck = []
     for run_id in live_runs():
         # Stuck in a tool or a model call: released from here, its drive's
         # next append is refused.
         try:
-            durable.release(run_id, me, p.RESUMED_HANDOVER)
+            if durable.release(run_id, me, p.RESUMED_HANDOVER):
+                stuck.append(run_id)
         except Exception:
             log.exception("could not hand over run %s", run_id, extra={"run_id": run_id})
-    return list(ids)
+    # What went back to the queue (not what finished or parked meanwhile).
+    return [r for r, ctx in flagged.items() if ctx.handed_over or r in stuck]
 
 
 def execute_run(run_id: str) -> None:
@@ -136,7 +139,10 @@ def _drive(run_id: str, worker: str) -> None:
             if gate:
                 agent.resume(ctx, continue_gate(ctx, gate))
             elif ctx.entry == "resume" and ctx.outcome is not None:
-                agent.resume(ctx, ctx.outcome)
+                # Only the tool result's own checkpoint goes on with resume:
+                # any checkpoint this drive takes goes on with start.
+                outcome, ctx.entry, ctx.outcome = ctx.outcome, "start", None
+                agent.resume(ctx, outcome)
             else:
                 agent.start(ctx)
             runs.finish_run(
@@ -170,7 +176,7 @@ def _drive(run_id: str, worker: str) -> None:
 
 def _release_quietly(ctx: Context) -> None:
     try:
-        durable.release(ctx.run_id, ctx.worker, p.RESUMED_HANDOVER, enqueue=ctx.enqueue_on_release)
+        ctx.hand_over()
     except Exception:
         log.exception("could not hand over run %s", ctx.run_id, extra={"run_id": ctx.run_id})
 

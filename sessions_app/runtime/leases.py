@@ -2,7 +2,7 @@
 
 A running run is held by one process (``Run.worker``) until
 ``Run.lease_expires_at``. The holder renews the lease while it works; when the
-lease lapses the sweeper finishes the run ``interrupted``. Every time in here
+lease lapses the sweeper takes the run over (``runtime.durable``). Every time in here
 is the database's clock (``Now()``), never a process's own, so hosts whose
 clocks drift apart cannot take each other's live runs.
 

@@ -17,7 +17,7 @@ from django.db import transaction
 from sessions_app import fanout
 from sessions_app.fanout.presence import request_presence
 from sessions_app.models import AgentSession, Run
-from sessions_app.wire.errors import NotFound
+from sessions_app.wire.errors import NotFound, SessionGone
 
 
 def lock_session(session_id: str) -> AgentSession:
@@ -25,6 +25,15 @@ def lock_session(session_id: str) -> AgentSession:
         return AgentSession.objects.select_for_update().get(id=session_id)
     except AgentSession.DoesNotExist:
         raise NotFound("this session no longer exists") from None
+
+
+def lock_run_session(session_id: str) -> AgentSession:
+    """``lock_session`` for a run's own step: a session deleted under it stops
+    the run (``SessionGone``, as its next append would)."""
+    try:
+        return lock_session(session_id)
+    except NotFound:
+        raise SessionGone(session_id) from None
 
 
 def lock_user(owner_id: int) -> None:

@@ -207,7 +207,13 @@ def cancel(run_id: str, cancelled_by: str, *, session_id: str | None = None) -> 
 
 
 def cancel_locked(
-    run: Run, cancelled_by: str, message: str = "", *, start_next=True, gates: str = p.DENY
+    run: Run,
+    cancelled_by: str,
+    message: str = "",
+    *,
+    start_next=True,
+    gates: str = p.DENY,
+    first: str | None = None,
 ) -> None:
     """Cancel ``run`` (not finished; the caller holds its session's lock):
     its open gates closed (``gates``: denied, or cancelled when their branch
@@ -216,7 +222,8 @@ def cancel_locked(
     A run whose approved tool is running now is not finished under it: the
     cancel is recorded on the run and carried out right after the tool's
     ``tool.result`` (``runtime.toolcalls``), so the log always says what the
-    tool did before it says the run ended."""
+    tool did before it says the run ended; a turn sent meanwhile waits for it
+    (``turns.open_turn``, ``start_after_cancel``)."""
     run_id = run.id
     if _defer_for_tool_in_flight(run_id, cancelled_by, message, gates):
         return
@@ -245,7 +252,7 @@ def cancel_locked(
                 {"tool_call_id": approval.tool_call_id, "ok": False, "output": output},
                 run_id,
             )
-    finish_run(run_id, p.STOP_CANCELLED, message, start_next=start_next)
+    finish_run(run_id, p.STOP_CANCELLED, message, start_next=start_next, first=first)
 
 
 def _defer_for_tool_in_flight(run_id: str, by: str, message: str, gates: str) -> bool:
@@ -276,6 +283,7 @@ def finish_run(
     from_statuses=Run.ACTIVE,
     lease_expired: bool = False,
     start_next: bool = True,
+    first: str | None = None,
 ) -> bool:
     """Finish an active run with ``run.finished`` and start the next queued one.
 
@@ -309,7 +317,7 @@ def finish_run(
             data["message"] = message
         append_event(session_id, p.K_RUN_FINISHED, data, run_id)
         if start_next:
-            start_next_run(session)
+            start_next_run(session, first)
         admit_after_commit(session.owner_id)
     return True
 
@@ -328,16 +336,23 @@ def _admit_quietly(owner_id: int) -> None:
         log.exception("admitting the waiting runs of user %s failed", owner_id)
 
 
-def start_next_run(session: AgentSession) -> str | None:
-    """Start the oldest queued run if nothing else is active and its user has
-    room (caller holds the session lock). Returns the run started, if any."""
+def start_after_cancel(run_id: str, next_run_id: str) -> None:
+    """``run_id``'s cancel waits for its tool: once it is carried out, start
+    ``next_run_id`` first (caller holds the session lock)."""
+    state = Run.objects.values_list("state", flat=True).get(id=run_id) or {}
+    if state.get("cancel"):
+        state["cancel"]["next"] = next_run_id
+        Run.objects.filter(id=run_id).update(state=state)
+
+
+def start_next_run(session: AgentSession, first: str | None = None) -> str | None:
+    """Start the oldest queued run (``first``, if it is queued) if nothing else
+    is active and its user has room (caller holds the session lock). Returns
+    the run started, if any."""
     if Run.objects.filter(session_id=session.id, status__in=EXECUTING).exists():
         return None
-    nxt = (
-        Run.objects.filter(session_id=session.id, status=Run.Status.QUEUED)
-        .order_by("message_seq")
-        .first()
-    )
+    queued = Run.objects.filter(session_id=session.id, status=Run.Status.QUEUED)
+    nxt = (first and queued.filter(id=first).first()) or queued.order_by("message_seq").first()
     if nxt is None:
         set_session_status(session, AgentSession.Status.IDLE)
         return None

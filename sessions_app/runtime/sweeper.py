@@ -23,6 +23,7 @@ from sessions_app.fanout.presence import close_stale_connections
 from sessions_app.log.retention import apply_retention
 from sessions_app.models import Connection, Run
 from sessions_app.runtime import durable, runs
+from sessions_app.server.identity import worker_id
 from sessions_app.wire import protocol as p
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,8 @@ def recover_at_startup() -> None:
     lease need not lapse), and runs that were waiting for an executor
     (started, handed back at a graceful stop, or continued after a decision)
     are enqueued."""
-    held = Run.objects.filter(status=Run.Status.RUNNING).exclude(worker="")
+    # Not this process's own: a request may already have started a run here.
+    held = Run.objects.filter(status=Run.Status.RUNNING).exclude(worker__in=("", worker_id()))
     for run_id, worker in list(held.values_list("id", "worker")):
         durable.release(run_id, worker, p.RESUMED_TAKEOVER, enqueue=False)
     for run_id in Run.objects.filter(status=Run.Status.RUNNING, worker="").values_list(

@@ -28,13 +28,13 @@ from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime import registry, runs
 from sessions_app.runtime.base import Parked, ToolOutcome
 from sessions_app.runtime.context import Context
-from sessions_app.runtime.locks import lock_session
+from sessions_app.runtime.durable import UNKNOWN_OUTPUT
+from sessions_app.runtime.locks import lock_run_session
 from sessions_app.runtime.tools import workspace_for
 from sessions_app.server import tracing
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted
 
-UNKNOWN_OUTPUT = "unknown: the worker stopped while this ran, so whether it took effect is unknown"
 UNKNOWN_NOTE = "The worker stopped while this ran: run it again?"
 
 
@@ -69,7 +69,7 @@ def _mark_started(ctx: Context, approval: ApprovalRequest) -> bool:
     the session lock: a cancel either sees the mark or comes after it).
     False: a drive before this one started it."""
     with transaction.atomic():
-        lock_session(ctx.session_id)
+        lock_run_session(ctx.session_id)
         held = Run.objects.filter(id=ctx.run_id, status=Run.Status.RUNNING, worker=ctx.worker)
         if not held.exists():
             raise RunAborted(ctx.run_id)
@@ -137,9 +137,11 @@ def _unknown(ctx: Context, approval: ApprovalRequest) -> None:
 
 def _cancel_now(run_id: str, waiting: dict) -> None:
     run = Run.objects.get(id=run_id)
+    # What waited for it starts next: the turn sent with the cancel first.
     runs.cancel_locked(
         run,
         str(waiting.get("by", "")),
         str(waiting.get("message", "")),
         gates=str(waiting.get("gates", p.DENY)),
+        first=waiting.get("next"),
     )

@@ -112,9 +112,14 @@ def open_turn(
     cap = settings.AGENT_SESSION_MAX_RUNS
     if cap and Run.objects.filter(session_id=session_id).order_by()[cap - 1 : cap].exists():
         raise SessionFull()
+    waiting_for = None
     if jump:
-        # A session has one executing run at most, and the caller cancelled it.
-        behind = False
+        # A session has one executing run at most, and the caller cancelled
+        # it. One whose approved tool is running finishes right after the
+        # tool (runs.cancel_locked): the new run waits for that, and starts
+        # next, ahead of the queued inputs.
+        waiting_for = Run.objects.filter(session_id=session_id, status__in=runs.EXECUTING).first()
+        behind = waiting_for is not None
     else:
         # Behind the session's active run, or its queue.
         behind = Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).exists()
@@ -161,6 +166,8 @@ def open_turn(
     AgentSession.objects.filter(id=session_id).update(**changed)
     if not behind:
         set_session_status(session, AgentSession.Status.RUNNING)
+    if waiting_for is not None:
+        runs.start_after_cancel(waiting_for.id, run_id)
     if not busy:
         runs.enqueue(run.id)
     elif not behind:
@@ -224,7 +231,8 @@ def _branch(
         raise NotFound("no such run in this session")
     # The new turn's path is the target's, without the target: every run
     # not on it stops, and so does the executing run wherever it is (as a
-    # "stop and send" does): no two runs of a session ever execute at once.
+    # "stop and send" does): no two runs of a session ever execute at once
+    # (one whose tool is running stops after it, and the new one waits).
     keep = set(ancestry(target.parent_id))
     _leave(session, keep, by, p.STOPPED_FOR_NEW_MESSAGE, executing_too=True)
     # A turn it follows that is still queued (an edit of a queued message)

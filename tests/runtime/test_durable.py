@@ -284,3 +284,41 @@ async def test_approve_and_switch_at_once_leave_workspace_and_log_agreeing(serve
     path = workspace_for(sid) / "race.txt"
     on_disk = sorted(path.read_text().splitlines()) if path.exists() else []
     assert on_disk == written
+
+
+@pytest.mark.parametrize("how", ["interrupt", "edit"])
+async def test_a_turn_sent_while_a_tool_runs_waits_for_it(own_server, cookie, how):
+    """A stop-and-send (or an edit) while an approved tool runs: the old run
+    finishes after the tool's result, then the new one starts; two runs of
+    one session never execute at once."""
+    start, _ = own_server
+    server = start(AGENT_TOOLS=TOOLS)
+    c, sid = await open_session(server, cookie)
+    first = await send_text(c, "hello", "m0")
+    await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == first["run_id"])
+    sent = await send_text(c, "/tool slow_count", "m1")
+    gate = await c.wait_event(lambda f: f["kind"] == "approval.requested")
+    await c.request(
+        {"type": "decide", "approval_id": gate["data"]["approval_id"], "decision": "approve"}
+    )
+    await wait_until(lambda: lines(workspace_for(sid) / "started.txt") == 1)
+    frame = {"type": "send", "client_message_id": "m2", "text": "/stream 3 0"}
+    frame.update({"interrupt": True} if how == "interrupt" else {"edit_of": sent["run_id"]})
+    new = await c.request(frame)
+    assert new["type"] == "send_ok" and new["status"] == "queued"
+    await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == new["run_id"])
+    order = [
+        (e["kind"], e["run_id"])
+        for e in c.events()
+        if e["kind"] in ("tool.result", "run.finished", "run.started")
+        and e["run_id"] in (sent["run_id"], new["run_id"])
+    ]
+    assert order == [
+        ("run.started", sent["run_id"]),
+        ("tool.result", sent["run_id"]),
+        ("run.finished", sent["run_id"]),
+        ("run.started", new["run_id"]),
+        ("run.finished", new["run_id"]),
+    ]
+    assert lines(workspace_for(sid) / "counts.txt") == 1
+    await c.close()

@@ -36,3 +36,31 @@ async def test_an_agent_catching_exception_cannot_swallow_a_cancel_or_a_park(
         e for e in c.events() if e["run_id"] == gated["run_id"] and e["kind"] == "assistant.message"
     ], "nothing after the gate ran"
     await c.close()
+
+
+def test_only_the_tool_results_own_checkpoint_goes_on_with_resume(user, no_enqueue):
+    """A drive that goes on from a tool result's checkpoint calls resume with
+    its outcome; the checkpoints that drive takes go on with start (a later
+    takeover must not resume with a stale outcome)."""
+    from sessions_app.log.sessions import create_session
+    from sessions_app.models import Run
+    from sessions_app.runtime import turns
+    from sessions_app.runtime.executor import execute_run
+
+    s = create_session(user)
+    r = turns.submit_message(s.id, "a", "/write a.txt b")
+    outcome = {
+        "tool_call_id": "call_x",
+        "tool": "write_file",
+        "args": {"path": "a.txt", "text": "b"},
+        "approved": True,
+        "ok": True,
+        "output": "appended 2 bytes to a.txt",
+    }
+    state = {"agent": {"tool": "write_file", "path": "a.txt"}, "entry": "resume", "keep": 0}
+    Run.objects.filter(id=r.run_id).update(state={**state, "outcome": outcome})
+    execute_run(r.run_id)
+    run = Run.objects.get(id=r.run_id)
+    assert run.stop_reason == "end_turn"
+    assert run.state["entry"] == "start" and "outcome" not in run.state
+    assert run.state["agent"]["done"] is True

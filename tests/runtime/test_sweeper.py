@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from sessions_app.fanout.presence import close_stale_connections, touch_connections
 from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
-from sessions_app.models import Connection, Run
+from sessions_app.models import ApprovalRequest, Connection, Run
 from sessions_app.runtime import durable, runs, turns
 from sessions_app.runtime.sweeper import take_over_expired
 
@@ -258,3 +258,32 @@ def test_a_run_finishing_during_a_submit_leaves_no_run_waiting_with_room(
     assert second.status == "queued"
     assert Run.objects.get(id=second.run_id).status == "running"
     assert no_enqueue == [first.run_id, second.run_id]
+
+
+def test_a_run_ended_by_the_budget_says_its_tool_call_is_unknown(user, no_enqueue, settings):
+    """A run ended by the crash budget while an approved tool had started and
+    logged no result gets that result ('unknown') before its run.finished:
+    no started call is left without one."""
+    settings.AGENT_RUN_MAX_CRASHES = 1
+    s = create_session(user)
+    r = turns.submit_message(s.id, "a", "/write a.txt b")
+    Run.objects.filter(id=r.run_id).update(worker="w:1:x")
+    assert runs.park(
+        r.run_id,
+        "w:1:x",
+        s.id,
+        tool_call_id="call_started",
+        tool="write_file",
+        args={"path": "a.txt", "text": "b"},
+        state={"gate": "call_started"},
+    )
+    runs.decide(ApprovalRequest.objects.get(tool_call_id="call_started").id, "approve", "alice")
+    ApprovalRequest.objects.filter(tool_call_id="call_started").update(executed_at=timezone.now())
+    _expire(r.run_id)
+    assert take_over_expired() == [r.run_id]
+    tail = [(e.kind, e.data) for e in read_events(s.id, 0)][-2:]
+    assert tail[0] == (
+        "tool.result",
+        {"tool_call_id": "call_started", "ok": False, "output": durable.UNKNOWN_OUTPUT},
+    )
+    assert tail[1][0] == "run.finished" and tail[1][1]["stop_reason"] == "error"

@@ -8,13 +8,14 @@ also runs the sweeper, so runs whose process died (lease expired) are taken
 over from their last checkpoint.
 
 Stopping (SIGTERM or SIGINT): the worker takes no new runs at once, and hands
-every run it executes to the queue at the run's next checkpoint (a step ends
-at least once a second of streamed output), where another worker goes on with
-it at once, with no lease to wait for and nothing redone. What has not
-reached a checkpoint within ``AGENT_WORKER_GRACE_SECONDS`` (a long tool) is
-stopped and handed over from its last one. It exits within the grace period
-plus a few seconds; a second signal skips the grace period. No run is cut by
-a rolling deploy.
+every run it executes to the queue at the run's next checkpoint (every
+message and tool result; docs/agents.md, "Steps and checkpoints"), where
+another worker goes on with it at once, with no lease to wait for and nothing
+redone. What has not reached a checkpoint within
+``AGENT_WORKER_GRACE_SECONDS`` (a long model call or tool) is stopped and
+handed over from its last one, its step redone elsewhere. It exits within the
+grace period plus a few seconds; a second signal skips the grace period. No
+run is lost to a rolling deploy.
 """
 
 import logging
