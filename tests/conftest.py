@@ -41,6 +41,30 @@ def pytest_configure(config):
         # with this run's CHANNELS_PREFIX name theirs.
         settings.CACHES["default"]["KEY_PREFIX"] = prefix + "-cache"
 
+    _flush_retries_a_deadlock()
+
+
+def _flush_retries_a_deadlock() -> None:
+    """The servers under test go on for a moment after a test (a sweep every
+    second, an admission after a run ends): a query of theirs joining two
+    tables can deadlock with the TRUNCATE that flushes the test database, and
+    PostgreSQL then cancels one side. When it cancels the flush, flush again
+    (its transaction rolled back whole)."""
+    from django.db import OperationalError
+    from django.db.backends.base.operations import BaseDatabaseOperations
+
+    original = BaseDatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self, sql_list):
+        for attempt in range(3):
+            try:
+                return original(self, sql_list)
+            except OperationalError as exc:
+                if "deadlock detected" not in str(exc) or attempt == 2:
+                    raise
+
+    BaseDatabaseOperations.execute_sql_flush = execute_sql_flush
+
 
 def pytest_unconfigure(config):
     shutil.rmtree(getattr(config, "_agent_workspaces", ""), ignore_errors=True)
