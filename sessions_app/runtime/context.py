@@ -99,11 +99,13 @@ class Context:
             **checkpoint,
         }
         with transaction.atomic():
-            # The session row's lock first, events or none: a takeover or a
-            # cancel (which take it too) is seen here or waits for this commit.
-            lock_run_session(self.session_id)
+            # The session row's lock first: a takeover or a cancel (which take
+            # it too) is seen here or waits for this commit. An append takes
+            # it itself (its head bump, before its guard).
             if events:
                 append_events(self.session_id, events, guard=self.guard)
+            else:
+                lock_run_session(self.session_id)
             state = durable.save_checkpoint(self.run_id, self.worker, saved)
             if state is None:
                 raise RunAborted(self.run_id)
