@@ -15,6 +15,7 @@ class SessionsAppConfig(AppConfig):
         from django.contrib.auth.signals import user_logged_out
         from django.db.models.signals import post_delete
 
+        from sessions_app import checks  # noqa: F401 (registers the system checks)
         from sessions_app.access.rights import connect_signals
         from sessions_app.conf import install_defaults
         from sessions_app.models import AgentSession

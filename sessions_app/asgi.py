@@ -19,6 +19,7 @@ import functools
 
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from sessions_app.access.auth import PooledAuthMiddlewareStack, routes_matcher
@@ -45,11 +46,22 @@ def websocket_application(routes=()):
     )
 
 
+def refuse_bad_settings() -> None:
+    """A server does not start on a bad app setting (``sessions_app.checks``):
+    ``ImproperlyConfigured`` names it, rather than the first run failing."""
+    from sessions_app.checks import agent_settings
+
+    errors = [m for m in agent_settings() if m.is_serious()]
+    if errors:
+        raise ImproperlyConfigured("; ".join(f"{m.id} {m.msg}" for m in errors))
+
+
 def application_for(django_asgi_app, *, websocket_routes=(), serve_static: bool | None = None):
     """The whole ASGI application: ``django_asgi_app`` for HTTP, the app's
     sockets (and ``websocket_routes``, a project's own, matched first) for
     WebSockets. ``serve_static`` defaults to DEBUG or SERVE_STATIC (plain
     daphne serves no static files; in production a proxy usually does)."""
+    refuse_bad_settings()
     if serve_static is None:
         serve_static = settings.DEBUG or getattr(settings, "SERVE_STATIC", False)
     http = StaticFiles(django_asgi_app) if serve_static else django_asgi_app

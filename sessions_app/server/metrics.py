@@ -159,6 +159,13 @@ def metrics_view(request):
 
 async def readyz(request):
     """200 ``ready`` when the database and the channel layer work, else 503."""
+    status, text = await readiness()
+    return HttpResponse(text, status=status, content_type="text/plain")
+
+
+async def readiness() -> tuple[int, str]:
+    """(200, "ready") when the database and the channel layer work, else 503
+    and what failed: ``readyz``'s answer, for any front that serves it."""
     problems = []
     try:
         await sync_to_async(database_works, thread_sensitive=False)()
@@ -171,10 +178,8 @@ async def readyz(request):
         log.exception("readyz: the channel layer does not answer")
         problems.append("channel layer")
     if problems:
-        return HttpResponse(
-            "not ready: " + ", ".join(problems), status=503, content_type="text/plain"
-        )
-    return HttpResponse("ready", content_type="text/plain")
+        return 503, "not ready: " + ", ".join(problems)
+    return 200, "ready"
 
 
 def database_works() -> None:

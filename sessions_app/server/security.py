@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 from urllib.parse import urlsplit
 
 from channels.security.websocket import WebsocketDenier
@@ -20,6 +21,8 @@ from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
 from sessions_app.conf import STATIC_DIR
+
+log = logging.getLogger(__name__)
 
 
 def _header(scope, name: bytes) -> str | None:
@@ -42,29 +45,48 @@ def _browser_scheme(scope) -> str:
     return "https" if secure else "http"
 
 
+def allowed_hosts() -> list[str]:
+    """``ALLOWED_HOSTS`` as Django's own requests read it: with DEBUG and none
+    listed, the local names (``HttpRequest.get_host``)."""
+    if settings.DEBUG and not settings.ALLOWED_HOSTS:
+        return [".localhost", "127.0.0.1", "[::1]"]
+    return settings.ALLOWED_HOSTS
+
+
 def origin_allowed(scope) -> bool:
     """Is this upgrade's Origin this site's own, or a trusted one?"""
+    return refusal(scope) is None
+
+
+def refusal(scope) -> str | None:
+    """Why this upgrade is refused (for the log), or None if it is allowed."""
     origin = _header(scope, b"origin")
     if not origin or origin == "null":
-        return False
+        return "no Origin header"
     if origin in settings.CSRF_TRUSTED_ORIGINS:
-        return True
+        return None
     host = _header(scope, b"host")
     if not host:
-        return False
+        return "no Host header"
     domain, _ = split_domain_port(host)
-    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
-        return False
+    if not domain or not validate_host(domain, allowed_hosts()):
+        return f"Host {host!r} is not in ALLOWED_HOSTS"
     parts = urlsplit(origin)
     expected = urlsplit(f"{_browser_scheme(scope)}://{host}")
     try:
-        return (parts.scheme, parts.hostname, parts.port) == (
+        same = (parts.scheme, parts.hostname, parts.port) == (
             expected.scheme,
             expected.hostname,
             expected.port,
         )
     except ValueError:  # a port that is not a number
-        return False
+        same = False
+    if not same:
+        return (
+            f"Origin {origin!r} is not this site's ({expected.scheme}://{host}) "
+            "nor in CSRF_TRUSTED_ORIGINS"
+        )
+    return None
 
 
 class SameOriginValidator:
@@ -74,7 +96,9 @@ class SameOriginValidator:
         self.application = application
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "websocket" and not origin_allowed(scope):
+        why = refusal(scope) if scope["type"] == "websocket" else None
+        if why is not None:
+            log.warning("refused a WebSocket upgrade to %s: %s", scope.get("path", ""), why)
             denier = WebsocketDenier()
             return await denier(scope, receive, send)
         return await self.application(scope, receive, send)

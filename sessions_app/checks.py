@@ -1,0 +1,59 @@
+"""System checks (``manage.py check``, and every start): the app's settings
+are loaded as the runtime will load them, so a misspelt tool or agent class
+is named at start, not by the first run that needs it (docs/deployment.md)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.checks import Error, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+
+
+@register()
+def agent_settings(app_configs=None, **kwargs) -> list:
+    """``AGENT_TOOLS``, ``AGENT_CLASS`` and the hosts every socket needs."""
+    from sessions_app.runtime import registry
+    from sessions_app.runtime.agents import get_agent
+
+    problems = []
+    registry.tools.cache_clear()
+    try:
+        registry.tools()
+    except ImproperlyConfigured as exc:
+        problems.append(
+            Error(
+                str(exc),
+                hint="each entry is the dotted path of a Tool subclass (docs/agents.md)",
+                id="sessions_app.E001",
+            )
+        )
+    try:
+        agent = get_agent()
+    except ImproperlyConfigured as exc:
+        problems.append(
+            Error(
+                f"AGENT_CLASS: {exc}",
+                hint="scripted, openai, anthropic or a dotted class path (docs/agents.md)",
+                id="sessions_app.E002",
+            )
+        )
+    else:
+        missing = [m for m in ("start", "resume") if not callable(getattr(agent, m, None))]
+        if missing:
+            problems.append(
+                Error(
+                    f"AGENT_CLASS {settings.AGENT_CLASS!r} has no "
+                    + " or ".join(f"{m}()" for m in missing),
+                    id="sessions_app.E002",
+                )
+            )
+    if not settings.DEBUG and not settings.ALLOWED_HOSTS:
+        problems.append(
+            Warning(
+                "ALLOWED_HOSTS is empty and DEBUG is off: every WebSocket upgrade (and every "
+                "page) is refused",
+                hint="list the names the site is reached by in ALLOWED_HOSTS",
+                id="sessions_app.W001",
+            )
+        )
+    return problems
