@@ -176,7 +176,7 @@ class Context:
         """Log a gate for a new call of ``tool`` (the run parks): its approval
         id, or None when this worker no longer holds the run."""
         tool_call_id = new_call_id()
-        return runs.park(
+        approval_id = runs.park(
             self.run_id,
             self.worker,
             self.session_id,
@@ -185,7 +185,31 @@ class Context:
             args=args,
             state={"agent": self.state, "gate": tool_call_id, "keep": 0},
             note=note,
+            close_text=self.open_text() if self._streamed else None,
         )
+        self._streamed = 0
+        return approval_id
+
+    def open_text(self) -> str:
+        """The current message's text as streamed so far (its deltas since the
+        run's last message, tool call or result, each ``run.resumed`` cutting
+        it back), read from the log: a drive taken over knows only its length."""
+        boundary = (
+            Event.objects.filter(session_id=self.session_id, run_id=self.run_id)
+            .filter(kind__in=(p.K_ASSISTANT_MESSAGE, p.K_TOOL_CALL, p.K_TOOL_RESULT))
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+        ) or 0
+        text = ""
+        for kind, data in (
+            Event.objects.filter(session_id=self.session_id, run_id=self.run_id, seq__gt=boundary)
+            .filter(kind__in=(p.K_ASSISTANT_DELTA, p.K_RUN_RESUMED))
+            .order_by("seq")
+            .values_list("kind", "data")
+        ):
+            text = text + data["text"] if kind == p.K_ASSISTANT_DELTA else text[: data["keep"]]
+        return text
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0 and self.aborted.wait(seconds):

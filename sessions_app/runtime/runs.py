@@ -379,9 +379,12 @@ def park(
     args: dict,
     state: dict,
     note: str = "",
+    close_text: str | None = None,
 ) -> str | None:
     """Log a gate (tool.call, approval.requested, run.paused) and release the run.
     ``note`` says why the gate is asked, on both events (``runtime.toolcalls``).
+    ``close_text``: the text streamed before the call that no message stated,
+    logged as its ``assistant.message`` first.
 
     The gate row, its events and the run's saved state commit together: a
     refresh, a restart or another tab sees all of it or none of it. Returns the
@@ -404,9 +407,17 @@ def park(
             call["display"] = display
         if note:  # why this gate is asked (an unknown outcome asked again)
             call["note"] = note
+        # Text streamed before the call and never stated whole ends here:
+        # every client's open segment closes (no caret left streaming).
+        closing = (
+            []
+            if close_text is None
+            else [NewEvent(p.K_ASSISTANT_MESSAGE, {"text": close_text}, run_id)]
+        )
         append_events(
             session_id,
             [
+                *closing,
                 NewEvent(p.K_TOOL_CALL, call, run_id),
                 NewEvent(p.K_APPROVAL_REQUESTED, {"approval_id": approval.id, **call}, run_id),
                 NewEvent(
