@@ -102,6 +102,8 @@ STATIC_URL = "/static/"
 STATICFILES_DIRS = [sessions_app.conf.STATIC_DIR]
 SERVE_STATIC = True
 LOGIN_URL = "/accounts/login/"
+# Where a sign-in lands (Django's default, /accounts/profile/, is no page).
+LOGIN_REDIRECT_URL = "/agents/"
 USE_TZ = True
 
 # The app's own settings: only what differs from its defaults (sessions_app/conf.py).
