@@ -31,7 +31,7 @@ from sessions_app.runtime.agents import get_agent
 from sessions_app.runtime.base import AgentError, Parked
 from sessions_app.runtime.context import Context, cut_marker
 from sessions_app.runtime.toolcalls import continue_gate
-from sessions_app.server import tracing
+from sessions_app.server import metrics, tracing
 from sessions_app.server.identity import worker_id
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted, SessionGone
@@ -44,6 +44,9 @@ __all__ = ["abort_all", "cut_marker", "execute_run", "hand_over_all", "live_runs
 # stop them promptly and hand them back.
 _live: dict[str, Context] = {}
 _live_lock = threading.Lock()
+
+
+metrics.RUNS_IN_FLIGHT.set_function(lambda: len(_live))
 
 
 def live_runs() -> list[str]:

@@ -36,7 +36,7 @@ from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import registry
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session, lock_user, set_session_status
-from sessions_app.server import tracing
+from sessions_app.server import metrics, tracing
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import (
     AlreadyDecided,
@@ -360,9 +360,11 @@ def start_next_run(session: AgentSession, first: str | None = None) -> str | Non
         # Stays queued; admit_waiting starts it when one of the user's runs ends.
         set_session_status(session, AgentSession.Status.RUNNING)
         return None
+    now = timezone.now()
     Run.objects.filter(id=nxt.id).update(
-        status=Run.Status.RUNNING, started_at=timezone.now(), lease_expires_at=pickup_deadline()
+        status=Run.Status.RUNNING, started_at=now, lease_expires_at=pickup_deadline()
     )
+    metrics.QUEUE_WAIT_SECONDS.observe((now - nxt.created_at).total_seconds())
     append_event(session.id, p.K_RUN_STARTED, {"client_message_id": nxt.client_message_id}, nxt.id)
     set_session_status(session, AgentSession.Status.RUNNING)
     enqueue(nxt.id)

@@ -96,6 +96,13 @@ APPEND_SECONDS = Histogram(
     "One append (or group commit) to the log, start to commit",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, float("inf")),
 )
+RUNS_IN_FLIGHT = Gauge("agent_runs_in_flight", "Runs this process is executing now")
+QUEUE_WAIT_SECONDS = Histogram(
+    "agent_run_queue_wait_seconds",
+    "From a run's creation to its start, for runs that waited (queued behind "
+    "their session's or their user's other runs)",
+    buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, float("inf")),
+)
 PUBLISH_LAG_SECONDS = Histogram(
     "agent_publish_lag_seconds",
     "From an event's commit to its hand-off to the channel layer",

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client import REGISTRY
 
+from sessions_app.log.sessions import create_session
 from sessions_app.models import ApprovalRequest, Run
+from sessions_app.runtime import runs, turns
 from sessions_app.runtime.tools import workspace_for
 from tests.harness import WsClient
 from tests.runtime.common import open_session, send_text
@@ -96,3 +99,17 @@ async def test_the_handshake_says_interrupt_is_honoured(server, cookie):
     plain = await d.request({"type": "start", "protocol": 1})
     assert "features" not in plain
     await d.close()
+
+
+def test_a_run_that_waited_has_its_queue_wait_measured(user, no_enqueue):
+    """The queue wait (creation to start) of a run that waited behind another
+    is observed once, when it starts; runs in flight are a gauge."""
+    count = "agent_run_queue_wait_seconds_count"
+    before = REGISTRY.get_sample_value(count) or 0
+    s = create_session(user)
+    first = turns.submit_message(s.id, "a", "x")
+    turns.submit_message(s.id, "b", "y")
+    assert (REGISTRY.get_sample_value(count) or 0) == before  # started at once: not a wait
+    runs.finish_run(first.run_id, "end_turn")
+    assert REGISTRY.get_sample_value(count) == before + 1
+    assert REGISTRY.get_sample_value("agent_runs_in_flight") == 0
