@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import random
 import re
@@ -315,6 +316,8 @@ async def main() -> int:
     parser.add_argument("--pg-restart", action="store_true", help="restart PostgreSQL (root)")
     parser.add_argument("--timeout", type=float, default=None)
     args = parser.parse_args()
+    # One line per HTTP request of the SSE and workers phases would bury the report.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     short = args.short
     args.sessions = args.sessions or (6 if short else 50)
     args.cuts_per_tab = args.cuts_per_tab if args.cuts_per_tab is not None else 5 if short else 10
