@@ -15,7 +15,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
 django_asgi_app = get_asgi_application()
 
 from sessions_app.asgi import application_for  # noqa: E402
-from sessions_app.server.probe_routes import Probes  # noqa: E402
 
 # The probes answer whatever the Host (the runbook asks 127.0.0.1 directly).
-application = Probes(application_for(django_asgi_app))
+application = application_for(django_asgi_app, probes=True)

@@ -363,6 +363,9 @@ async def main() -> int:
             clusters.append(Cluster(log_dir))
             user, (session,) = await asyncio.to_thread(_sessions, 1, "fuzz")
             await fuzz_phase(clusters[-1], user, session, args, report)
+            # Each phase's servers stop with it: four clusters alive at once
+            # (2 daphnes and 2 workers each) exhaust PostgreSQL's 100 connections.
+            clusters[-1].stop()
         if "hostile" in phases:
             import chaos_hostile  # after Django's set-up, which the sort would put it before
 
@@ -383,12 +386,14 @@ async def main() -> int:
             await asyncio.to_thread(chaos_sse.twenty_k_runs, hostile, user, args, report)
             tracebacks = hostile.tracebacks()
             report.check(tracebacks == 0, f"hostile: tracebacks in the server logs: {tracebacks}")
+            hostile.stop()
         if "sse" in phases:
             import chaos_sse
 
             clusters.append(Cluster(log_dir))
             user, (session,) = await asyncio.to_thread(_sessions, 1, "sse")
             await asyncio.to_thread(chaos_sse.cuts, clusters[-1], user, session, args, report)
+            clusters[-1].stop()
         if "workers" in phases:
             import chaos_workers
 

@@ -26,6 +26,7 @@ from sessions_app.access.auth import PooledAuthMiddlewareStack, routes_matcher
 from sessions_app.runtime import executor
 from sessions_app.runtime.starter import RuntimeStarter
 from sessions_app.server import patches
+from sessions_app.server.probe_routes import Probes
 from sessions_app.server.security import SameOriginValidator
 from sessions_app.server.static import StaticFiles
 from sessions_app.sockets import rows
@@ -56,15 +57,26 @@ def refuse_bad_settings() -> None:
         raise ImproperlyConfigured("; ".join(f"{m.id} {m.msg}" for m in errors))
 
 
-def application_for(django_asgi_app, *, websocket_routes=(), serve_static: bool | None = None):
+def application_for(
+    django_asgi_app,
+    *,
+    websocket_routes=(),
+    serve_static: bool | None = None,
+    probes: bool = False,
+):
     """The whole ASGI application: ``django_asgi_app`` for HTTP, the app's
     sockets (and ``websocket_routes``, a project's own, matched first) for
     WebSockets. ``serve_static`` defaults to DEBUG or SERVE_STATIC (plain
-    daphne serves no static files; in production a proxy usually does)."""
+    daphne serves no static files; in production a proxy usually does).
+    ``probes``: ``/healthz`` and ``/readyz`` answered ahead of Django,
+    whatever the Host (``server.probe_routes``); a probe starts the runtime
+    as any request does."""
     refuse_bad_settings()
     if serve_static is None:
         serve_static = settings.DEBUG or getattr(settings, "SERVE_STATIC", False)
     http = StaticFiles(django_asgi_app) if serve_static else django_asgi_app
+    if probes:
+        http = Probes(http)
     application = RuntimeStarter(
         ProtocolTypeRouter({"http": http, "websocket": websocket_application(websocket_routes)})
     )

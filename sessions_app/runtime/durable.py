@@ -152,6 +152,8 @@ def release(
                     crash_limit_message(state["crashes"]),
                     worker=worker,
                     from_statuses=(Run.Status.RUNNING,),
+                    # A turn sent with a cancel that waited starts first.
+                    first=(state.get("cancel") or {}).get("next"),
                 )
                 log.error(
                     "run %s finished error: its step stopped its worker %s times",

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from sessions_app.log.events import NewEvent, append_event, append_events
 from sessions_app.models import AgentSession, ApprovalRequest, Run
-from sessions_app.runtime import registry
+from sessions_app.runtime import cancels, registry
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session, lock_user, set_session_status
 from sessions_app.server import metrics, tracing
@@ -223,9 +223,9 @@ def cancel_locked(
     cancel is recorded on the run and carried out right after the tool's
     ``tool.result`` (``runtime.toolcalls``), so the log always says what the
     tool did before it says the run ended; a turn sent meanwhile waits for it
-    (``turns.open_turn``, ``start_after_cancel``)."""
+    (``turns.open_turn``, ``cancels``)."""
     run_id = run.id
-    if _defer_for_tool_in_flight(run_id, cancelled_by, message, gates):
+    if cancels.defer_for_tool_in_flight(run_id, cancelled_by, message, gates):
         return
     for approval in ApprovalRequest.objects.filter(
         run_id=run_id, status=ApprovalRequest.Status.PENDING
@@ -253,25 +253,6 @@ def cancel_locked(
                 run_id,
             )
     finish_run(run_id, p.STOP_CANCELLED, message, start_next=start_next, first=first)
-
-
-def _defer_for_tool_in_flight(run_id: str, by: str, message: str, gates: str) -> bool:
-    """Record the cancel on a run whose approved tool started and has no
-    result yet (its gate still in the state); True if it must wait."""
-    found = Run.objects.filter(id=run_id, status=Run.Status.RUNNING).values_list("state").first()
-    state = dict((found[0] if found else None) or {})
-    gate = state.get("gate")
-    if (
-        not gate
-        or not ApprovalRequest.objects.filter(
-            tool_call_id=gate, status=ApprovalRequest.Status.APPROVED, executed_at__isnull=False
-        ).exists()
-    ):
-        return False
-    state["cancel"] = {"by": by, "message": message, "gates": gates}
-    Run.objects.filter(id=run_id).update(state=state)
-    log.info("run %s: the cancel waits for its tool in flight", run_id, extra={"run_id": run_id})
-    return True
 
 
 def finish_run(
@@ -334,15 +315,6 @@ def _admit_quietly(owner_id: int) -> None:
     except Exception:
         # The sweeper admits them on its next pass.
         log.exception("admitting the waiting runs of user %s failed", owner_id)
-
-
-def start_after_cancel(run_id: str, next_run_id: str) -> None:
-    """``run_id``'s cancel waits for its tool: once it is carried out, start
-    ``next_run_id`` first (caller holds the session lock)."""
-    state = Run.objects.values_list("state", flat=True).get(id=run_id) or {}
-    if state.get("cancel"):
-        state["cancel"]["next"] = next_run_id
-        Run.objects.filter(id=run_id).update(state=state)
 
 
 def start_next_run(session: AgentSession, first: str | None = None) -> str | None:

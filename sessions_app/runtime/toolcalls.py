@@ -45,7 +45,8 @@ def continue_gate(ctx: Context, tool_call_id: str) -> ToolOutcome:
     while the tool ran)."""
     approval = ApprovalRequest.objects.get(tool_call_id=tool_call_id)
     approved = approval.status == ApprovalRequest.Status.APPROVED
-    first = _mark_started(ctx, approval)
+    # A denial runs nothing: it is marked with its result, in one commit.
+    first = approved and _mark_started(ctx, approval)
     if not approved:
         ok, output = False, "denied"
     elif first or registry.is_idempotent(approval.tool):
@@ -60,7 +61,7 @@ def continue_gate(ctx: Context, tool_call_id: str) -> ToolOutcome:
         ok=ok,
         output=output,
     )
-    _log_result(ctx, outcome)
+    _log_result(ctx, outcome, mark=None if approved else approval.id)
     return outcome
 
 
@@ -91,13 +92,18 @@ def _execute(ctx: Context, approval: ApprovalRequest) -> tuple[bool, str]:
     return ok, output
 
 
-def _log_result(ctx: Context, outcome: ToolOutcome) -> None:
-    """``tool.result`` and the checkpoint after it, then a cancel that waited."""
+def _log_result(ctx: Context, outcome: ToolOutcome, mark: str | None = None) -> None:
+    """``tool.result`` and the checkpoint after it, then a cancel that waited.
+    ``mark``: the gate to mark as done in the same commit (a denial's)."""
     result = {"tool_call_id": outcome.tool_call_id, "ok": outcome.ok, "output": outcome.output}
     ctx.entry, ctx.outcome = "resume", outcome
     cancelled = []
 
     def waited(state: dict) -> None:
+        if mark is not None and not ApprovalRequest.objects.filter(
+            id=mark, executed_at__isnull=True
+        ).update(executed_at=timezone.now()):
+            raise RunAborted(ctx.run_id)  # a cancel logged its result first
         if state.get("cancel"):
             _cancel_now(ctx.run_id, state["cancel"])
             cancelled.append(True)

@@ -25,7 +25,7 @@ from sessions_app import fanout
 from sessions_app.log.events import NewEvent, append_event, append_events
 from sessions_app.log.sessions import title_from
 from sessions_app.models import AgentSession, Run, new_run_id
-from sessions_app.runtime import runs
+from sessions_app.runtime import cancels, runs
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session, queued_runs, set_session_status
 from sessions_app.wire import protocol as p
@@ -67,7 +67,12 @@ def _submit(
         if active is not None:
             # Under the same session lock: nothing starts in between, and
             # the queued inputs are not started by the cancel (``start_next``).
+            waiting = cancels.waiting_after_cancel(active.id)
             runs.cancel_locked(active, by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
+            if waiting is not None:
+                # An earlier stop and send, still waiting for the tool: this
+                # newer one replaces it, as it would have stopped it running.
+                runs.cancel_locked(waiting, by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
     # A new input continues the active path: it follows the session's leaf.
     return open_turn(
         session,
@@ -167,7 +172,7 @@ def open_turn(
     if not behind:
         set_session_status(session, AgentSession.Status.RUNNING)
     if waiting_for is not None:
-        runs.start_after_cancel(waiting_for.id, run_id)
+        cancels.start_after_cancel(waiting_for.id, run_id)
     if not busy:
         runs.enqueue(run.id)
     elif not behind:

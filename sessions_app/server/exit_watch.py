@@ -8,10 +8,12 @@ manager kills it (systemd's ``TimeoutStopSec``, 90 s by default). The chaos
 suite's workers phase found it: SIGTERM under REST requests in flight.
 
 ``exit_after`` starts a daemon thread that waits for the threads to end, and
-past the bound says which are left and ends the process with status 0. Every
-run the process executed was handed back before (``executor.abort_all``), and
-what was still mid-step is taken over from its last checkpoint at the next
-start, so nothing durable depends on those threads.
+past the bound says which are left and ends the process with status 0. The
+runs this process executes (embedded) were asked to stop
+(``executor.abort_all``): each hands itself back at its next step, and a
+tool still running logs its result first, so the run threads get longer
+(``AGENT_WORKER_GRACE_SECONDS``) than the request threads. A run still
+mid-step after that is taken over from its last checkpoint at the next start.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import time
 
 log = logging.getLogger(__name__)
 
-# How long the threads left after the reactor stopped may take to end.
+# How long the threads left after the reactor stopped may take to end (run
+# threads: AGENT_WORKER_GRACE_SECONDS).
 EXIT_GRACE_SECONDS = 5.0
+RUN_THREAD_PREFIX = "run_"  # the run pool's threads (runtime.pool)
 
 
 def _blocking() -> list[threading.Thread]:
@@ -37,13 +41,25 @@ def _blocking() -> list[threading.Thread]:
     ]
 
 
-def exit_after(grace: float = EXIT_GRACE_SECONDS) -> threading.Thread:
+def _runs_left() -> bool:
+    return any(t.name.startswith(RUN_THREAD_PREFIX) for t in _blocking())
+
+
+def exit_after(
+    grace: float = EXIT_GRACE_SECONDS, runs_grace: float | None = None
+) -> threading.Thread:
     """Watch the threads that would keep the stopped process alive."""
+    if runs_grace is None:
+        from django.conf import settings
+
+        runs_grace = float(settings.AGENT_WORKER_GRACE_SECONDS)
 
     def watch() -> None:
-        deadline = time.monotonic() + grace
-        while _blocking() and time.monotonic() < deadline:
+        began = time.monotonic()
+        while _blocking() and time.monotonic() < began + grace:
             time.sleep(0.1)  # sleep-ok: a bounded wait for threads no event announces
+        while _runs_left() and time.monotonic() < began + max(grace, runs_grace):
+            time.sleep(0.1)  # sleep-ok: the same, for the runs handing themselves back
         left = _blocking()
         if not left:
             return
@@ -53,8 +69,7 @@ def exit_after(grace: float = EXIT_GRACE_SECONDS) -> threading.Thread:
             grace,
             ", ".join(sorted({t.name.rsplit("_", 1)[0] for t in left})),
         )
-        for handler in logging.getLogger().handlers:
-            handler.flush()
+        logging.shutdown()  # every handler flushed, not only the root's
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

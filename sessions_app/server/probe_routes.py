@@ -4,9 +4,11 @@ The runbook probes each daphne directly (``curl http://127.0.0.1:8001/readyz``)
 while ``ALLOWED_HOSTS`` names only the public site: through Django that is a
 400 (``DisallowedHost``). The probes reveal nothing a Host check protects (no
 links are built from it), so ``agentsite/asgi.py`` answers them here, before
-Django, as a load balancer or a process manager asks. nginx keeps them to
-``OPERATOR_NETWORK`` (deploy/nginx). A project embedding the app wraps its
-own application the same way if it wants the same probes (docs/embedding.md).
+Django (``application_for(..., probes=True)``, inside the runtime's starter:
+a probe starts the runtime as any request does), as a load balancer or a
+process manager asks. nginx keeps them to ``OPERATOR_NETWORK``
+(deploy/nginx). A project embedding the app asks for the same with the same
+argument (docs/embedding.md).
 """
 
 from __future__ import annotations

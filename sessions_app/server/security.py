@@ -98,7 +98,7 @@ class SameOriginValidator:
     async def __call__(self, scope, receive, send):
         why = refusal(scope) if scope["type"] == "websocket" else None
         if why is not None:
-            log.warning("refused a WebSocket upgrade to %s: %s", scope.get("path", ""), why)
+            log.warning("refused a WebSocket upgrade to %r: %s", scope.get("path", ""), why)
             denier = WebsocketDenier()
             return await denier(scope, receive, send)
         return await self.application(scope, receive, send)

@@ -322,3 +322,36 @@ async def test_a_turn_sent_while_a_tool_runs_waits_for_it(own_server, cookie, ho
     ]
     assert lines(workspace_for(sid) / "counts.txt") == 1
     await c.close()
+
+
+async def test_a_second_stop_and_send_while_a_tool_runs_replaces_the_first(own_server, cookie):
+    """Two stop-and-sends while an approved tool runs: the first waiting turn
+    is stopped by the second (as it would have been had it started), and the
+    second starts right after the tool's result."""
+    start, _ = own_server
+    server = start(AGENT_TOOLS=TOOLS)
+    c, sid = await open_session(server, cookie)
+    sent = await send_text(c, "/tool slow_count", "m1")
+    gate = await c.wait_event(lambda f: f["kind"] == "approval.requested")
+    await c.request(
+        {"type": "decide", "approval_id": gate["data"]["approval_id"], "decision": "approve"}
+    )
+    await wait_until(lambda: lines(workspace_for(sid) / "started.txt") == 1)
+    second = await c.request(
+        {"type": "send", "client_message_id": "m2", "text": "/stream 2 0", "interrupt": True}
+    )
+    third = await c.request(
+        {"type": "send", "client_message_id": "m3", "text": "/stream 3 0", "interrupt": True}
+    )
+    await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == third["run_id"])
+    ends = {
+        e["run_id"]: e["data"]["stop_reason"] for e in c.events() if e["kind"] == "run.finished"
+    }
+    assert ends == {
+        sent["run_id"]: "cancelled",
+        second["run_id"]: "cancelled",
+        third["run_id"]: "end_turn",
+    }
+    started = [e["run_id"] for e in c.events() if e["kind"] == "run.started"]
+    assert started == [sent["run_id"], third["run_id"]]
+    await c.close()

@@ -35,3 +35,19 @@ def test_nothing_left_means_nothing_to_do():
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=20
     )
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_run_threads_get_the_longer_grace():
+    """A run thread (handing its run back, a tool logging its result) is given
+    the runs' grace, longer than a request thread's: one that ends within it
+    lets the process end on its own, with nothing cut."""
+    script = (
+        "import threading, time\n"
+        "from sessions_app.server import exit_watch\n"
+        "threading.Thread(target=time.sleep, args=(0.8,), name='run_0').start()\n"
+        "exit_watch.exit_after(0.2, runs_grace=5)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=20
+    )
+    assert (done.returncode, done.stderr) == (0, "")

@@ -56,5 +56,5 @@ async def test_a_refused_upgrade_is_logged_with_its_reason(settings, caplog):
 
     with caplog.at_level(logging.WARNING, logger="sessions_app.server.security"):
         await SameOriginValidator(app)(_scope("http://localhost", "localhost"), receive, send)
-    assert "refused a WebSocket upgrade to /ws/sessions/: Host 'localhost'" in caplog.text
+    assert "refused a WebSocket upgrade to '/ws/sessions/': Host 'localhost'" in caplog.text
     assert sent and sent[0]["type"] == "websocket.close"

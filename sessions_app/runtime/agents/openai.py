@@ -11,8 +11,9 @@ Choices not fixed by the protocol:
 - A tool call the model got wrong (unknown tool, arguments that are not JSON
   or not valid for the tool) is not shown to the user for approval: it is
   answered to the model as a failed tool message and the loop goes on.
-- Text the model streams before asking for a tool is shown as deltas; the
-  run's ``assistant.message`` is the text of the model's final answer.
+- Text the model streams before asking for a tool is shown as deltas, and
+  the runtime states it whole at the gate (its own ``assistant.message``);
+  the run's last ``assistant.message`` is the model's final answer.
 """
 
 from __future__ import annotations
