@@ -12,6 +12,7 @@ import threading
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.urls import get_resolver
 
 from sessions_app import fanout
 from sessions_app.fanout.presence import ConnectionToucher
@@ -55,4 +56,8 @@ class RuntimeStarter:
 
             Sweeper().start()
 
+        # The URLconf and every view it names, loaded now rather than by the
+        # first page (a probe answered ahead of Django loads none of it), so
+        # they are frozen with the rest of the start-up objects.
+        get_resolver().url_patterns  # noqa: B018 (the property imports them)
         freeze_startup_objects()

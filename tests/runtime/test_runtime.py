@@ -306,6 +306,21 @@ async def test_gate_survives_kill_9_of_the_server(own_server, cookie):
     assert [e["kind"] for e in d.events()].count("tool.result") == 1
 
 
+def assert_text_closed_at_the_gate(c: WsClient) -> None:
+    """The text streamed before the call is closed by the runtime at the gate
+    (no caret left streaming), then the answer after the tool."""
+    said = [
+        (e["kind"], e["data"].get("text"))
+        for e in c.events()
+        if e["kind"] in ("assistant.message", "tool.call")
+    ]
+    assert said == [
+        ("assistant.message", "Let me write that. "),
+        ("tool.call", None),
+        ("assistant.message", "Done, wrote ai.txt."),
+    ]
+
+
 async def test_openai_agent_streams_and_parks_at_a_gate(own_server, cookie):
     """The openai agent against a fake endpoint: streamed text, a gated tool call, resume."""
     start, _ = own_server
@@ -331,18 +346,7 @@ async def test_openai_agent_streams_and_parks_at_a_gate(own_server, cookie):
             {"type": "decide", "approval_id": req["data"]["approval_id"], "decision": "approve"}
         )
         end = await c.wait_event(lambda f: f["kind"] == "run.finished")
-        # The text streamed before the call is closed by the runtime at the
-        # gate (no caret left streaming), then the answer after the tool.
-        said = [
-            (e["kind"], e["data"].get("text"))
-            for e in c.events()
-            if e["kind"] in ("assistant.message", "tool.call")
-        ]
-        assert said == [
-            ("assistant.message", "Let me write that. "),
-            ("tool.call", None),
-            ("assistant.message", "Done, wrote ai.txt."),
-        ]
+        assert_text_closed_at_the_gate(c)
         assert end["data"]["stop_reason"] == "end_turn"
         assert (workspace_for(sid) / "ai.txt").read_text() == "hi\n"
         tool_msgs = [m for m in fake.requests[1]["messages"] if m["role"] == "tool"]
@@ -378,18 +382,7 @@ async def test_anthropic_agent_streams_and_parks_at_a_gate(own_server, cookie):
             {"type": "decide", "approval_id": req["data"]["approval_id"], "decision": "approve"}
         )
         end = await c.wait_event(lambda f: f["kind"] == "run.finished")
-        # The text streamed before the call is closed by the runtime at the
-        # gate (no caret left streaming), then the answer after the tool.
-        said = [
-            (e["kind"], e["data"].get("text"))
-            for e in c.events()
-            if e["kind"] in ("assistant.message", "tool.call")
-        ]
-        assert said == [
-            ("assistant.message", "Let me write that. "),
-            ("tool.call", None),
-            ("assistant.message", "Done, wrote ai.txt."),
-        ]
+        assert_text_closed_at_the_gate(c)
         assert end["data"]["stop_reason"] == "end_turn"
         assert (workspace_for(sid) / "ai.txt").read_text() == "hi\n"
         (result,) = fake.requests[1]["messages"][-1]["content"]

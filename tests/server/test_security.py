@@ -39,6 +39,7 @@ def test_each_refusal_says_why(settings):
 
 
 @pytest.mark.asyncio
+@pytest.mark.django_db
 async def test_a_refused_upgrade_is_logged_with_its_reason(settings, caplog):
     """The middleware logs the refusal and its reason (daphne says only WSREJECT)."""
     settings.DEBUG, settings.ALLOWED_HOSTS = False, []
