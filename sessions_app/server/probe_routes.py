@@ -14,6 +14,7 @@ argument (docs/embedding.md).
 from __future__ import annotations
 
 from sessions_app.server import metrics
+from sessions_app.server.static import respond_plain
 
 PATHS = ("/healthz", "/readyz")
 
@@ -36,18 +37,5 @@ class Probes:
             status, text = 200, "ok"
         else:
             status, text = await metrics.readiness()
-        body = text.encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"text/plain"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"cache-control", b"no-store"),
-                ],
-            }
-        )
-        if scope["method"] == "HEAD":
-            body = b""
-        await send({"type": "http.response.body", "body": body})
+        body = b"" if scope["method"] == "HEAD" else text.encode()
+        await respond_plain(send, status, body, [(b"cache-control", b"no-store")])

@@ -52,11 +52,11 @@ class StaticFiles:
         if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
             return await self.app(scope, receive, send)
         if scope["method"] not in ("GET", "HEAD"):
-            return await _respond(send, 405, b"method not allowed", [(b"allow", b"GET, HEAD")])
+            return await respond_plain(send, 405, b"method not allowed", [(b"allow", b"GET, HEAD")])
         name = _clean(unquote(scope["path"][len(self.prefix) :]))
         found = await asyncio.to_thread(self._load, name) if name else None
         if found is None:
-            return await _respond(send, 404, b"not found")
+            return await respond_plain(send, 404, b"not found")
         headers = [
             (b"content-type", found.content_type),
             (b"etag", found.etag),
@@ -113,7 +113,8 @@ def _clean(name: str) -> str | None:
     return normal
 
 
-async def _respond(send, status: int, body: bytes, headers=()) -> None:
+async def respond_plain(send, status: int, body: bytes, headers=()) -> None:
+    """A plain-text response (the static files' errors, the probes)."""
     await send(
         {
             "type": "http.response.start",

@@ -69,6 +69,18 @@ async def _crash(start, procs, run_id: str, cookie, sid: str, client: WsClient, 
     return live, server
 
 
+async def _slow_count_running(c: WsClient, sid: str) -> tuple[dict, dict]:
+    """Ask for slow_count, approve its gate and wait until the tool has
+    started: (the send's reply, the approval.requested event)."""
+    sent = await send_text(c, "/tool slow_count", "m1")
+    gate = await c.wait_event(lambda f: f["kind"] == "approval.requested")
+    await c.request(
+        {"type": "decide", "approval_id": gate["data"]["approval_id"], "decision": "approve"}
+    )
+    await wait_until(lambda: lines(workspace_for(sid) / "started.txt") == 1)
+    return sent, gate
+
+
 def _sse_frames(server, user, sid: str, head: int, compact: bool) -> list[dict]:
     """The session's event frames from 0 as the SSE stream sends them."""
     query = "?after=0&compact=1" if compact else "?after=0"
@@ -150,14 +162,9 @@ async def test_a_tool_cut_by_a_crash_is_asked_again_not_rerun(own_server, cookie
     start, procs = own_server
     server = start(AGENT_TOOLS=TOOLS)
     c, sid = await open_session(server, cookie)
-    sent = await send_text(c, "/tool slow_count", "m1")
+    sent, first = await _slow_count_running(c, sid)
     run_id = sent["run_id"]
-    first = await c.wait_event(lambda f: f["kind"] == "approval.requested")
-    await c.request(
-        {"type": "decide", "approval_id": first["data"]["approval_id"], "decision": "approve"}
-    )
     ws = workspace_for(sid)
-    await wait_until(lambda: lines(ws / "started.txt") == 1)
     live, _ = await _crash(start, procs, run_id, cookie, sid, c, AGENT_TOOLS=TOOLS)
     again = await live.wait_event(
         lambda f: (
@@ -191,13 +198,8 @@ async def test_a_cancel_waits_for_the_tool_in_flight(own_server, cookie):
     start, _ = own_server
     server = start(AGENT_TOOLS=TOOLS)
     c, sid = await open_session(server, cookie)
-    sent = await send_text(c, "/tool slow_count", "m1")
+    sent, _ = await _slow_count_running(c, sid)
     run_id = sent["run_id"]
-    gate = await c.wait_event(lambda f: f["kind"] == "approval.requested")
-    await c.request(
-        {"type": "decide", "approval_id": gate["data"]["approval_id"], "decision": "approve"}
-    )
-    await wait_until(lambda: lines(workspace_for(sid) / "started.txt") == 1)
     await c.request({"type": "cancel", "run_id": run_id})
     end = await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id)
     assert end["data"]["stop_reason"] == "cancelled"
@@ -296,12 +298,7 @@ async def test_a_turn_sent_while_a_tool_runs_waits_for_it(own_server, cookie, ho
     c, sid = await open_session(server, cookie)
     first = await send_text(c, "hello", "m0")
     await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == first["run_id"])
-    sent = await send_text(c, "/tool slow_count", "m1")
-    gate = await c.wait_event(lambda f: f["kind"] == "approval.requested")
-    await c.request(
-        {"type": "decide", "approval_id": gate["data"]["approval_id"], "decision": "approve"}
-    )
-    await wait_until(lambda: lines(workspace_for(sid) / "started.txt") == 1)
+    sent, _ = await _slow_count_running(c, sid)
     frame = {"type": "send", "client_message_id": "m2", "text": "/stream 3 0"}
     frame.update({"interrupt": True} if how == "interrupt" else {"edit_of": sent["run_id"]})
     new = await c.request(frame)
@@ -331,12 +328,7 @@ async def test_a_second_stop_and_send_while_a_tool_runs_replaces_the_first(own_s
     start, _ = own_server
     server = start(AGENT_TOOLS=TOOLS)
     c, sid = await open_session(server, cookie)
-    sent = await send_text(c, "/tool slow_count", "m1")
-    gate = await c.wait_event(lambda f: f["kind"] == "approval.requested")
-    await c.request(
-        {"type": "decide", "approval_id": gate["data"]["approval_id"], "decision": "approve"}
-    )
-    await wait_until(lambda: lines(workspace_for(sid) / "started.txt") == 1)
+    sent, _ = await _slow_count_running(c, sid)
     second = await c.request(
         {"type": "send", "client_message_id": "m2", "text": "/stream 2 0", "interrupt": True}
     )
