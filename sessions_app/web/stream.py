@@ -9,18 +9,12 @@ reconnects) or, on a first request, after ``?after=N`` (default 0);
 reconnect tell a rebuilt log from the one it followed; ``?compact=1`` skips
 the superseded deltas of finished runs (``event: compacted``).
 
-One more transport on the sockets' delivery stage (``sessions_app.delivery``):
-the stream joins its groups first (the session's, the user's rights, the
-cookie's logout or the token's revocation), reads the head and epoch once
-joined (nothing falls between; a log rebuilt meanwhile ends it with
-``reset``), replays through ``delivery.replay`` (a hole ends it with
-``reset``, never skipped), then goes live in the ``Sequencer``'s order (no
-gap, no repeat at the boundary). Flow control (``delivery.flow``) comes
-before every write, replay and live: a client that reads nothing for
-``AGENT_SLOW_CONSUMER_SECONDS`` has its response ended, and holds at most
-``AGENT_SEND_BUFFER_BYTES`` of the server's memory meanwhile. The groups
-are renewed while it lasts; its per-user slot is given back by the
-response's close, on every way out (docs/sse.md).
+One dialect on the sockets' delivery stage: the response's delivery is
+``delivery.reader.StreamReader`` (groups joined before the head is read,
+replay, live in the ``Sequencer``'s order, flow control before every write,
+the slot given back on every way out), its bytes ``wire.sse.NativeEncoder``.
+This module is the HTTP side every streamed dialect shares: the auth, the
+per-user slots and the response (docs/sse.md).
 
 Auth and ownership are the REST API's: the session cookie or an
 ``Authorization: Token …`` header, and only the owner's sessions (another
@@ -32,73 +26,20 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import threading
 from collections.abc import AsyncIterator
-from importlib import import_module
 from typing import Any
 
-from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db.models import Q
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
-from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from sessions_app import fanout
-from sessions_app.access.rights import still_granted
 from sessions_app.access.tokens import token_user
-from sessions_app.delivery import reads, replay
-from sessions_app.delivery.core import REPEAT, LogHole, Phase, Sequencer, check_transition
-from sessions_app.delivery.flow import Flow
-from sessions_app.delivery.groups import Membership
+from sessions_app.delivery.reader import StreamReader, owned_row
 from sessions_app.log.events import check_resume_cursor
-from sessions_app.models import AgentSession, ApiToken
 from sessions_app.server.db_pool import reading_in_db_pool
-from sessions_app.server.patches import send_buffer_probe
 from sessions_app.wire import protocol as p
 from sessions_app.wire import sse
-
-log = logging.getLogger("sessions_app.web.stream")
-
-_ROW = ("epoch", "head", "earliest", "compacted_through")
-# A replay writes its events in chunks of about this many bytes.
-WRITE_BYTES = 64 * 1024
-
-
-@reading_in_db_pool
-def _owned(session_id: str, user_id: int) -> dict[str, Any] | None:
-    found = AgentSession.objects.filter(id=session_id, owner_id=user_id).values_list(*_ROW).first()
-    return None if found is None else dict(zip(_ROW, found, strict=True))
-
-
-_token_user_in_pool = reading_in_db_pool(token_user)
-
-
-def _standing(granted: tuple[int, str], token_id: str | None, session_key: str | None) -> bool:
-    """May the stream go on? The user's rights as it was let in with them, and
-    its key neither revoked nor expired, or its cookie's session still there
-    (a logout whose message was lost, a session that expired)."""
-    if not still_granted(granted):
-        return False
-    if token_id is not None:
-        live = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
-        return ApiToken.objects.filter(live, pk=token_id, revoked_at__isnull=True).exists()
-    if session_key is not None and settings.SESSION_ENGINE != SIGNED_COOKIES:
-        return import_module(settings.SESSION_ENGINE).SessionStore().exists(session_key)
-    return True
-
-
-# Signed-cookie sessions keep no state on the server: a logout cannot be read back.
-SIGNED_COOKIES = "django.contrib.sessions.backends.signed_cookies"
-
-
-@reading_in_db_pool
-def _state(session_id: str, granted, token_id, session_key):
-    """The session's head, epoch and compacted point (None: gone), and whether
-    the stream may go on, in one trip to the pool."""
-    return reads.head_row(session_id), _standing(granted, token_id, session_key)
-
 
 # A slot taken for a response whose body has not started after this long is
 # given back: Django neither closes nor starts a response whose client left
@@ -152,7 +93,7 @@ slots = Slots()
 
 
 class StreamResponse(StreamingHttpResponse):
-    """The stream's response: its close gives the slot back."""
+    """A stream's response: its close gives the slot back."""
 
     def __init__(self, body: AsyncIterator[bytes], slot: Slot | None = None) -> None:
         super().__init__(body, content_type="text/event-stream; charset=utf-8")
@@ -188,10 +129,10 @@ async def session_stream(request: HttpRequest, session_id: str):
     """The view (see the module's comment)."""
     if request.method not in ("GET", "HEAD"):
         return _problem("method_not_allowed", "the stream is read-only: GET it", 405)
-    user, token_id = await _user(request)
+    user, token_id = await request_user(request)
     if user is None:
         return _problem("not_authenticated", "sign in, or send Authorization: Token …", 403)
-    row = await _owned(session_id, user.pk) if p.is_session_id(session_id) else None
+    row = await owned_row(session_id, user.pk) if p.is_session_id(session_id) else None
     if row is None:
         return _problem("not_found", "no such session", 404)
     last = request.headers.get("Last-Event-ID")
@@ -217,7 +158,9 @@ async def session_stream(request: HttpRequest, session_id: str):
         response["Retry-After"] = "5"
         return response
     granted = (user.pk, getattr(user, "password", ""))
-    reader = SseReader(request, session_id, granted, token_id, after, epoch, compact, slot)
+    reader = StreamReader(
+        request, session_id, granted, token_id, after, epoch, compact, slot, sse.NativeEncoder()
+    )
     return StreamResponse(reader.body(), slot)
 
 
@@ -225,231 +168,13 @@ async def _once(body: bytes) -> AsyncIterator[bytes]:
     yield body
 
 
-async def _user(request: HttpRequest) -> tuple[Any, str | None]:
+_token_user_in_pool = reading_in_db_pool(token_user)
+
+
+async def request_user(request: HttpRequest) -> tuple[Any, str | None]:
     """The user, and the API key's id when it signed in with one."""
     header = request.headers.get("Authorization", "")
     if header.lower().startswith("token "):
         return await _token_user_in_pool(header) or (None, None)
     user = await request.auser()
     return (user if user.is_authenticated and user.is_active else None), None
-
-
-class SseReader:
-    """One response's delivery: a reader of one session on the delivery stage.
-
-    ``phase`` is its one state field (``delivery.core.TRANSITIONS``): OPEN
-    until the body starts, REPLAYING, LIVE, CLOSING once anything ended it.
-    ``order`` (a ``Sequencer``) holds what was sent: ``order.last_sent`` is
-    the cursor a reconnect comes back with."""
-
-    def __init__(self, request, session_id, granted, token_id, after, epoch, compact, slot):
-        self.session_id = session_id
-        self.granted = granted
-        self.token_id = token_id
-        session = getattr(request, "session", None)
-        self.session_key = None if token_id or session is None else session.session_key
-        # The groups whose messages end it: the session's rotation, the user's
-        # rights, and the cookie's logout or the key's revocation.
-        self.groups = [fanout.group_name(session_id), fanout.rights_group(granted[0])]
-        if token_id is not None:
-            self.groups.append(fanout.token_group(token_id))
-        elif getattr(request, "session", None) is not None and request.session.session_key:
-            self.groups.append(fanout.auth_group(request.session.session_key))
-        self.epoch = epoch
-        self.compact = compact
-        self.slot = slot
-        self.flow = Flow(send_buffer_probe(getattr(request, "scope", {})))
-        self.order = Sequencer(0)  # nothing is held: the layer's channel keeps live events
-        self.order.attach(after)
-        self.phase = Phase.OPEN
-
-    @property
-    def closing(self) -> bool:
-        return self.phase is Phase.CLOSING
-
-    def to(self, phase: Phase) -> None:
-        if check_transition(self.phase, phase):
-            self.phase = phase
-
-    async def writable(self) -> bool:
-        """Flow control before a write; False (and closing) once the client
-        read nothing for the slow-consumer period: it comes back from its cursor."""
-        if self.closing:
-            return False
-        if not self.flow.pressed() or await self.flow.writable(lambda: self.closing):
-            return True
-        if not self.closing:
-            log.info(
-                "stream of %s: ending a client that stopped reading (%s bytes unread)",
-                self.session_id,
-                self.flow.unread(),
-            )
-            self.to(Phase.CLOSING)
-        return False
-
-    def reset(self, reason: str, message: str, **extra: Any) -> bytes:
-        self.to(Phase.CLOSING)
-        return sse.reset(self.session_id, reason, message, **extra)
-
-    def rotated(self) -> bytes:
-        return self.reset(
-            p.R_EPOCH_MISMATCH,
-            "the session's log was rebuilt: start again from 0 with the new epoch",
-        )
-
-    async def body(self) -> AsyncIterator[bytes]:
-        self.slot.started()
-        if not self.slot.held:  # lapsed: the response was never started in time
-            return
-        layer = get_channel_layer()
-        membership = Membership(layer, await layer.new_channel())
-        try:
-            await membership.join(*self.groups)
-            # The head and epoch once joined: what is appended from here on
-            # also comes live (a repeat is dropped by its seq), and a rotation
-            # before the join is seen here.
-            state, standing = await _state(
-                self.session_id, self.granted, self.token_id, self.session_key
-            )
-            if state is None:
-                yield self.reset(p.R_NOT_FOUND, "this session no longer exists")
-                return
-            if not standing:  # revoked, or signed out, before the join
-                return
-            head, epoch, _ = state
-            if epoch != self.epoch:
-                yield self.rotated()
-                return
-            yield sse.opening(self.session_id, epoch, head)
-            self.to(Phase.REPLAYING)
-            # The replay skips every superseded stretch, however short (as the
-            # socket's handshake does); a refill later only a long one.
-            plan = None
-            if self.compact:
-                plan = await reads.replay_plan(self.session_id, self.order.last_sent, head)
-            async for chunk in self.log_range(head, plan):
-                yield chunk
-            if self.closing:
-                return
-            self.to(Phase.LIVE)
-            async for chunk in self.live(layer, membership.channel):
-                yield chunk
-        except LogHole as hole:
-            yield await self.hole(hole.cursor)
-        finally:
-            self.to(Phase.CLOSING)
-            self.slot.release()
-            await membership.leave_all()
-
-    async def log_range(self, upto: int, plan=None) -> AsyncIterator[bytes]:
-        """The logged events after what was sent, up to ``upto``, under flow
-        control (``LogHole`` at a hole). Several events to a write, up to
-        ``WRITE_BYTES``: a write costs the server a call through Django and
-        daphne, and what a slow reader leaves unread is then held in a few
-        large buffers rather than thousands of small ones."""
-        pages = replay.frames(self.session_id, self.order.last_sent, upto, plan)
-        try:
-            async for page in pages:
-                out: list[bytes] = []
-                size = 0
-                for step in page:
-                    if isinstance(step, replay.Compacted):
-                        out.append(sse.compacted(step.text(self.session_id), step.last))
-                    else:
-                        out.append(sse.logged(step.text, step.seq))
-                    size += len(out[-1])
-                    if size >= WRITE_BYTES or step is page[-1]:
-                        if not await self.writable():
-                            return
-                        yield b"".join(out)
-                        self.order.sent(replay.last_seq(step))
-                        out, size = [], 0
-        finally:
-            await pages.aclose()
-
-    async def hole(self, cursor: int) -> bytes:
-        """The log breaks after ``cursor`` (purged under the stream, or the
-        session deleted): the reason the client's next request would get."""
-        log.warning("stream of %s: the log breaks after %s", self.session_id, cursor)
-        row = await _owned(self.session_id, self.granted[0])
-        if row is None:
-            return self.reset(p.R_NOT_FOUND, "this session no longer exists")
-        try:
-            check_resume_cursor(row, cursor, self.epoch, self.compact)
-        except p.Rejection as rejection:
-            return self.reset(rejection.reason, rejection.message, **rejection.extra)
-        # Readable again (a refill raced a purge): the client comes back with its cursor.
-        self.to(Phase.CLOSING)
-        return sse.KEEP_ALIVE
-
-    async def live(self, layer, channel: str) -> AsyncIterator[bytes]:
-        """Live events, and every heartbeat period a check of the tail and of
-        the stream's standing, busy or idle (a key expires with no message)."""
-        beat = settings.AGENT_SSE_HEARTBEAT_SECONDS
-        loop = asyncio.get_running_loop()
-        due = loop.time() + beat
-        while not self.closing:
-            try:
-                wait = max(due - loop.time(), 0)
-                message = await asyncio.wait_for(layer.receive(channel), wait)
-            except TimeoutError:
-                message = None
-            if loop.time() >= due:
-                due = loop.time() + beat
-                if message is None:
-                    if not await self.writable():
-                        return
-                    yield sse.KEEP_ALIVE
-                async for chunk in self.check_tail():
-                    yield chunk
-                if self.closing:
-                    return
-            if message is None:
-                continue
-            kind = message.get("type")
-            if kind in (fanout.REVOKED_MESSAGE, fanout.LOGGED_OUT_MESSAGE):
-                self.to(Phase.CLOSING)  # the next request is refused
-                return
-            if message.get("session_id") != self.session_id:
-                continue
-            if kind == fanout.ROTATED_MESSAGE:
-                if message.get("epoch") != self.epoch:
-                    yield self.rotated()
-                    return
-                continue  # late: the stream began on that epoch
-            if kind == fanout.EVENTS_MESSAGE:
-                events = message["events"]
-            elif kind == fanout.EVENT_MESSAGE:
-                events = [(message["seq"], message["text"])]
-            else:
-                continue  # presence, titles: not part of the log
-            for seq, text in events:
-                before = self.order.before(seq)
-                if before is REPEAT:
-                    continue
-                if before is not None:  # a hole: a publication lost or overtaken
-                    async for chunk in self.log_range(before.upto):
-                        yield chunk
-                if not await self.writable():
-                    return
-                yield sse.logged(text, seq)
-                self.order.sent(seq)
-
-    async def check_tail(self) -> AsyncIterator[bytes]:
-        """The head (a publication lost on its way is in the log), the epoch
-        and the stream's standing, in one trip to the pool."""
-        state, standing = await _state(
-            self.session_id, self.granted, self.token_id, self.session_key
-        )
-        if state is None:
-            yield self.reset(p.R_NOT_FOUND, "this session no longer exists")
-            return
-        if not standing:
-            self.to(Phase.CLOSING)  # the next request is refused
-            return
-        head, epoch, _ = state
-        if epoch != self.epoch:
-            yield self.rotated()
-            return
-        async for chunk in self.log_range(head):
-            yield chunk

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Protocol
 
 from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
@@ -60,3 +61,56 @@ def reset(session_id: str, reason: str, message: str, **extra) -> bytes:
     """The terminal event: a ``resume_rejected`` frame, and a long retry."""
     frame = frames.resume_rejected(session_id, reason, message, **extra)
     return event("reset", frames.dumps(frame), retry=RESET_RETRY_MS)
+
+
+class Encoder(Protocol):
+    """A dialect: the bytes a streamed response writes for what it delivers.
+
+    Pure, one per response (it may keep state: what it has opened, where a
+    run is). ``delivery.reader.StreamReader`` calls ``opening`` once, then
+    ``logged`` for each event in seq order (``compacted`` for a skipped
+    stretch), ``caught_up`` whenever it has delivered everything it knows
+    of (the replay reached the head, a live message was delivered),
+    ``keep_alive`` while idle, and ``reset`` at a terminal rejection. Once
+    ``done`` is true the response ends after what was returned.
+    """
+
+    keep_alive: bytes
+    done: bool
+
+    def opening(self, session_id: str, epoch: str, head: int) -> bytes: ...
+
+    def logged(self, text: str, seq: int) -> bytes: ...
+
+    def compacted(self, text: str, last: int) -> bytes: ...
+
+    def caught_up(self) -> bytes: ...
+
+    def reset(self, session_id: str, reason: str, message: str, **extra) -> bytes: ...
+
+
+class NativeEncoder:
+    """The native dialect: every logged event as itself (docs/sse.md)."""
+
+    keep_alive = KEEP_ALIVE
+    done = False
+
+    @staticmethod
+    def opening(session_id: str, epoch: str, head: int) -> bytes:
+        return opening(session_id, epoch, head)
+
+    @staticmethod
+    def logged(text: str, seq: int) -> bytes:
+        return logged(text, seq)
+
+    @staticmethod
+    def compacted(text: str, last: int) -> bytes:
+        return compacted(text, last)
+
+    @staticmethod
+    def caught_up() -> bytes:
+        return b""
+
+    @staticmethod
+    def reset(session_id: str, reason: str, message: str, **extra) -> bytes:
+        return reset(session_id, reason, message, **extra)
