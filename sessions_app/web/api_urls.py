@@ -7,7 +7,7 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import BasePermission
 
 from sessions_app.access.tokens import TokenAuthentication
-from sessions_app.web import api, stream, tokens
+from sessions_app.web import ai_sdk, api, stream, tokens
 
 
 class DocsAllowed(BasePermission):
@@ -36,6 +36,11 @@ urlpatterns = [
     path("sessions/<str:session_id>/branch/", api.SessionBranch.as_view(), name="api-branch"),
     path("approvals/<str:approval_id>/decide/", api.ApprovalDecide.as_view(), name="api-decide"),
     path("runs/<str:run_id>/cancel/", api.RunCancel.as_view(), name="api-cancel"),
+    # The AI SDK's UI message stream (docs/integrations.md): the paths its
+    # DefaultChatTransport builds from ``api`` alone, no trailing slash.
+    path("ai-sdk/chat", ai_sdk.chat, name="ai-sdk-chat"),
+    path("ai-sdk/chat/<str:chat_id>/stream", ai_sdk.resume, name="ai-sdk-resume"),
+    path("ai-sdk/chat/<str:chat_id>/messages", ai_sdk.messages, name="ai-sdk-messages"),
     path("tokens/", tokens.TokenList.as_view(), name="api-tokens"),
     path("tokens/<str:pk>/", tokens.TokenDetail.as_view(), name="api-token"),
     # OpenAPI 3 and its interactive docs (Swagger UI, its init script served

@@ -1,0 +1,132 @@
+"""What every dialect's HTTP endpoints share: who is asking, whether they
+may (CSRF, rates, a stream's per-user slot), and the streamed response.
+
+A dialect (the AI SDK's UI message stream, AG-UI) is an encoder in
+``wire/`` and a few views; the views call these, so that each speaks with
+the REST API's auth (the session cookie with the CSRF header, or
+``Authorization: Token …``), its ownership (another user's session is like
+one that does not exist), its rates (``AGENT_API_RATE``, and
+``AGENT_API_SEND_RATE`` for what starts work), and the native stream's
+limits and delivery (``web.stream``: ``AGENT_USER_MAX_SOCKETS`` streams per
+user and server, flow control, the groups that end a stream on logout or
+revocation).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, JsonResponse
+from rest_framework.authentication import CSRFCheck
+
+from sessions_app.delivery.reader import StreamReader, owned_row
+from sessions_app.web.api import ApiRateThrottle, SendRateThrottle
+from sessions_app.web.stream import StreamResponse, request_user, slots
+from sessions_app.wire import protocol as p
+from sessions_app.wire.errors import SessionError
+
+
+class Refused(Exception):
+    """A request refused before its stream starts: a JSON error response."""
+
+    def __init__(self, status: int, code: str, message: str, **headers: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+
+    def response(self) -> JsonResponse:
+        response = JsonResponse({"code": self.code, "message": self.message}, status=self.status)
+        for name, value in self.headers.items():
+            response[name.replace("_", "-")] = value
+        return response
+
+    @classmethod
+    def from_error(cls, error: SessionError | p.FrameError) -> Refused:
+        if isinstance(error, p.FrameError):
+            return cls(400, error.code, error.message)
+        return cls(error.status, error.code, error.message)
+
+
+@dataclass
+class Caller:
+    user: Any
+    token_id: str | None
+
+    @property
+    def granted(self) -> tuple[int, str]:
+        return (self.user.pk, getattr(self.user, "password", ""))
+
+
+def _csrf_reason(request: HttpRequest) -> str | None:
+    check = CSRFCheck(lambda _request: None)
+    check.process_request(request)
+    return check.process_view(request, None, (), {})
+
+
+class _View:
+    """What DRF's throttles read of a view (nothing here)."""
+
+
+def _throttled(request: HttpRequest, spends: bool) -> int | None:
+    """Seconds to wait, past the user's rates; None when allowed."""
+    throttles = [ApiRateThrottle()] + ([SendRateThrottle()] if spends else [])
+    for throttle in throttles:
+        if not throttle.allow_request(request, _View()):
+            return int(throttle.wait() or 1)
+    return None
+
+
+async def caller(request: HttpRequest, *, spends: bool = False) -> Caller:
+    """The signed-in caller, checked: CSRF for a cookie's write, and the rates."""
+    user, token_id = await request_user(request)
+    if user is None:
+        raise Refused(403, "not_authenticated", "sign in, or send Authorization: Token …")
+    request.user = user
+    if token_id is None and request.method not in ("GET", "HEAD", "OPTIONS"):
+        reason = await sync_to_async(_csrf_reason)(request)
+        if reason:
+            raise Refused(403, "csrf_failed", f"CSRF failed: {reason}")
+    wait = await sync_to_async(_throttled)(request, spends)
+    if wait is not None:
+        raise Refused(
+            429, "throttled", f"too many requests: try again in {wait} s", Retry_After=str(wait)
+        )
+    return Caller(user, token_id)
+
+
+def json_body(request: HttpRequest) -> Any:
+    """The request's JSON body (``Refused`` 413 past Django's upload limit, 400 if not JSON)."""
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise Refused(
+            413,
+            p.E_TOO_LARGE,
+            "the body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE: send only the new message",
+        ) from None
+    try:
+        return json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise Refused(400, p.E_BAD_JSON, "the body is not JSON") from None
+
+
+async def open_stream(
+    request: HttpRequest, who: Caller, session_id: str, after: int, encoder
+) -> StreamResponse:
+    """The response that delivers the session's log after ``after`` through
+    ``encoder``, on the delivery stage like the native stream."""
+    row = await owned_row(session_id, who.user.pk)
+    if row is None:
+        raise Refused(404, "not_found", "no such session")
+    slot = slots.take(who.user.pk)
+    if slot is None:
+        raise Refused(
+            429, "too_many_streams", "too many streams of yours are open here", Retry_After="5"
+        )
+    reader = StreamReader(
+        request, session_id, who.granted, who.token_id, after, row["epoch"], False, slot, encoder
+    )
+    return StreamResponse(reader.body(), slot)

@@ -1,0 +1,155 @@
+"""The AI SDK's UI message stream (sessions_app/web/ai_sdk.py), driven by the
+``ai`` package's own chat client in node (tests/clients/ai_sdk_chat.mjs:
+AbstractChat and DefaultChatTransport, unchanged) against a real daphne:
+a turn, an approval, a denial, a cut and the resume of a fresh page."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sessions_app.models import ApprovalRequest, Event, Run
+from tests.harness import api_key
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CLIENTS = Path(__file__).resolve().parents[1] / "clients"
+
+
+def clients_installed() -> None:
+    """Skip loudly where the pinned clients are not installed (CI installs them)."""
+    if shutil.which("node") is None or not (CLIENTS / "node_modules" / "ai").is_dir():
+        if os.environ.get("REQUIRE_SERVICES") == "1":
+            pytest.fail("tests/clients is not installed: run npm ci --prefix tests/clients")
+        pytest.skip("!! the AI SDK client is not installed: npm ci --prefix tests/clients")
+
+
+def chat(server, key: str, chat_id: str, scenario: str, text: str = "") -> dict:
+    """Run one scenario of the node client; its JSON report."""
+    clients_installed()
+    done = subprocess.run(
+        ["node", str(CLIENTS / "ai_sdk_chat.mjs"), server.http, key, chat_id, scenario, text],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def texts(message: dict) -> str:
+    return "".join(p["text"] for p in message["parts"] if p["type"] == "text")
+
+
+def tool_parts(message: dict) -> list[dict]:
+    return [p for p in message["parts"] if p["type"].startswith("tool-")]
+
+
+def logged(session_id: str, kind: str) -> list[dict]:
+    return list(
+        Event.objects.filter(session_id=session_id, kind=kind)
+        .order_by("seq")
+        .values_list("data", flat=True)
+    )
+
+
+def test_a_turn_streams_the_answer_into_one_assistant_message(server, user):
+    """A user message sent by useChat's transport becomes the session's
+    user.message (its id the client_message_id) and the answer arrives as
+    one assistant message whose id is the run and whose text is the
+    logged assistant.message."""
+    key = api_key(user)
+    report = chat(server, key, "chatTurn1", "turn", "/echo Hello, world of streams")
+    assert report["errors"] == [] and report["status"] == "ready"
+    user_msg, answer = report["messages"]
+    assert user_msg["role"] == "user" and answer["role"] == "assistant"
+    run = Run.objects.get(session_id="chatTurn1")
+    assert run.client_message_id == user_msg["id"] and answer["id"] == run.id
+    assert texts(answer) == "Hello, world of streams"
+    assert [m["text"] for m in logged("chatTurn1", "assistant.message")] == [texts(answer)]
+    first, last = answer["metadata"]["first_seq"], answer["metadata"]["last_seq"]
+    assert last == Event.objects.filter(session_id="chatTurn1").order_by("-seq")[0].seq
+    assert first < last and answer["metadata"]["run_id"] == run.id
+
+
+def test_an_approval_runs_the_tool_once_and_the_message_goes_on(server, user):
+    """The gate arrives as tool-approval-request; addToolApprovalResponse and
+    the automatic next request decide it once on the server, and the same
+    assistant message shows the tool's output and the rest of the answer."""
+    key = api_key(user)
+    report = chat(server, key, "chatGate1", "approve", "/write notes.txt hello")
+    assert report["errors"] == [] and report["status"] == "ready"
+    assert report["steps"][0]["approval"] == ApprovalRequest.objects.get().id
+    user_msg, answer = report["messages"]
+    (tool,) = tool_parts(answer)
+    assert tool["type"] == "tool-write_file" and tool["state"] == "output-available"
+    assert tool["input"] == {"path": "notes.txt", "text": "hello"}
+    assert tool["approval"]["approved"] is True
+    gate = ApprovalRequest.objects.get()
+    assert gate.status == "approved" and gate.executed_at is not None
+    assert len(logged("chatGate1", "tool.result")) == 1
+    assert len(logged("chatGate1", "approval.decided")) == 1
+    assert Run.objects.get().stop_reason == "end_turn"
+    assert texts(answer).endswith(logged("chatGate1", "assistant.message")[-1]["text"])
+
+
+def test_a_denial_is_told_as_output_denied(server, user):
+    """A denied gate: the tool never runs and its part ends output-denied."""
+    key = api_key(user)
+    report = chat(server, key, "chatDeny1", "deny", "/write notes.txt hello")
+    assert report["errors"] == []
+    (tool,) = tool_parts(report["messages"][-1])
+    assert tool["state"] == "output-denied"
+    assert ApprovalRequest.objects.get().status == "denied"
+    assert logged("chatDeny1", "tool.result") == [
+        {"tool_call_id": tool["toolCallId"], "ok": False, "output": "denied"}
+    ]
+
+
+def test_a_fresh_page_resumes_the_run_from_the_log_exactly_once(server, user):
+    """A page closed mid-answer (its fetch aborted) leaves the run going; a
+    fresh page loads …/messages (the finished turns) and resumeStream()
+    replays the running run's message from the log: the whole answer, once."""
+    key = api_key(user)
+    first = chat(server, key, "chatCut1", "turn", "/echo One finished turn first")
+    assert first["status"] == "ready"
+    cut = chat(server, key, "chatCut1", "cut", "/stream 30 40")
+    assert cut["steps"][0]["cut_after"], "the cut came before any text"
+    run = Run.objects.order_by("-created_at")[0]
+    assert run.status in ("running", "queued")
+    resumed = chat(server, key, "chatCut1", "resume")
+    assert resumed["steps"][0]["loaded"] == 3  # the first turn, and the cut turn's question
+    assert resumed["errors"] == [] and resumed["status"] == "ready"
+    messages = resumed["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert texts(messages[1]) == "One finished turn first"
+    assert messages[3]["id"] == run.id
+    whole = "".join(f"tok{i} " for i in range(30))
+    assert texts(messages[3]) == whole
+    assert [m["text"] for m in logged("chatCut1", "assistant.message")][-1] == whole
+
+
+def test_nothing_running_is_204_and_another_users_chat_is_not_found(server, user, other_user):
+    """The reconnect answers 204 when nothing runs (the transport then shows
+    what it has); another user's chat id is 404 to a send and empty to a load."""
+    key = api_key(user)
+    with httpx.Client(base_url=server.http, timeout=30) as c:
+        auth = {"Authorization": f"Token {key}"}
+        assert c.get("/api/ai-sdk/chat/nochat/stream", headers=auth).status_code == 204
+        chat(server, api_key(other_user), "theirChat", "turn", "/echo theirs")
+        body = {
+            "id": "theirChat",
+            "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}],
+            "trigger": "submit-message",
+        }
+        sent = c.post("/api/ai-sdk/chat", json=body, headers=auth)
+        assert sent.status_code == 404 and sent.json()["code"] == "not_found"
+        assert c.get("/api/ai-sdk/chat/theirChat/messages", headers=auth).json() == []
+        assert c.get("/api/ai-sdk/chat/theirChat/stream", headers=auth).status_code == 204
