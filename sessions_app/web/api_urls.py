@@ -7,7 +7,7 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import BasePermission
 
 from sessions_app.access.tokens import TokenAuthentication
-from sessions_app.web import ai_sdk, api, stream, tokens
+from sessions_app.web import ag_ui, ai_sdk, api, stream, tokens
 
 
 class DocsAllowed(BasePermission):
@@ -41,6 +41,9 @@ urlpatterns = [
     path("ai-sdk/chat", ai_sdk.chat, name="ai-sdk-chat"),
     path("ai-sdk/chat/<str:chat_id>/stream", ai_sdk.resume, name="ai-sdk-resume"),
     path("ai-sdk/chat/<str:chat_id>/messages", ai_sdk.messages, name="ai-sdk-messages"),
+    # AG-UI (docs/integrations.md): a run, and a late joiner's stream.
+    path("ag-ui/", ag_ui.run, name="ag-ui-run"),
+    path("ag-ui/<str:thread_id>/stream", ag_ui.join, name="ag-ui-join"),
     path("tokens/", tokens.TokenList.as_view(), name="api-tokens"),
     path("tokens/<str:pk>/", tokens.TokenDetail.as_view(), name="api-token"),
     # OpenAPI 3 and its interactive docs (Swagger UI, its init script served

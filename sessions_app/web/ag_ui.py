@@ -1,0 +1,199 @@
+"""AG-UI's endpoints: an AG-UI client (``@ag-ui/client``'s ``HttpAgent``,
+CopilotKit) runs this server's agent (docs/integrations.md).
+
+- ``POST /api/ag-ui/``: a ``RunAgentInput``. Its ``threadId`` is one of
+  the caller's sessions (made with that id on first use; an empty one makes
+  a new session, whose id ``RUN_STARTED`` gives). Only the new input is
+  read: the newest user message, sent as the socket's ``send`` (its ``id``
+  the ``client_message_id``: sent again, nothing is appended), or
+  the ``resume`` entries answering the gates the last run ended at (each
+  decided exactly once, from any client: one decided elsewhere keeps that
+  decision). The session's log is the history; the client's copy of earlier
+  turns is never trusted. The answer is the AG-UI run
+  (``wire.ag_ui.AgUiRun``) as Server-Sent Events.
+- The same request sent again with ``Last-Event-ID`` (this server's
+  extension: AG-UI has no stream position) resumes a response that was
+  cut: ``RUN_STARTED``, then exactly what followed that position.
+- ``GET /api/ag-ui/<threadId>/stream``: a client that joins late.
+  ``RUN_STARTED``, ``MESSAGES_SNAPSHOT`` (the finished turns), then the run
+  still going, from the log, to its end or its gate; with
+  ``Last-Event-ID``, what followed that position.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from ag_ui.core import RunAgentInput, UserMessage
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from pydantic import ValidationError
+
+from sessions_app.log.sessions import create_session
+from sessions_app.models import AgentSession
+from sessions_app.web import conversation
+from sessions_app.web.dialects import Caller, Refused, caller, json_body, open_stream
+from sessions_app.web.stream import StreamResponse
+from sessions_app.wire import ag_ui
+from sessions_app.wire import protocol as p
+from sessions_app.wire.errors import SessionError
+
+
+@csrf_exempt
+async def run(request: HttpRequest) -> HttpResponse:
+    """``POST /api/ag-ui/`` (see the module's comment)."""
+    try:
+        if request.method != "POST":
+            raise Refused(405, "method_not_allowed", "POST a RunAgentInput")
+        who = await caller(request, spends=True)
+        try:
+            asked = RunAgentInput.model_validate(json_body(request))
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise Refused(
+                400, p.E_BAD_FRAME, f"not a RunAgentInput: {where}: {first['msg']}"
+            ) from None
+        position = _position(request)
+        session_id, epoch, run_id, after, went_on = await sync_to_async(_act)(who, asked)
+        snapshot, segments = went_on or (None, 0)
+        encoder = ag_ui.AgUiRun(
+            session_id,
+            asked.run_id,
+            run_id,
+            epoch,
+            position=_same_epoch(position, epoch),
+            snapshot=snapshot,
+            segments=segments,
+        )
+        return await open_stream(request, who, session_id, after, encoder)
+    except (p.FrameError, SessionError) as error:
+        return Refused.from_error(error).response()
+    except Refused as refused:
+        return refused.response()
+
+
+def _position(request: HttpRequest) -> tuple[str, int, int] | None:
+    value = request.headers.get("Last-Event-ID")
+    if value is None:
+        return None
+    position = ag_ui.parse_position(value)
+    if position is None:
+        raise Refused(400, p.E_BAD_FRAME, "Last-Event-ID must be an id this server gave: E:SEQ")
+    return position
+
+
+def _same_epoch(position, epoch: str):
+    if position is not None and position[0] != epoch:
+        raise Refused(
+            409,
+            p.R_EPOCH_MISMATCH,
+            "the thread's log was rebuilt since that position: join it again",
+        )
+    return position
+
+
+def _act(who: Caller, asked: RunAgentInput) -> tuple[str, str, str, int]:
+    """Do what the input asks; the session, its epoch, the run to stream and
+    the seq after which the AG-UI run starts."""
+    by = who.user.get_username()
+    if asked.thread_id:
+        if not p.is_session_id(asked.thread_id):
+            raise Refused(400, p.E_BAD_FRAME, "threadId: 1 to 40 of A-Z a-z 0-9 _ -")
+        session = conversation.owned_session(who.user, asked.thread_id)
+    else:
+        session = create_session(who.user)
+    if asked.resume:
+        answers = []
+        for entry in asked.resume:
+            payload = entry.payload if isinstance(entry.payload, dict) else {}
+            approved = entry.status == "resolved" and payload.get("approved") is True
+            if entry.status == "resolved" and not isinstance(payload.get("approved"), bool):
+                raise Refused(
+                    400, p.E_BAD_FRAME, "a resolved approval's payload is {approved: bool}"
+                )
+            answers.append((entry.interrupt_id, approved))
+        run_id, after = conversation.answer_gates(session, answers, by)
+        return session.id, session.epoch, run_id, after, _went_on(session, run_id, after)
+    # The newest user input (what follows it is the client's copy of its answer).
+    last = next((m for m in reversed(asked.messages) if isinstance(m, UserMessage)), None)
+    if last is None:
+        raise Refused(400, p.E_BAD_FRAME, "nothing to run: no user message and no resume")
+    content = last.content
+    if not isinstance(content, str):
+        content = "\n".join(getattr(part, "text", "") for part in content if part.type == "text")
+    send = p.parse_send(
+        {"type": p.SEND, "request_id": "ag-ui", "client_message_id": last.id, "text": content}
+    )
+    run_id, after = conversation.send(session, send, by, "ag-ui")
+    return session.id, session.epoch, run_id, after, None
+
+
+def _went_on(session: AgentSession, run_id: str, after: int):
+    """What a response that goes on after a gate opens with: the conversation
+    up to the gate (``MESSAGES_SNAPSHOT``), and how many text messages of
+    the run came before it."""
+    turns = conversation.path_turns(session, upto=after)
+    snapshot = ag_ui.history([_turn(turn) for turn in turns])
+    said = [t for t in turns if t.run_id == run_id]
+    segments = sum(
+        1
+        for e in (said[0].events if said else [])
+        if e.kind == p.K_ASSISTANT_MESSAGE and e.data.get("text")
+    )
+    return snapshot, segments
+
+
+def _turn(turn: conversation.Turn):
+    return turn.message_id, turn.text, turn.run_id, [(e.kind, e.data, e.seq) for e in turn.events]
+
+
+@csrf_exempt
+async def join(request: HttpRequest, thread_id: str) -> HttpResponse:
+    """``GET /api/ag-ui/<threadId>/stream`` (see the module's comment)."""
+    try:
+        if request.method not in ("GET", "HEAD"):
+            raise Refused(405, "method_not_allowed", "GET the stream")
+        who = await caller(request)
+        position = _position(request)
+        found = await sync_to_async(_joined)(who, thread_id)
+        if found is None:
+            raise Refused(404, "not_found", "no such thread")
+        epoch, active, snapshot = found
+        if active is None:
+            encoder = ag_ui.AgUiRun(
+                thread_id, f"join-{uuid.uuid4().hex}", "", epoch, snapshot=snapshot
+            )
+            body = encoder.opening(thread_id, epoch, 0) + encoder.finished_now()
+            return StreamResponse(_once(body))
+        run_id, after = active
+        encoder = ag_ui.AgUiRun(
+            thread_id,
+            run_id,
+            run_id,
+            epoch,
+            position=_same_epoch(position, epoch),
+            snapshot=snapshot,
+        )
+        return await open_stream(request, who, thread_id, after, encoder)
+    except Refused as refused:
+        return refused.response()
+
+
+async def _once(body: bytes):
+    yield body
+
+
+def _joined(who: Caller, thread_id: str):
+    """The thread's epoch, its run still going (and the seq before it), and
+    its turns as AG-UI messages (of a run not finished, only its question:
+    the stream replays the rest)."""
+    if not p.is_session_id(thread_id):
+        return None
+    session = AgentSession.objects.filter(id=thread_id, owner_id=who.user.pk).first()
+    if session is None:
+        return None
+    active = conversation.active_run(who.user.pk, thread_id)
+    turns = [_turn(turn) for turn in conversation.path_turns(session)]
+    return session.epoch, active, ag_ui.history(turns)

@@ -1,0 +1,385 @@
+"""AG-UI (1.0): one AG-UI run of a session's log as its events, built with the
+``ag-ui-protocol`` package's types and encoder, no I/O.
+
+``AgUiRun(thread_id, agui_run_id, run_id, epoch)`` is an encoder
+(``wire.sse.Encoder``) for ``delivery.reader.StreamReader``. An AG-UI run
+is one request's part of one of our runs: it opens with ``RUN_STARTED``
+and ends (``done``) with ``RUN_FINISHED`` (outcome ``success``,
+``cancelled``, or ``interrupt`` at a gate the replay did not see decided)
+or ``RUN_ERROR``. What maps to what (docs/integrations.md):
+
+- a text segment (``assistant.delta`` … ``assistant.message``) is
+  ``TEXT_MESSAGE_START`` / ``_CONTENT`` / ``_END``, its ``messageId``
+  ``<run id>:t<n>``, the run's n-th (the same in every response and in
+  ``MESSAGES_SNAPSHOT``);
+- ``tool.call`` is ``TOOL_CALL_START`` / ``_ARGS`` (the arguments as JSON) /
+  ``_END``; ``tool.result`` is ``TOOL_CALL_RESULT`` (``content`` the output,
+  ``"denied"`` after a denial);
+- a response that goes on after a gate opens with ``MESSAGES_SNAPSHOT``
+  (the conversation from the log, up to the gate);
+- a gate (``approval.requested``, ``run.paused``) is an interrupt:
+  ``{id: <approval id>, reason: "tool_approval", toolCallId, message,
+  responseSchema}``, answered by the next ``RunAgentInput``'s ``resume``
+  entry (``status: "resolved"`` with ``payload: {"approved": true|false}``;
+  ``"cancelled"`` denies);
+- ``run.resumed`` (the run went on in another process): the characters the
+  redone deltas say again are not said twice.
+
+Resume, this server's extension: every event carries ``id:``, the position
+of what it says in the log. ``<epoch>:<seq>`` on the last event a logged
+event becomes, ``<epoch>:<seq>/<k>`` on the ones before it (``k`` from 0).
+A request sent again with ``Last-Event-ID`` gets ``RUN_STARTED`` and then
+exactly what followed that position; a text message or tool call left open
+there is opened again with the same id (``TEXT_MESSAGE_START`` of an id
+the client holds continues it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime
+from typing import Any
+
+from ag_ui.core import (
+    AssistantMessage,
+    FunctionCall,
+    Interrupt,
+    MessagesSnapshotEvent,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
+    RunStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCall,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+    ToolMessage,
+    UserMessage,
+)
+from ag_ui.encoder import EventEncoder
+
+from sessions_app.wire import protocol as p
+
+KEEP_ALIVE = b": keep-alive\n\n"
+APPROVAL_REASON = "tool_approval"
+APPROVAL_SCHEMA = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}},
+    "required": ["approved"],
+}
+_POSITION = re.compile(r"([A-Za-z0-9_-]{1,32}):(\d{1,19})(?:/(\d{1,4}))?")
+_ENCODER = EventEncoder()
+
+
+def parse_position(value: str | None) -> tuple[str, int, int] | None:
+    """``Last-Event-ID`` as (epoch, seq, events of that seq received); None if absent or
+    not one of ours."""
+    found = _POSITION.fullmatch(value or "")
+    if found is None:
+        return None
+    epoch, seq, k = found.groups()
+    return epoch, int(seq), (int(k) + 1 if k is not None else -1)
+
+
+class AgUiRun:
+    """One AG-UI run's events (see the module's comment). ``position``: the
+    ``Last-Event-ID`` it resumes after (nothing before it is written)."""
+
+    keep_alive = KEEP_ALIVE
+
+    def __init__(
+        self,
+        thread_id: str,
+        agui_run_id: str,
+        run_id: str,
+        epoch: str,
+        *,
+        position: tuple[str, int, int] | None = None,
+        snapshot: list | None = None,
+        segments: int = 0,
+    ) -> None:
+        self.thread_id = thread_id
+        self.agui_run_id = agui_run_id
+        self.run_id = run_id
+        self.epoch = epoch
+        self.quiet = position  # (epoch, seq, received of it): -1 = all of it
+        self.snapshot = snapshot
+        self.segments = segments  # text messages of the run said before this response
+        self.done = False
+        self.paused = False
+        self.gate: dict[str, Any] | None = None
+        self.open_id: str | None = None
+        self.said = ""  # what the open message said
+        self.redo = ""  # said already, and being said again after a takeover
+        self.out: list[bytes] = []
+        self.pending: list[Any] = []  # this seq's events, until it is written
+        self.ts = _now()  # the logged event's time, in ms (AG-UI's timestamp)
+
+    # --- the encoder's calls ------------------------------------------------------
+
+    def opening(self, session_id: str, epoch: str, head: int) -> bytes:
+        now = _now()
+        events: list[Any] = [
+            RunStartedEvent(thread_id=self.thread_id, run_id=self.agui_run_id, timestamp=now)
+        ]
+        if self.snapshot is not None and self.quiet is None:
+            events.append(MessagesSnapshotEvent(messages=self.snapshot, timestamp=now))
+        return b"".join(_ENCODER.encode(event).encode() for event in events)
+
+    def logged(self, text: str, seq: int) -> bytes:
+        if self.done:
+            return b""
+        frame = json.loads(text)
+        if frame.get("run_id") != self.run_id:
+            return b""
+        self.ts = _millis(frame.get("ts"))
+        opened = self.open_id
+        self.event(frame["kind"], frame.get("data") or {}, seq)
+        return self.write(seq, opened)
+
+    def compacted(self, text: str, last: int) -> bytes:
+        return b""  # an AG-UI run asks for every event of its run
+
+    def caught_up(self) -> bytes:
+        if self.paused and self.gate is not None and not self.done:
+            gate = self.gate
+            interrupt = Interrupt(
+                id=gate["approval_id"],
+                reason=APPROVAL_REASON,
+                message=gate.get("note") or f"Run {gate['tool']}?",
+                tool_call_id=gate["tool_call_id"],
+                response_schema=APPROVAL_SCHEMA,
+            )
+            self.ts = _now()
+            self.finish(RunFinishedInterruptOutcome(interrupts=[interrupt]))
+            return self.write(None, None)
+        return b""
+
+    def finished_now(self) -> bytes:
+        """``RUN_FINISHED`` (success) at once: a join with no run going."""
+        self.finish(RunFinishedSuccessOutcome())
+        return self.write(None, None)
+
+    def reset(self, session_id: str, reason: str, message: str, **extra: Any) -> bytes:
+        self.done = True
+        event = RunErrorEvent(message=message, code=reason, timestamp=_now())
+        return _ENCODER.encode(event).encode()
+
+    # --- events -------------------------------------------------------------------
+
+    def event(self, kind: str, data: dict[str, Any], seq: int) -> None:
+        if kind != p.K_RUN_PAUSED:
+            self.paused = False
+        if kind == p.K_ASSISTANT_DELTA:
+            self.say(data.get("text") or "", seq)
+        elif kind == p.K_ASSISTANT_MESSAGE:
+            whole = data.get("text") or ""
+            if self.open_id is None and whole:
+                self.say(whole, seq)
+            elif whole.startswith(self.said):
+                self.say(whole[len(self.said) :], seq)
+            self.close_text()
+        elif kind == p.K_TOOL_CALL:
+            self.close_text()
+            call_id = data["tool_call_id"]
+            self.emit(ToolCallStartEvent(tool_call_id=call_id, tool_call_name=data["tool"]))
+            args = json.dumps(data.get("args") or {}, ensure_ascii=False)
+            self.emit(ToolCallArgsEvent(tool_call_id=call_id, delta=args))
+            self.emit(ToolCallEndEvent(tool_call_id=call_id))
+        elif kind == p.K_APPROVAL_REQUESTED:
+            self.gate = data
+        elif kind == p.K_RUN_PAUSED:
+            self.paused = True
+        elif kind == p.K_TOOL_RESULT:
+            self.close_text()
+            output = data.get("output")
+            content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+            self.emit(
+                ToolCallResultEvent(
+                    message_id=f"{self.run_id}:{seq}",
+                    tool_call_id=data["tool_call_id"],
+                    content=content,
+                    role="tool",
+                )
+            )
+        elif kind == p.K_RUN_RESUMED:
+            keep = data.get("keep") or 0
+            if self.open_id is not None and len(self.said) > keep:
+                self.redo = self.said[keep:] + self.redo
+                self.said = self.said[:keep]
+        elif kind == p.K_RUN_FINISHED:
+            self.close_text()
+            stop = data.get("stop_reason") or p.STOP_END_TURN
+            if stop == p.STOP_ERROR:
+                self.emit(RunErrorEvent(message=data.get("message") or "the run failed"))
+                self.done = True
+            elif stop == p.STOP_CANCELLED:
+                self.finish(RunFinishedCancelledOutcome())
+            else:
+                self.finish(RunFinishedSuccessOutcome())
+
+    def say(self, text: str, seq: int) -> None:
+        if self.redo:
+            same = _common(self.redo, text)
+            self.said += text[:same]
+            self.redo = self.redo[same:] if same < len(self.redo) else ""
+            text = text[same:]
+            if self.redo and text:
+                self.redo = ""  # a redo that says something else: it goes on from here
+        if not text:
+            return
+        if self.open_id is None:
+            self.open_id, self.said = text_id(self.run_id, self.segments), ""
+            self.emit(TextMessageStartEvent(message_id=self.open_id, role="assistant"))
+        self.said += text
+        self.emit(TextMessageContentEvent(message_id=self.open_id, delta=text))
+
+    def close_text(self) -> None:
+        if self.open_id is not None:
+            self.emit(TextMessageEndEvent(message_id=self.open_id))
+            self.segments += 1
+        self.open_id, self.said, self.redo = None, "", ""
+
+    def finish(self, outcome) -> None:
+        self.emit(
+            RunFinishedEvent(thread_id=self.thread_id, run_id=self.agui_run_id, outcome=outcome)
+        )
+        self.done = True
+
+    def emit(self, event: Any) -> None:
+        event.timestamp = self.ts
+        self.pending.append(event)
+
+    # --- positions ----------------------------------------------------------------
+
+    def write(self, seq: int | None, opened: str | None) -> bytes:
+        """This seq's events, each with its position; those up to the
+        resume's position are not written, and what was open there is
+        opened again first."""
+        events, self.pending = self.pending, []
+        out: list[bytes] = []
+        for k, event in enumerate(events):
+            if seq is not None and self.before_position(seq, k):
+                continue
+            if self.quiet is not None:
+                self.quiet = None
+                out += self.reopen(opened, events[:k])
+            if seq is None:
+                position = None
+            elif k == len(events) - 1:
+                position = f"{self.epoch}:{seq}"
+            else:
+                position = f"{self.epoch}:{seq}/{k}"
+            out.append(_sse(event, position))
+        return b"".join(out)
+
+    def before_position(self, seq: int, k: int) -> bool:
+        if self.quiet is None:
+            return False
+        _, at, received = self.quiet
+        return seq < at or (seq == at and (received < 0 or k < received))
+
+    def reopen(self, opened: str | None, before: list[Any]) -> list[bytes]:
+        """What a resumed response opens again: the text message or tool call
+        open at the position (``TEXT_MESSAGE_START`` of an id the client holds
+        continues that message)."""
+        again: list[bytes] = []
+        open_text = opened
+        open_call = None
+        for event in before:
+            if isinstance(event, TextMessageStartEvent):
+                open_text = event.message_id
+            elif isinstance(event, TextMessageEndEvent):
+                open_text = None
+            elif isinstance(event, ToolCallStartEvent):
+                open_call = event
+            elif isinstance(event, ToolCallEndEvent):
+                open_call = None
+        if open_text is not None:
+            start = TextMessageStartEvent(message_id=open_text, role="assistant", timestamp=_now())
+            again.append(_sse(start, None))
+        if open_call is not None:
+            again.append(_sse(open_call, None))
+        return again
+
+
+def text_id(run_id: str, segment: int) -> str:
+    """A text message's id: the run's ``segment``-th (from 0), the same in
+    every response and in a snapshot."""
+    return f"{run_id}:t{segment}"
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+def _millis(ts: str | None) -> int:
+    """The protocol's ``ts`` (ISO 8601, UTC) in ms since the epoch."""
+    if not ts:
+        return _now()
+    return int(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _common(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _sse(event: Any, position: str | None) -> bytes:
+    body = _ENCODER.encode(event)
+    return (f"id: {position}\n{body}" if position else body).encode()
+
+
+# --- the history a late joiner is given ----------------------------------------------
+
+
+def history(turns: list[tuple[str, str, str, list[tuple[str, dict, int]]]]) -> list[Any]:
+    """AG-UI messages of turns: each (user message id, its text, run id, the
+    run's events as (kind, data, seq) but their deltas). Their ids are those
+    a live response gives: a text message ``text_id``, a tool call's
+    message the call's id (``TOOL_CALL_START`` without a parent makes it),
+    a result ``<run id>:<seq>``."""
+    out: list[Any] = []
+    for message_id, text, run_id, events in turns:
+        out.append(UserMessage(id=message_id, role="user", content=text))
+        segment = 0
+        for kind, data, seq in events:
+            if kind == p.K_ASSISTANT_MESSAGE and data.get("text"):
+                message_id = text_id(run_id, segment)
+                out.append(AssistantMessage(id=message_id, role="assistant", content=data["text"]))
+                segment += 1
+            elif kind == p.K_TOOL_CALL:
+                call = ToolCall(
+                    id=data["tool_call_id"],
+                    type="function",
+                    function=FunctionCall(
+                        name=data["tool"], arguments=json.dumps(data.get("args") or {})
+                    ),
+                )
+                out.append(
+                    AssistantMessage(id=data["tool_call_id"], role="assistant", tool_calls=[call])
+                )
+            elif kind == p.K_TOOL_RESULT:
+                output = data.get("output")
+                content = output if isinstance(output, str) else json.dumps(output)
+                out.append(
+                    ToolMessage(
+                        id=f"{run_id}:{seq}",
+                        role="tool",
+                        content=content,
+                        tool_call_id=data["tool_call_id"],
+                    )
+                )
+    return out

@@ -1,0 +1,190 @@
+"""AG-UI (sessions_app/web/ag_ui.py), driven by @ag-ui/client's own HttpAgent
+in node (tests/clients/ag_ui_agent.mjs, unchanged) against a real daphne,
+every response it received checked by ``ag-ui-validate``, AG-UI's public
+conformance validator: a turn, an approval, a denial, a cut resumed with
+Last-Event-ID, and a late joiner's snapshot."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sessions_app.models import ApprovalRequest, Event, Run
+from tests.harness import api_key
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CLIENTS = Path(__file__).resolve().parents[1] / "clients"
+VALIDATOR = Path(sys.executable).with_name("ag-ui-validate")
+
+
+def clients_installed() -> None:
+    if shutil.which("node") is None or not (CLIENTS / "node_modules" / "@ag-ui").is_dir():
+        if os.environ.get("REQUIRE_SERVICES") == "1":
+            pytest.fail("tests/clients is not installed: run npm ci --prefix tests/clients")
+        pytest.skip("!! @ag-ui/client is not installed: npm ci --prefix tests/clients")
+
+
+def agent(server, key: str, thread: str, scenario: str, text: str = "") -> dict:
+    clients_installed()
+    done = subprocess.run(
+        ["node", str(CLIENTS / "ag_ui_agent.mjs"), server.http, key, thread, scenario, text],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def validate(body: str, tmp_path, name: str) -> dict:
+    """ag-ui-validate's JSON report on one recorded response."""
+    path = tmp_path / f"{name}.sse"
+    path.write_text(body)
+    done = subprocess.run(
+        [str(VALIDATOR), str(path), "--json"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)
+
+
+def clean(report: dict, tmp_path, name: str) -> None:
+    """The responses the agent received, in order (one thread's recording: a
+    resumed run's TOOL_CALL_RESULT answers the call of the run before it),
+    pass the validator: no error, no warning, no info."""
+    body = "".join(response["body"] for response in report["recorded"])
+    found = validate(body, tmp_path, name)
+    assert found["summary"] == {"errors": 0, "warnings": 0, "info": 0}, found["diagnostics"]
+
+
+def logged(session_id: str, kind: str) -> list[dict]:
+    return list(
+        Event.objects.filter(session_id=session_id, kind=kind)
+        .order_by("seq")
+        .values_list("data", flat=True)
+    )
+
+
+def assistant_text(messages: list[dict]) -> str:
+    return "".join(m.get("content") or "" for m in messages if m["role"] == "assistant")
+
+
+def test_a_turn_is_one_valid_ag_ui_run(server, user, tmp_path):
+    """RUN_STARTED, the answer as one text message, RUN_FINISHED success; the
+    validator finds nothing; the text is the logged assistant.message."""
+    report = agent(server, api_key(user), "thread1", "turn", "/echo Hello AG-UI world")
+    (run,) = report["runs"]
+    assert run.get("thrown") is None and run["outcome"] == "success"
+    assert assistant_text(report["messages"]) == "Hello AG-UI world"
+    assert logged("thread1", "assistant.message")[-1]["text"] == "Hello AG-UI world"
+    clean(report, tmp_path, "turn")
+
+
+def test_a_gate_is_an_interrupt_and_its_resume_runs_the_tool_once(server, user, tmp_path):
+    """The gate ends the AG-UI run with an interrupt outcome (the approval's id,
+    its tool call); the next run's resume entry decides it once and the tool's
+    result and the rest of the answer follow."""
+    report = agent(server, api_key(user), "thread2", "approve", "/write notes.txt hi")
+    first, second = report["runs"]
+    gate = ApprovalRequest.objects.get()
+    assert first["outcome"] == "interrupt" and report["interrupt"]["id"] == gate.id
+    assert report["interrupt"]["toolCallId"] == gate.tool_call_id
+    assert report["interrupt"]["reason"] == "tool_approval"
+    assert second.get("thrown") is None and second["outcome"] == "success"
+    assert gate.status == "approved" or ApprovalRequest.objects.get().status == "approved"
+    results = logged("thread2", "tool.result")
+    assert len(results) == 1 and results[0]["ok"] is True
+    tools = [m for m in report["messages"] if m["role"] == "tool"]
+    assert [t["toolCallId"] for t in tools] == [gate.tool_call_id]
+    calls = [c for m in report["messages"] for c in (m.get("toolCalls") or [])]
+    assert [(c["id"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        (gate.tool_call_id, {"path": "notes.txt", "text": "hi"})
+    ]
+    assert Run.objects.get().stop_reason == "end_turn"
+    clean(report, tmp_path, "approve")
+
+
+def test_a_denied_interrupt_runs_nothing(server, user, tmp_path):
+    """A resume entry with approved false denies the gate: the tool result says so."""
+    report = agent(server, api_key(user), "thread3", "deny", "/write notes.txt hi")
+    assert [r["outcome"] for r in report["runs"]] == ["interrupt", "success"]
+    assert ApprovalRequest.objects.get().status == "denied"
+    assert logged("thread3", "tool.result")[0]["output"] == "denied"
+    clean(report, tmp_path, "deny")
+
+
+def test_a_cut_stream_resumes_with_last_event_id_exactly(server, user, tmp_path):
+    """An aborted run sent again with Last-Event-ID gets exactly what followed:
+    the agent's message is the whole answer, each token once, and both
+    responses pass the validator."""
+    report = agent(server, api_key(user), "thread4", "cut", "/stream 40 30")
+    assert report["cutAt"], "no id before the cut"
+    assert report["runs"][-1].get("thrown") is None
+    assert report["runs"][-1]["outcome"] == "success"
+    whole = "".join(f"tok{i} " for i in range(40))
+    assert assistant_text(report["messages"]) == whole
+    assert logged("thread4", "user.message")[0]["text"] == "/stream 40 30"
+    assert len(logged("thread4", "user.message")) == 1
+    clean({"recorded": report["recorded"][1:]}, tmp_path, "cut")
+
+
+def test_a_late_joiner_gets_a_snapshot_then_the_run_going(server, user, tmp_path):
+    """GET …/stream: RUN_STARTED, MESSAGES_SNAPSHOT of the finished turns (and
+    the question of the run going), then that run from the log to its end."""
+    key = api_key(user)
+    agent(server, key, "thread5", "turn", "/echo first answer")
+    with httpx.Client(base_url=server.http, timeout=30) as c:
+        auth = {"Authorization": f"Token {key}"}
+        run_input = {
+            "threadId": "thread5",
+            "runId": "r9",
+            "messages": [{"id": "q2", "role": "user", "content": "/stream 5 100"}],
+        }
+        with c.stream("POST", "/api/ag-ui/", json=run_input, headers=auth) as started:
+            assert started.status_code == 200
+            joined = c.get("/api/ag-ui/thread5/stream", headers=auth)
+    events = [
+        json.loads(line[6:]) for line in joined.text.splitlines() if line.startswith("data: ")
+    ]
+    kinds = [e["type"] for e in events]
+    assert kinds[:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"] and kinds[-1] == "RUN_FINISHED"
+    snapshot = [(m["role"], m.get("content")) for m in events[1]["messages"]]
+    assert snapshot == [
+        ("user", "/echo first answer"),
+        ("assistant", "first answer"),
+        ("user", "/stream 5 100"),
+    ]
+    said = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert said == "".join(f"tok{i} " for i in range(5))
+    found = validate(joined.text, tmp_path, "join")
+    assert found["summary"] == {"errors": 0, "warnings": 0, "info": 0}, found["diagnostics"]
+
+
+def test_bad_input_is_refused_and_another_users_thread_is_not_found(server, user, other_user):
+    """A body that is not a RunAgentInput is 400 bad_frame; another user's
+    thread is 404 to a run and to a join."""
+    key = api_key(user)
+    agent(server, api_key(other_user), "theirs", "turn", "/echo theirs")
+    with httpx.Client(base_url=server.http, timeout=30) as c:
+        auth = {"Authorization": f"Token {key}"}
+        bad = c.post("/api/ag-ui/", json={"threadId": "x"}, headers=auth)
+        assert bad.status_code == 400 and bad.json()["code"] == "bad_frame"
+        body = {
+            "threadId": "theirs",
+            "runId": "r",
+            "messages": [{"id": "m", "role": "user", "content": "hi"}],
+        }
+        assert c.post("/api/ag-ui/", json=body, headers=auth).status_code == 404
+        assert c.get("/api/ag-ui/theirs/stream", headers=auth).status_code == 404
+        odd = c.post(
+            "/api/ag-ui/", json={**body, "threadId": "mine"}, headers={**auth, "Last-Event-ID": "7"}
+        )
+        assert odd.status_code == 400
