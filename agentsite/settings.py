@@ -7,6 +7,7 @@ PostgreSQL, the Redis channel layer and separate run workers
 (``manage.py run_agent_worker``).
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -71,8 +72,8 @@ def _app(name: str):
     default = DEFAULTS[name]
     if isinstance(default, bool):
         return _env_bool(name, default)
-    if isinstance(default, list):
-        return list(default)  # a list is read with _env_list
+    if isinstance(default, list | dict):
+        return type(default)(default)  # read with _env_list, _env_json
     raw = os.environ.get(name, "")
     if raw == "":
         return default
@@ -89,6 +90,16 @@ def _env_list(name: str, default: list[str]) -> list[str]:
     if not value:
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _env_json(name: str, default):
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise _junk(name, value, "JSON") from None
 
 
 # Off unless asked for: ./scripts/run asks for it (and binds loopback).
@@ -239,6 +250,10 @@ AGENT_SYSTEM_PROMPT = _app("AGENT_SYSTEM_PROMPT")
 AGENT_WEBSOCKET_PREFIX = _app("AGENT_WEBSOCKET_PREFIX")
 # Comma-separated dotted paths of Tool classes (docs/agents.md, "Adding a tool").
 AGENT_TOOLS = _env_list("AGENT_TOOLS", _app("AGENT_TOOLS"))
+# MCP servers as tools, as JSON (docs/integrations.md, "MCP"):
+# AGENT_MCP_SERVERS='{"files": {"command": ["python", "-m", "srv"], "auto_approve": ["read"]}}'
+AGENT_MCP_SERVERS = _env_json("AGENT_MCP_SERVERS", _app("AGENT_MCP_SERVERS"))
+AGENT_MCP_CALL_SECONDS = _app("AGENT_MCP_CALL_SECONDS")
 AGENT_WORKER_METRICS_PORT = _app("AGENT_WORKER_METRICS_PORT")
 AGENT_WORKER_METRICS_HOST = _app("AGENT_WORKER_METRICS_HOST")
 AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))

@@ -11,14 +11,15 @@ from django.core.exceptions import ImproperlyConfigured
 
 @register()
 def agent_settings(app_configs=None, **kwargs) -> list:
-    """``AGENT_TOOLS``, ``AGENT_CLASS`` and the hosts every socket needs."""
+    """``AGENT_TOOLS``, ``AGENT_CLASS``, ``AGENT_MCP_SERVERS`` and the hosts
+    every socket needs."""
     from sessions_app.runtime import registry
     from sessions_app.runtime.agents import get_agent
 
     problems = []
-    registry.tools.cache_clear()
+    registry.configured.cache_clear()
     try:
-        registry.tools()
+        registry.configured()
     except ImproperlyConfigured as exc:
         problems.append(
             Error(
@@ -47,6 +48,7 @@ def agent_settings(app_configs=None, **kwargs) -> list:
                     id="sessions_app.E002",
                 )
             )
+    problems += mcp_servers()
     if not settings.DEBUG and not settings.ALLOWED_HOSTS:
         problems.append(
             Warning(
@@ -56,4 +58,30 @@ def agent_settings(app_configs=None, **kwargs) -> list:
                 id="sessions_app.W001",
             )
         )
+    return problems
+
+
+def mcp_servers() -> list:
+    """Each of ``AGENT_MCP_SERVERS`` is well formed, starts and lists its tools."""
+    from sessions_app.runtime import mcp
+
+    problems = []
+    entries = getattr(settings, "AGENT_MCP_SERVERS", None) or {}
+    if not isinstance(entries, dict):
+        return [Error("AGENT_MCP_SERVERS must be a dict of servers", id="sessions_app.E003")]
+    for name, entry in entries.items():
+        problem = mcp.problem_with(name, entry)
+        if problem is None:
+            try:
+                mcp.load(name)
+            except mcp.McpUnavailable as exc:
+                problem = f"cannot start or list its tools: {exc}"
+        if problem is not None:
+            problems.append(
+                Error(
+                    f"AGENT_MCP_SERVERS[{name!r}]: {problem}",
+                    hint="a stdio command (a list) or a streamable HTTP url (docs/integrations.md)",
+                    id="sessions_app.E003",
+                )
+            )
     return problems

@@ -60,6 +60,11 @@ DEFAULTS: dict[str, object] = {
         "sessions_app.runtime.tools.WriteFile",
         "sessions_app.runtime.tools.Terminal",
     ],
+    # MCP servers whose tools join the registry (runtime.mcp, docs/integrations.md):
+    # {"name": {"command": [...]} or {"url": "..."}, with "auto_approve": [...]}.
+    "AGENT_MCP_SERVERS": {},
+    # How long one MCP tool call may take before it is a tool error.
+    "AGENT_MCP_CALL_SECONDS": 60.0,
     # A worker renews its runs' leases every third of this; a run whose lease
     # lapsed is taken over by another worker (docs/architecture.md, "Durable
     # runs"): lease + sweep bound the stall after a kill -9.

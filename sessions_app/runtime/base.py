@@ -45,6 +45,12 @@ class Parked(BaseException):
     Exception`` cannot swallow it."""
 
 
+class AutoApproved(Parked):
+    """Raised by ``request_tool`` for a tool that runs without asking: the
+    executor runs the call at once and goes on with ``resume`` (``args[0]``:
+    the tool call's id)."""
+
+
 class AgentError(Exception):
     """An agent's reason to finish the run with ``stop_reason: error``."""
 

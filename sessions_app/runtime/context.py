@@ -18,16 +18,19 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from sessions_app.log.events import NewEvent, RunGuard, append_events
 from sessions_app.log.group_commit import append_event
-from sessions_app.models import Event, Run
+from sessions_app.models import ApprovalRequest, Event, Run
 from sessions_app.runtime import durable, registry, runs, turns
-from sessions_app.runtime.base import AgentError, Parked, ToolOutcome
+from sessions_app.runtime.base import AgentError, AutoApproved, Parked, ToolOutcome
 from sessions_app.runtime.locks import lock_run_session
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted
 
+# Who decided a call that runs without asking (its gate row's ``decided_by``).
+AUTO_APPROVER = "auto-approve"
 # How many earlier messages of its path a run's agent sees, at most.
 HISTORY_MESSAGES = 50
 
@@ -167,10 +170,42 @@ class Context:
             # No gate for a call no tool can take (an unknown tool, bad arguments).
             raise AgentError(problem)
         self.state = dict(state)
+        if registry.is_auto_approved(tool):
+            raise AutoApproved(self.auto_gate(tool, args))
         approval_id = self.gate(tool, args)
         if approval_id is None:
             raise RunAborted(self.run_id)
         raise Parked(approval_id)
+
+    def auto_gate(self, tool: str, args: dict[str, Any]) -> str:
+        """A call that runs without asking (``Tool.auto_approve``): its
+        ``tool.call``, its gate row approved at once and the checkpoint that
+        goes on with it commit together; the executor then runs it as any
+        decided gate (marked started, its result logged once)."""
+        tool_call_id = new_call_id()
+        call: dict[str, Any] = {"tool_call_id": tool_call_id, "tool": tool, "args": args}
+        if display := registry.display_of(tool):
+            call["display"] = display
+        events = [NewEvent(p.K_TOOL_CALL, call, self.run_id)]
+        if self._streamed:  # text streamed before the call ends here, stated whole
+            said = {"text": self.open_text()}
+            events.insert(0, NewEvent(p.K_ASSISTANT_MESSAGE, said, self.run_id))
+
+        def approve(_state: dict[str, Any]) -> None:
+            ApprovalRequest.objects.create(
+                session_id=self.session_id,
+                run_id=self.run_id,
+                tool_call_id=tool_call_id,
+                tool=tool,
+                args=args,
+                status=ApprovalRequest.Status.APPROVED,
+                decided_by=AUTO_APPROVER,
+                decided_at=timezone.now(),
+            )
+
+        self.commit_step(events, approve, gate=tool_call_id, keep=0)
+        self._streamed = 0
+        return tool_call_id
 
     def gate(self, tool: str, args: dict[str, Any], note: str = "") -> str | None:
         """Log a gate for a new call of ``tool`` (the run parks): its approval

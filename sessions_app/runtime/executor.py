@@ -28,7 +28,7 @@ from django.db import close_old_connections
 from sessions_app.models import Run
 from sessions_app.runtime import durable, leases, runs
 from sessions_app.runtime.agents import get_agent
-from sessions_app.runtime.base import AgentError, Parked
+from sessions_app.runtime.base import AgentError, AutoApproved, Parked
 from sessions_app.runtime.context import Context, cut_marker
 from sessions_app.runtime.toolcalls import continue_gate
 from sessions_app.server import metrics, tracing
@@ -139,15 +139,20 @@ def _drive(run_id: str, worker: str) -> None:
     try:
         with tracing.continued(run.trace), tracing.span("run", **ids):
             agent = get_agent()
-            if gate:
-                agent.resume(ctx, continue_gate(ctx, gate))
-            elif ctx.entry == "resume" and ctx.outcome is not None:
-                # Only the tool result's own checkpoint goes on with resume:
-                # any checkpoint this drive takes goes on with start.
-                outcome, ctx.entry, ctx.outcome = ctx.outcome, "start", None
-                agent.resume(ctx, outcome)
-            else:
-                agent.start(ctx)
+            while True:
+                try:
+                    if gate:
+                        agent.resume(ctx, continue_gate(ctx, gate))
+                    elif ctx.entry == "resume" and ctx.outcome is not None:
+                        # Only the tool result's own checkpoint goes on with resume:
+                        # any checkpoint this drive takes goes on with start.
+                        outcome, ctx.entry, ctx.outcome = ctx.outcome, "start", None
+                        agent.resume(ctx, outcome)
+                    else:
+                        agent.start(ctx)
+                    break
+                except AutoApproved as auto:
+                    gate = auto.args[0]  # run it now, and go on with resume
             runs.finish_run(
                 run_id, p.STOP_END_TURN, worker=worker, from_statuses=(Run.Status.RUNNING,)
             )

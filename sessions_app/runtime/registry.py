@@ -46,6 +46,9 @@ class Tool:
     # Safe to run again when a worker stopped while it ran, its outcome unknown
     # (docs/agents.md, "Tool calls and crashes"); otherwise the run asks first.
     idempotent: ClassVar[bool] = False
+    # Run without asking: its tool.call has no gate (an MCP server's
+    # auto_approve list, runtime.mcp). Its result is still logged once.
+    auto_approve: ClassVar[bool] = False
 
     def validate(self, args: Any) -> str | None:
         """Why ``args`` are not acceptable, or None: checked against ``parameters``."""
@@ -81,8 +84,22 @@ class Tool:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
-@cache
 def tools() -> dict[str, Tool]:
+    """Every tool, by name: ``AGENT_TOOLS`` in the setting's order, then the
+    tools of ``AGENT_MCP_SERVERS`` (``runtime.mcp``) this process could list."""
+    found = configured()
+    if not getattr(settings, "AGENT_MCP_SERVERS", None):
+        return found
+    from sessions_app.runtime import mcp
+
+    merged = dict(found)
+    for tool in mcp.tools():
+        merged.setdefault(tool.name, tool)
+    return merged
+
+
+@cache
+def configured() -> dict[str, Tool]:
     """Every tool of ``AGENT_TOOLS``, by name, in the setting's order."""
     found: dict[str, Tool] = {}
     for path in settings.AGENT_TOOLS:
@@ -103,7 +120,7 @@ def tools() -> dict[str, Tool]:
 
 def _reset(setting: str, **_: Any) -> None:
     if setting == "AGENT_TOOLS":
-        tools.cache_clear()
+        configured.cache_clear()
 
 
 setting_changed.connect(_reset)
@@ -125,6 +142,12 @@ def display_of(tool: str) -> list[dict[str, str]]:
     """How the approval card shows ``tool``'s arguments ([]: as JSON)."""
     found = tools().get(tool)
     return [dict(field) for field in found.display] if found is not None else []
+
+
+def is_auto_approved(tool: str) -> bool:
+    """Does a call of ``tool`` run without a person's approval?"""
+    found = tools().get(tool)
+    return bool(found and found.auto_approve)
 
 
 def is_idempotent(tool: str) -> bool:

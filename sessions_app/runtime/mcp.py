@@ -1,0 +1,273 @@
+"""MCP servers as tools: ``AGENT_MCP_SERVERS`` (docs/integrations.md, "MCP").
+
+Each entry names a server, by a stdio ``command`` (a list: the program and
+its arguments; ``env`` adds variables) or a streamable HTTP ``url``
+(``headers`` sent with it), and may list tools to run without asking
+(``auto_approve``)::
+
+    AGENT_MCP_SERVERS = {
+        "files": {"command": ["python", "-m", "files_server"], "auto_approve": ["read"]},
+        "search": {"url": "https://search.example/mcp"},
+    }
+
+Their tools join the registry (``runtime.registry``) as ``<server>__<tool>``
+with the JSON Schema the server lists, and are gated like every tool: a
+person approves each call, but those of ``auto_approve``, which run at once
+(their ``tool.call`` has no gate). A call's result is logged once
+(``runtime.toolcalls``); an MCP tool is never ``idempotent``, so a worker
+that died during a call asks before calling it again.
+
+Each process that executes runs (a run worker; the embedded server) holds
+one connection per server, on a thread of its own with its own event loop
+(``Hub``), opened on first use and again after it drops: a server that
+cannot be reached is a tool error at call time (the run goes on), never a
+crash; a server that dies during a call gives that call a tool error. A
+server that cannot start or list its tools at start-up is error
+``E003`` of ``sessions_app`` (``manage.py check``, and the server's start).
+
+Elicitation (a server asking the user something during a call) is declined
+(docs/integrations.md says what is and is not supported); sampling and
+roots are not offered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import threading
+from concurrent.futures import TimeoutError as FutureTimeout
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+
+from sessions_app.runtime.registry import Tool
+
+log = logging.getLogger("sessions_app.runtime.mcp")
+
+SEPARATOR = "__"
+MAX_NAME = 64  # a tool's name column, and what the model APIs accept
+CONNECT_SECONDS = 20.0
+MAX_OUTPUT_CHARS = 64 * 1024
+
+
+class McpUnavailable(Exception):
+    """A server that cannot be reached, or that failed during a call."""
+
+
+class Hub:
+    """This process's connections to the MCP servers, on one event loop in a
+    thread of its own (the runtime's tools run in plain threads)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="mcp-hub", daemon=True)
+        self.thread.start()
+        self.clients: dict[str, Any] = {}
+        self.stops: dict[str, asyncio.Event] = {}
+        self.lock = threading.Lock()
+
+    def run(self, coroutine, timeout: float):
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            future.cancel()
+            raise McpUnavailable(f"no answer within {timeout:g} s") from None
+
+    def client(self, name: str):
+        """The server's session, connected now if it is not (or dropped)."""
+        with self.lock:
+            found = self.clients.get(name)
+            if found is None:
+                found = self.run(self._connect(name), CONNECT_SECONDS)
+        return found
+
+    async def _connect(self, name: str):
+        ready: asyncio.Future = self.loop.create_future()
+        stop = asyncio.Event()
+        self.stops[name] = stop
+        self.loop.create_task(self._hold(name, ready, stop))
+        return await ready
+
+    async def _hold(self, name: str, ready: asyncio.Future, stop: asyncio.Event) -> None:
+        """Open the connection, keep it until stopped or dropped (in one task:
+        what is entered here is left here)."""
+        from mcp import Client
+
+        try:
+            async with Client(_target(name), elicitation_callback=_decline) as client:
+                self.clients[name] = client
+                if not ready.done():
+                    ready.set_result(client)
+                await stop.wait()
+        except BaseException as exc:  # noqa: BLE001 (a dropped server, whatever it raised)
+            if not ready.done():
+                ready.set_exception(McpUnavailable(_reason(exc)))
+            else:
+                log.warning("MCP server %s dropped: %s", name, _reason(exc))
+        finally:
+            if self.clients.get(name) is not None:
+                self.clients.pop(name, None)
+
+    def forget(self, name: str) -> None:
+        """Drop the connection (it is opened again on the next use)."""
+        self.clients.pop(name, None)
+        stop = self.stops.pop(name, None)
+        if stop is not None:
+            self.loop.call_soon_threadsafe(stop.set)
+
+    def list_tools(self, name: str) -> list[Any]:
+        client = self.client(name)
+        try:
+            return list(self.run(client.list_tools(), CONNECT_SECONDS).tools)
+        except Exception as exc:
+            self.forget(name)
+            raise McpUnavailable(_reason(exc)) from exc
+
+    def call(self, name: str, tool: str, args: dict[str, Any]) -> tuple[bool, str]:
+        client = self.client(name)
+        try:
+            result = self.run(client.call_tool(tool, args), settings.AGENT_MCP_CALL_SECONDS)
+        except McpUnavailable:
+            self.forget(name)
+            raise
+        except Exception as exc:
+            self.forget(name)
+            raise McpUnavailable(_reason(exc)) from exc
+        return not result.is_error, _text(result)
+
+
+async def _decline(context, params):
+    """Elicitation is not offered to the user (docs/integrations.md): declined."""
+    from mcp.types import ElicitResult
+
+    return ElicitResult(action="decline")
+
+
+def _reason(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _target(name: str):
+    from mcp import StdioServerParameters
+
+    entry = settings.AGENT_MCP_SERVERS[name]
+    if "url" in entry:
+        return entry["url"]
+    command = list(entry["command"])
+    return StdioServerParameters(command=command[0], args=command[1:], env=entry.get("env"))
+
+
+def _text(result) -> str:
+    """A call's content as text: its text parts, or its structured content."""
+    parts = [getattr(part, "text", None) for part in result.content or []]
+    text = "\n".join(part for part in parts if part)
+    if not text and getattr(result, "structured_content", None) is not None:
+        import json
+
+        text = json.dumps(result.structured_content)
+    return text[:MAX_OUTPUT_CHARS]
+
+
+@cache
+def hub() -> Hub:
+    return Hub()
+
+
+class McpTool(Tool):
+    """One tool of one MCP server (an instance per tool, not a subclass)."""
+
+    def __init__(self, server: str, listed: Any, auto: bool) -> None:
+        self.server = server
+        self.remote = listed.name
+        self.name = f"{server}{SEPARATOR}{listed.name}"  # type: ignore[misc]
+        self.description = listed.description or ""  # type: ignore[misc]
+        schema = listed.input_schema if isinstance(listed.input_schema, dict) else {}
+        self.parameters = schema or {"type": "object", "properties": {}}  # type: ignore[misc]
+        self.auto_approve = auto  # type: ignore[misc]
+
+    def validate(self, args: Any) -> str | None:
+        """An object with the required arguments: the server checks the rest."""
+        if not isinstance(args, dict):
+            return "arguments must be an object"
+        for key in self.parameters.get("required", ()):
+            if key not in args:
+                return f"{self.name} needs the argument {key!r}"
+        return None
+
+    def execute(self, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
+        try:
+            return hub().call(self.server, self.remote, args)
+        except McpUnavailable as exc:
+            return False, f"MCP server {self.server!r} failed: {exc}"
+
+
+def servers() -> dict[str, dict[str, Any]]:
+    return dict(getattr(settings, "AGENT_MCP_SERVERS", {}) or {})
+
+
+def problem_with(name: str, entry: Any) -> str | None:
+    """What is wrong with an entry of the setting, or None."""
+    if not isinstance(entry, dict):
+        return "must be a dict"
+    if ("command" in entry) == ("url" in entry):
+        return "needs exactly one of 'command' (a list) or 'url'"
+    if "command" in entry and not (
+        isinstance(entry["command"], list | tuple)
+        and entry["command"]
+        and all(isinstance(part, str) for part in entry["command"])
+    ):
+        return "'command' must be a non-empty list of strings"
+    if "url" in entry and not str(entry["url"]).startswith(("http://", "https://")):
+        return "'url' must be an http(s) URL"
+    if SEPARATOR in name or not name.replace("_", "a").replace("-", "a").isalnum():
+        return f"a server's name is letters, digits, '-' and single '_' (not {SEPARATOR!r})"
+    return None
+
+
+def load(name: str) -> list[McpTool]:
+    """The server's tools, listed now (``McpUnavailable`` if it cannot be)."""
+    if importlib.util.find_spec("mcp") is None:
+        raise McpUnavailable("the mcp package is not installed: pip install 'agent-sessions[mcp]'")
+    entry = servers()[name]
+    auto = set(entry.get("auto_approve", ()))
+    found = [McpTool(name, listed, listed.name in auto) for listed in hub().list_tools(name)]
+    for tool in found:
+        if len(tool.name) > MAX_NAME:
+            raise McpUnavailable(f"the tool name {tool.name!r} is over {MAX_NAME} characters")
+    return found
+
+
+_listed: dict[str, list[McpTool]] = {}
+
+
+def tools() -> list[McpTool]:
+    """Every MCP tool this process could list (a server that cannot be
+    reached now is listed again on a later call, and its tools are missing
+    meanwhile: a call of one is refused as an unknown tool)."""
+    out: list[McpTool] = []
+    for name, _entry in servers().items():
+        if name not in _listed:
+            try:
+                _listed[name] = load(name)
+            except McpUnavailable as exc:
+                log.error("MCP server %s: cannot list its tools: %s", name, exc)
+                continue
+        out += _listed[name]
+    return out
+
+
+def _reset(setting: str, **_: Any) -> None:
+    if setting in ("AGENT_MCP_SERVERS", "AGENT_TOOLS"):
+        for name in list(_listed):
+            hub().forget(name)
+        _listed.clear()
+
+
+setting_changed.connect(_reset)
