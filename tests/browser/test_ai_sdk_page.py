@@ -1,0 +1,118 @@
+"""The AI SDK's example page (tests/clients/ai_sdk_page.mjs: the ``ai``
+package's own chat client, bundled with esbuild, as docs/integrations.md
+shows it) in Chromium against a real daphne: send, approve, refresh
+mid-answer, resume. What it shows equals what the native UI shows of the
+same session."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from sessions_app.models import ApprovalRequest, Event, Run
+from tests.browser.helpers import TIMEOUT, settle, transcript
+
+CLIENTS = Path(__file__).resolve().parents[1] / "clients"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> str:
+    """The page's script, bundled from the pinned ai package."""
+    esbuild = CLIENTS / "node_modules" / ".bin" / "esbuild"
+    if shutil.which("node") is None or not esbuild.exists():
+        pytest.fail("tests/clients is not installed: npm ci --prefix tests/clients")
+    out = tmp_path_factory.mktemp("bundle") / "page.js"
+    subprocess.run(
+        [
+            str(esbuild),
+            str(CLIENTS / "ai_sdk_page.mjs"),
+            "--bundle",
+            "--format=iife",
+            f"--outfile={out}",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return out.read_text()
+
+
+def open_page(ctx, server, bundle: str, chat_id: str):
+    """The example page, served on the server's own origin (as a project would
+    serve its bundle): its cookie and CSRF header are the site's."""
+    page = ctx.new_page()
+    # A page of the site first: its csrftoken cookie (a project's own page,
+    # rendered by Django, sets it the same way).
+    page.goto(f"{server.http}/")
+    html = (
+        f'<!doctype html><meta charset="utf-8"><div id="app" data-chat-id="{chat_id}"></div>'
+        '<script src="/__example__/page.js"></script>'
+    )
+    page.route(
+        f"{server.http}/__example__/page.html",
+        lambda r: r.fulfill(body=html, content_type="text/html"),
+    )
+    page.route(
+        f"{server.http}/__example__/page.js",
+        lambda r: r.fulfill(body=bundle, content_type="text/javascript"),
+    )
+    page.goto(f"{server.http}/__example__/page.html")
+    expect(page.locator("#app")).to_have_attribute("data-loaded", "true", timeout=TIMEOUT)
+    return page
+
+
+def send(page, text: str) -> None:
+    page.get_by_test_id("input").fill(text)
+    page.get_by_test_id("input").press("Enter")
+
+
+def shown(page) -> list[tuple[str, str]]:
+    """The page's messages: (role, each text part joined by |)."""
+    return page.eval_on_selector_all(
+        "[data-testid=messages] > li",
+        "els => els.map(e => [e.dataset.testid,"
+        " [...e.querySelectorAll('[data-testid=text]')].map(p => p.textContent).join('|')])",
+    )
+
+
+def test_the_ai_sdk_page_sends_approves_and_resumes_after_a_refresh(server, ctx, bundle):
+    """The page's approval card decides the gate (the tool runs once); a
+    refresh mid-answer loads the finished turns and resumes the running one
+    from the log; the page then shows what the native UI shows."""
+    chat_id = "pageChat1"
+    page = open_page(ctx, server, bundle, chat_id)
+    send(page, "/write notes.txt from the page")
+    tool = page.get_by_test_id("tool")
+    expect(tool).to_have_attribute("data-state", "approval-requested", timeout=TIMEOUT)
+    page.get_by_test_id("approve").click()
+    expect(tool).to_have_attribute("data-state", "output-available", timeout=TIMEOUT)
+    expect(page.locator("#app")).to_have_attribute("data-status", "ready", timeout=TIMEOUT)
+    assert ApprovalRequest.objects.get(session_id=chat_id).status == "approved"
+    assert Event.objects.filter(session_id=chat_id, kind="tool.result").count() == 1
+
+    send(page, "/stream 40 60")
+    expect(page.get_by_test_id("assistant-message").last).to_contain_text("tok3 ", timeout=TIMEOUT)
+    run = Run.objects.order_by("-created_at").first()
+    assert run.status == "running"
+    page.reload()
+    expect(page.locator("#app")).to_have_attribute("data-loaded", "true", timeout=TIMEOUT)
+    whole = "".join(f"tok{i} " for i in range(40))
+    expect(page.get_by_test_id("assistant-message").last).to_have_text(whole, timeout=TIMEOUT)
+    expect(page.locator("#app")).to_have_attribute("data-status", "ready", timeout=TIMEOUT)
+    assert page.locator("#app").get_attribute("data-error") is None
+
+    page_shows = shown(page)
+    native = ctx.new_page()
+    native.goto(f"{server.http}/s/{chat_id}/")
+    settle(native, chat_id, runs=2)
+    items = transcript(native)["items"]
+    users = [i["text"] for i in items if i["kind"] == "user-message"]
+    answers = [i["text"] for i in items if i["kind"] == "assistant-message"]
+    assert [t for role, t in page_shows if role == "user-message"] == users
+    page_answers = [t for role, t in page_shows if role == "assistant-message"]
+    assert "|".join(page_answers) == "|".join(answers)
+    assert [i["status"] for i in items if i["kind"] == "approval"] == ["approved"]
+    assert page.get_by_test_id("tool").get_attribute("data-tool") == "write_file"
