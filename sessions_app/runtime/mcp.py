@@ -37,6 +37,7 @@ import importlib.util
 import logging
 import threading
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import AsyncExitStack
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -98,9 +99,14 @@ class Hub:
         what is entered here is left here)."""
         from mcp import Client
 
+        mine = None
         try:
-            async with Client(_target(name), elicitation_callback=_decline) as client:
-                self.clients[name] = client
+            async with AsyncExitStack() as stack:
+                target = await _target(name, stack)
+                client = await stack.enter_async_context(
+                    Client(target, elicitation_callback=_decline)
+                )
+                self.clients[name] = mine = client
                 if not ready.done():
                     ready.set_result(client)
                 await stop.wait()
@@ -110,7 +116,7 @@ class Hub:
             else:
                 log.warning("MCP server %s dropped: %s", name, _reason(exc))
         finally:
-            if self.clients.get(name) is not None:
+            if mine is not None and self.clients.get(name) is mine:
                 self.clients.pop(name, None)
 
     def forget(self, name: str) -> None:
@@ -154,12 +160,22 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def _target(name: str):
+async def _target(name: str, stack: AsyncExitStack):
+    """What ``mcp.Client`` connects to: the stdio command, or the URL (with
+    an HTTP client of its own when the entry sends ``headers``)."""
     from mcp import StdioServerParameters
 
     entry = settings.AGENT_MCP_SERVERS[name]
     if "url" in entry:
-        return entry["url"]
+        if not entry.get("headers"):
+            return entry["url"]
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=dict(entry["headers"]), timeout=CONNECT_SECONDS)
+        )
+        return streamable_http_client(entry["url"], http_client=http)
     command = list(entry["command"])
     return StdioServerParameters(command=command[0], args=command[1:], env=entry.get("env"))
 

@@ -6,7 +6,8 @@ stdio by the runtime in tests (tests/runtime/test_mcp.py, tests/browser):
   counted there: exactly once per approved call);
 - ``crash()``: the server exits in the middle of the call.
 
-Run as ``python -m tests.mcp.notes_server``.
+Run as ``python -m tests.mcp.notes_server`` (stdio), or with ``--http PORT``
+(streamable HTTP on 127.0.0.1, every request needing ``X-Test-Key: k``).
 """
 
 from __future__ import annotations
@@ -39,4 +40,20 @@ def crash() -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":
+        import uvicorn
+        from starlette.middleware.base import BaseHTTPMiddleware
+        from starlette.responses import PlainTextResponse
+
+        async def keyed(request, call_next):
+            if request.headers.get("x-test-key") != "k":
+                return PlainTextResponse("no key", status_code=401)
+            return await call_next(request)
+
+        app = server.streamable_http_app()
+        app.add_middleware(BaseHTTPMiddleware, dispatch=keyed)
+        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+    else:
+        server.run()

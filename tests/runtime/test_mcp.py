@@ -149,3 +149,44 @@ def test_the_check_lists_a_working_server(tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """The notes server on streamable HTTP, each request needing a header."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.mcp.notes_server", "--http", str(port)],
+        cwd=ROOT,
+        env={**__import__("os").environ, "NOTES_FILE": str(tmp_path / "n.txt")},
+    )
+
+    def up():
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1).status_code == 401
+        except httpx.HTTPError:
+            return False
+
+    wait_for(up, timeout=30)
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.kill()
+    proc.wait()
+
+
+def test_a_streamable_http_server_is_reached_with_its_headers(http_server, tmp_path):
+    """A url entry: its tools are listed and called with the entry's headers;
+    without them the server refuses, and the check names it."""
+    from sessions_app.runtime import mcp, registry
+
+    keyed = {"web": {"url": http_server, "headers": {"X-Test-Key": "k"}, "auto_approve": []}}
+    with override_settings(AGENT_MCP_SERVERS=keyed):
+        assert "web__add" in registry.tools()
+        assert registry.execute("web__add", {"a": 20, "b": 22}, tmp_path) == (True, "42")
+        assert not registry.is_auto_approved("web__note")
+    bare = {"bare": {"url": http_server}}
+    with override_settings(AGENT_MCP_SERVERS=bare), pytest.raises(mcp.McpUnavailable):
+        mcp.load("bare")
