@@ -19,12 +19,14 @@ class SessionsAppConfig(AppConfig):
         from sessions_app.access.rights import connect_signals
         from sessions_app.conf import install_defaults
         from sessions_app.models import AgentSession
-        from sessions_app.runtime import runs, tasks
+        from sessions_app.runtime import mcp, registry, runs, tasks
         from sessions_app.server import tracing
 
         # A project embedding the app sets only the settings it changes.
         install_defaults()
         runs.set_enqueue(tasks.enqueue_run)
+        # MCP servers' tools join the registry (a hook: mcp builds on it).
+        registry.add_source(mcp.tools)
         connect_signals()
         tracing.configure()
         post_delete.connect(

@@ -36,6 +36,7 @@ import asyncio
 import importlib.util
 import logging
 import threading
+import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AsyncExitStack
 from functools import cache
@@ -261,18 +262,24 @@ def load(name: str) -> list[McpTool]:
 
 
 _listed: dict[str, list[McpTool]] = {}
+_failed: dict[str, float] = {}
+# A server whose tools could not be listed is asked again after this long.
+RETRY_SECONDS = 30.0
 
 
 def tools() -> list[McpTool]:
     """Every MCP tool this process could list (a server that cannot be
-    reached now is listed again on a later call, and its tools are missing
-    meanwhile: a call of one is refused as an unknown tool)."""
+    reached now is asked again ``RETRY_SECONDS`` later, and its tools are
+    missing meanwhile: a call of one is refused as an unknown tool)."""
     out: list[McpTool] = []
-    for name, _entry in servers().items():
+    for name in servers():
         if name not in _listed:
+            if time.monotonic() - _failed.get(name, -RETRY_SECONDS) < RETRY_SECONDS:
+                continue
             try:
                 _listed[name] = load(name)
             except McpUnavailable as exc:
+                _failed[name] = time.monotonic()
                 log.error("MCP server %s: cannot list its tools: %s", name, exc)
                 continue
         out += _listed[name]
@@ -284,6 +291,7 @@ def _reset(setting: str, **_: Any) -> None:
         for name in list(_listed):
             hub().forget(name)
         _listed.clear()
+        _failed.clear()
 
 
 setting_changed.connect(_reset)

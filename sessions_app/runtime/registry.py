@@ -22,6 +22,7 @@ other (``runtime.tools``); a project adds its own without editing the app
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
@@ -84,17 +85,27 @@ class Tool:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
+# More tools than AGENT_TOOLS: each source lists its tools when asked
+# (``runtime.mcp.tools``, added when the app is ready).
+_sources: list[Callable[[], Iterable[Tool]]] = []
+
+
+def add_source(source: Callable[[], Iterable[Tool]]) -> None:
+    if source not in _sources:
+        _sources.append(source)
+
+
 def tools() -> dict[str, Tool]:
     """Every tool, by name: ``AGENT_TOOLS`` in the setting's order, then the
-    tools of ``AGENT_MCP_SERVERS`` (``runtime.mcp``) this process could list."""
+    tools of the other sources (``AGENT_MCP_SERVERS``, ``runtime.mcp``) this
+    process could list."""
     found = configured()
-    if not getattr(settings, "AGENT_MCP_SERVERS", None):
+    if not _sources:
         return found
-    from sessions_app.runtime import mcp
-
     merged = dict(found)
-    for tool in mcp.tools():
-        merged.setdefault(tool.name, tool)
+    for source in _sources:
+        for tool in source():
+            merged.setdefault(tool.name, tool)
     return merged
 
 
