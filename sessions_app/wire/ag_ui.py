@@ -66,6 +66,7 @@ from ag_ui.core import (
 )
 from ag_ui.encoder import EventEncoder
 
+from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 
 KEEP_ALIVE = b": keep-alive\n\n"
@@ -117,8 +118,11 @@ class AgUiRun:
         self.paused = False
         self.gate: dict[str, Any] | None = None
         self.open_id: str | None = None
-        self.said = ""  # what the open message said
+        self._said = ""  # what the open message said, but for ``_raw``
+        self._raw: list[str] = []  # deltas as the frames wrote them (JSON strings)
+        self._content: tuple[str, str, str] | None = None  # the open message's CONTENT event
         self.redo = ""  # said already, and being said again after a takeover
+        self.marker = frames.run_marker(run_id)
         self.out: list[bytes] = []
         self.pending: list[Any] = []  # this seq's events, until it is written
         self.ts = _now()  # the logged event's time, in ms (AG-UI's timestamp)
@@ -135,8 +139,22 @@ class AgUiRun:
         return b"".join(_ENCODER.encode(event).encode() for event in events)
 
     def logged(self, text: str, seq: int) -> bytes:
-        if self.done:
-            return b""
+        if self.done or text.find(self.marker, 0, frames.HEADER_CHARS) < 0:
+            return b""  # done, or another run's event
+        if (
+            self._content is not None
+            and not self.redo
+            and self.quiet is None
+            and frames.is_delta(text)
+        ):
+            literal = frames.text_literal(text)
+            if literal is not None:  # the hot path: a delta of the open message, as written
+                self.paused = False
+                self._raw.append(literal)
+                before, between, after = self._content
+                stamp = str(_millis(_ts_of(text)))
+                line = f"id: {self.epoch}:{seq}\n{before}{stamp}{between}{literal}{after}"
+                return line.encode()
         frame = json.loads(text)
         if frame.get("run_id") != self.run_id:
             return b""
@@ -239,6 +257,7 @@ class AgUiRun:
         if self.open_id is None:
             self.open_id, self.said = text_id(self.run_id, self.segments), ""
             self.emit(TextMessageStartEvent(message_id=self.open_id, role="assistant"))
+            self._content = _content_template(self.open_id)
         self.said += text
         self.emit(TextMessageContentEvent(message_id=self.open_id, delta=text))
 
@@ -246,7 +265,19 @@ class AgUiRun:
         if self.open_id is not None:
             self.emit(TextMessageEndEvent(message_id=self.open_id))
             self.segments += 1
-        self.open_id, self.said, self.redo = None, "", ""
+        self.open_id, self.said, self.redo, self._content = None, "", "", None
+
+    @property
+    def said(self) -> str:
+        """What the open message said so far."""
+        if self._raw:
+            self._said += "".join(json.loads("[" + ",".join(self._raw) + "]"))
+            self._raw = []
+        return self._said
+
+    @said.setter
+    def said(self, value: str) -> None:
+        self._said, self._raw = value, []
 
     def finish(self, outcome) -> None:
         self.emit(
@@ -317,14 +348,45 @@ def text_id(run_id: str, segment: int) -> str:
     return f"{run_id}:t{segment}"
 
 
+_MARK = "\ue000"
+_STAMP = 1111111111111
+
+
+def _content_template(message_id: str) -> tuple[str, str, str]:
+    """The encoder's own ``TEXT_MESSAGE_CONTENT`` event for this message, cut
+    around its timestamp and its delta (the hot path fills them in)."""
+    event = TextMessageContentEvent(message_id=message_id, delta=_MARK, timestamp=_STAMP)
+    body = _ENCODER.encode(event)
+    before, rest = body.split(str(_STAMP), 1)
+    between, after = rest.split(json.dumps(_MARK, ensure_ascii=False), 1)
+    return before, between, after
+
+
+def _ts_of(text: str) -> str | None:
+    at = text.find('"ts":"', 0, frames.HEADER_CHARS)
+    return None if at < 0 else text[at + 6 : text.find('"', at + 6)]
+
+
 def _now() -> int:
     return int(time.time() * 1000)
 
 
+_MINUTES: dict[str, int] = {}
+
+
 def _millis(ts: str | None) -> int:
-    """The protocol's ``ts`` (ISO 8601, UTC) in ms since the epoch."""
+    """The protocol's ``ts`` (ISO 8601 in UTC, ``…THH:MM:SS.ffffffZ``) in ms
+    since the epoch; the minute's start is computed once."""
     if not ts:
         return _now()
+    if len(ts) >= 23 and ts[16] == ":" and ts[19] == ".":
+        minute = _MINUTES.get(ts[:16])
+        if minute is None:
+            if len(_MINUTES) > 1000:
+                _MINUTES.clear()
+            start = datetime.fromisoformat(ts[:16] + ":00+00:00")
+            minute = _MINUTES[ts[:16]] = int(start.timestamp()) * 1000
+        return minute + int(ts[17:19]) * 1000 + int(ts[20:23])
     return int(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000)
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 from sessions_app.wire.sse import KEEP_ALIVE
 
@@ -85,7 +86,10 @@ class UiMessageStream:
         # The step so far (since the last ``start-step``), for ``reset-step``.
         self.step: list[dict[str, Any]] = []
         self.open_id: str | None = None
-        self.open_text = ""
+        self._said = ""  # the open text, but for ``_raw``: what its deltas said
+        self._raw: list[str] = []  # deltas' text as the frames wrote it (JSON)
+        self._delta_head = b""  # a text-delta chunk of the open text, up to its delta
+        self.marker = frames.run_marker(run_id)
         self.parts = 0
         self.called: set[str] = set()
         self.denied: set[str] = set()
@@ -102,13 +106,27 @@ class UiMessageStream:
         return self.flush()
 
     def logged(self, text: str, seq: int) -> bytes:
-        if self.done:
-            return b""
+        if self.done or text.find(self.marker, 0, frames.HEADER_CHARS) < 0:
+            return b""  # done, or another run's event
+        if self.open_id is not None and frames.is_delta(text):
+            literal = frames.text_literal(text)
+            if literal is not None:  # the hot path: a delta of the open text, as written
+                self.last_seq, self.paused = seq, False
+                self._raw.append(literal)
+                return self._delta_head + literal.encode() + b"}\n\n"
         frame = json.loads(text)
         if frame.get("run_id") != self.run_id:
             return b""
         self.event(frame["kind"], frame.get("data") or {}, seq)
         return self.flush()
+
+    @property
+    def open_text(self) -> str:
+        """What the open text said so far."""
+        if self._raw:
+            self._said += "".join(json.loads("[" + ",".join(self._raw) + "]"))
+            self._raw = []
+        return self._said
 
     def compacted(self, text: str, last: int) -> bytes:
         return b""  # a run's response is never compacted: it asks for every event
@@ -121,7 +139,7 @@ class UiMessageStream:
     def reset(self, session_id: str, reason: str, message: str, **extra: Any) -> bytes:
         self.emit({"type": "error", "errorText": f"{reason}: {message}"})
         self.done = True
-        return self.flush() + DONE_LINE
+        return self.flush()
 
     # --- events -------------------------------------------------------------------
 
@@ -225,16 +243,22 @@ class UiMessageStream:
         if self.open_id is None:
             self.parts += 1
             self.open_id = f"{self.run_id}:{self.parts}"
-            self.open_text = ""
+            self._said, self._raw = "", []
+            open_id = json.dumps(self.open_id).encode()
+            self._delta_head = b'data: {"type":"text-delta","id":' + open_id + b',"delta":'
             self.emit({"type": "text-start", "id": self.open_id})
         if text:
-            self.open_text += text
-            self.emit({"type": "text-delta", "id": self.open_id, "delta": text})
+            self._said = self.open_text + text
+            self.emit({"type": "text-delta", "id": self.open_id, "delta": text}, record=False)
 
     def close_text(self) -> None:
         if self.open_id is not None:
+            # The step keeps a closed text whole (``rewrite`` says it again).
+            said = self.open_text
+            if said:
+                self.step.append({"type": "text-delta", "id": self.open_id, "delta": said})
             self.emit({"type": "text-end", "id": self.open_id})
-            self.open_id, self.open_text = None, ""
+            self.open_id, self._said, self._raw = None, "", []
 
     def rewrite(self, text: str) -> None:
         """The open text becomes ``text``: the step is reset and said again."""
@@ -254,8 +278,8 @@ class UiMessageStream:
         self.emit({"type": "reset-step"}, record=False)
         self.step = []
         for chunk in again:
-            self.emit(chunk)
-        self.open_text = text
+            self.emit(chunk, record=chunk["type"] != "text-delta")
+        self._said, self._raw = text, []
 
     def finish(self, reason: str) -> None:
         meta = {"first_seq": self.first_seq, "last_seq": self.last_seq}

@@ -11,6 +11,7 @@ frame (``tests/log/test_events.py`` holds them equal, parsed).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,42 @@ def dumps(frame: dict[str, Any]) -> str:
 def iso(dt: datetime) -> str:
     """A timestamp as the protocol writes it: UTC, milliseconds, ``Z``."""
     return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# Reading an event frame's text without parsing it (the dialects' hot path):
+# the server writes ``type``, ``session_id``, ``seq``, ``kind``, ``run_id``
+# and ``ts`` before ``data``, which is last (``event_texts``, ``dumps``).
+_KIND = re.compile(r'"kind":"([a-z_.]+)"')
+_TEXT_ONLY = re.compile(r'\{\s*"text"\s*:\s*("(?:[^"\\]|\\.)*")\s*\}')
+HEADER_CHARS = 400
+
+
+def run_marker(run_id: str) -> str:
+    """What an event frame of ``run_id`` holds before its data."""
+    return '"run_id":' + json.dumps(run_id)
+
+
+_DELTA_KIND = f'"kind":"{p.K_ASSISTANT_DELTA}"'
+
+
+def is_delta(text: str) -> bool:
+    """Is this event frame an ``assistant.delta``'s (the hot path's test)?"""
+    return text.find(_DELTA_KIND, 0, HEADER_CHARS) >= 0
+
+
+def kind_of(text: str) -> str | None:
+    found = _KIND.search(text, 0, HEADER_CHARS)
+    return found.group(1) if found else None
+
+
+def text_literal(text: str) -> str | None:
+    """The JSON string literal of an event frame's ``data.text``, as written,
+    when its data is that alone (a delta's); None otherwise."""
+    at = text.find(',"data":', 0, HEADER_CHARS)
+    if at < 0:
+        return None
+    found = _TEXT_ONLY.fullmatch(text, at + 8, len(text) - 1)
+    return found.group(1) if found else None
 
 
 def event_frame(event: Any) -> dict[str, Any]:

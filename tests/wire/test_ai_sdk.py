@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sessions_app.wire import ai_sdk
+from sessions_app.wire import ai_sdk, frames
 from sessions_app.wire import ai_sdk_requests as requests
 from sessions_app.wire import protocol as p
 
@@ -15,16 +15,9 @@ RUN = "run_1"
 
 
 def frame(seq: int, kind: str, data: dict, run_id: str = RUN) -> str:
-    return json.dumps(
-        {
-            "type": "event",
-            "session_id": "s1",
-            "seq": seq,
-            "kind": kind,
-            "run_id": run_id,
-            "data": data,
-        }
-    )
+    """An event frame's text as the server writes it (``frames.dumps``)."""
+    event = {"type": "event", "session_id": "s1", "seq": seq, "kind": kind, "run_id": run_id}
+    return frames.dumps({**event, "data": data})
 
 
 def chunks(raw: bytes) -> list[dict]:
