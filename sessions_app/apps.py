@@ -26,7 +26,7 @@ class SessionsAppConfig(AppConfig):
         install_defaults()
         runs.set_enqueue(tasks.enqueue_run)
         # MCP servers' tools join the registry (a hook: mcp builds on it).
-        registry.add_source(mcp.tools)
+        registry.add_source(mcp.tools, mcp.refresh)
         connect_signals()
         tracing.configure()
         post_delete.connect(

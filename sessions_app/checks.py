@@ -62,7 +62,10 @@ def agent_settings(app_configs=None, **kwargs) -> list:
 
 
 def mcp_servers() -> list:
-    """Each of ``AGENT_MCP_SERVERS`` is well formed, starts and lists its tools."""
+    """Each of ``AGENT_MCP_SERVERS`` is well formed, and a stdio server's program
+    is there to start. Nothing is started or reached here (this runs before
+    every management command): a server that fails at run time is logged
+    when its tools are listed, and a call of it is a tool error."""
     from sessions_app.runtime import mcp
 
     problems = []
@@ -70,12 +73,7 @@ def mcp_servers() -> list:
     if not isinstance(entries, dict):
         return [Error("AGENT_MCP_SERVERS must be a dict of servers", id="sessions_app.E003")]
     for name, entry in entries.items():
-        problem = mcp.problem_with(name, entry)
-        if problem is None:
-            try:
-                mcp.load(name)
-            except mcp.McpUnavailable as exc:
-                problem = f"cannot start or list its tools: {exc}"
+        problem = mcp.problem_with(name, entry) or mcp.cannot_start(entry)
         if problem is not None:
             problems.append(
                 Error(

@@ -66,10 +66,22 @@ class AgentSession(models.Model):
     # The last run of the active path (docs/protocol.md, "Branches"): a new
     # input follows it; "" before the first input.
     leaf_run_id = models.CharField(max_length=40, blank=True, default="", db_default="")
+    # The id a client of another protocol names this conversation by (an AI
+    # SDK chat id, an AG-UI thread id: docs/integrations.md), unique per
+    # owner; "" for none. Never the session's own id: another user cannot
+    # claim, probe or inherit a conversation through it.
+    external_id = models.CharField(max_length=40, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["-updated_at"]
         indexes = [models.Index(fields=["owner", "-updated_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "external_id"],
+                condition=~models.Q(external_id=""),
+                name="session_external_id_per_owner",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.title or self.id

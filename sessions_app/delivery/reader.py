@@ -268,7 +268,12 @@ class StreamReader:
                     yield self.encoder.keep_alive
                 async for chunk in self.check_tail():
                     yield chunk
-                if self.closing:
+                # What the tail check read counts as delivered: a dialect whose
+                # response ends there (a gate whose publication was lost) ends.
+                end = self.encoder.caught_up()
+                if end:
+                    yield end
+                if self.ended():
                     return
             if message is None:
                 continue

@@ -13,13 +13,14 @@ from sessions_app.wire import protocol as p
 from sessions_app.wire.protocol import is_session_id
 
 
-def create_session(owner, title: str = "", session_id: str | None = None) -> AgentSession:
-    """Create a session and log its ``session.created`` (seq 1); its id is
-    ``session_id`` when given (a client's chat id: an ``IntegrityError`` when
-    it is taken)."""
-    ids = {} if session_id is None else {"id": session_id}
+def create_session(owner, title: str = "", external_id: str = "") -> AgentSession:
+    """Create a session and log its ``session.created`` (seq 1). ``external_id``:
+    the id a client of another protocol names it by (an ``IntegrityError``
+    when the owner has one by that id already)."""
     with transaction.atomic():
-        session = AgentSession.objects.create(owner=owner, title=title[: p.MAX_TITLE_CHARS], **ids)
+        session = AgentSession.objects.create(
+            owner=owner, title=title[: p.MAX_TITLE_CHARS], external_id=external_id
+        )
         append_event(session.id, p.K_SESSION_CREATED, {"title": session.title})
         fanout.session_changed_on_commit(owner.pk, session.id)
     session.refresh_from_db()

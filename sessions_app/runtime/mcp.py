@@ -22,8 +22,10 @@ one connection per server, on a thread of its own with its own event loop
 (``Hub``), opened on first use and again after it drops: a server that
 cannot be reached is a tool error at call time (the run goes on), never a
 crash; a server that dies during a call gives that call a tool error. A
-server that cannot start or list its tools at start-up is error
-``E003`` of ``sessions_app`` (``manage.py check``, and the server's start).
+malformed entry, or a stdio server whose program is not there, is error
+``E003`` of ``sessions_app`` (``manage.py check``, and every start); the
+tools are listed on a thread when a process that runs agents starts, and a
+server that cannot be listed then is logged and asked again later.
 
 Elicitation (a server asking the user something during a call) is declined
 (docs/integrations.md says what is and is not supported); sampling and
@@ -35,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
+import shutil
 import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -62,7 +65,8 @@ class McpUnavailable(Exception):
 
 class Hub:
     """This process's connections to the MCP servers, on one event loop in a
-    thread of its own (the runtime's tools run in plain threads)."""
+    thread of its own (the runtime's tools run in plain threads). One lock
+    per server: a server slow to connect holds up only its own calls."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -70,7 +74,8 @@ class Hub:
         self.thread.start()
         self.clients: dict[str, Any] = {}
         self.stops: dict[str, asyncio.Event] = {}
-        self.lock = threading.Lock()
+        self.locks: dict[str, threading.Lock] = {}
+        self.guard = threading.Lock()
 
     def run(self, coroutine, timeout: float):
         future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
@@ -82,18 +87,27 @@ class Hub:
 
     def client(self, name: str):
         """The server's session, connected now if it is not (or dropped)."""
-        with self.lock:
+        with self.guard:
+            lock = self.locks.setdefault(name, threading.Lock())
+        with lock:
             found = self.clients.get(name)
             if found is None:
-                found = self.run(self._connect(name), CONNECT_SECONDS)
+                found = self.run(self._connect(name), CONNECT_SECONDS + 5)
         return found
 
     async def _connect(self, name: str):
+        """Open the connection (``_hold``), or give up on it after
+        ``CONNECT_SECONDS``: its task is cancelled, a stdio server stopped."""
         ready: asyncio.Future = self.loop.create_future()
         stop = asyncio.Event()
+        holding = self.loop.create_task(self._hold(name, ready, stop))
+        try:
+            client = await asyncio.wait_for(asyncio.shield(ready), CONNECT_SECONDS)
+        except BaseException:
+            holding.cancel()
+            raise
         self.stops[name] = stop
-        self.loop.create_task(self._hold(name, ready, stop))
-        return await ready
+        return client
 
     async def _hold(self, name: str, ready: asyncio.Future, stop: asyncio.Event) -> None:
         """Open the connection, keep it until stopped or dropped (in one task:
@@ -114,7 +128,7 @@ class Hub:
         except BaseException as exc:  # noqa: BLE001 (a dropped server, whatever it raised)
             if not ready.done():
                 ready.set_exception(McpUnavailable(_reason(exc)))
-            else:
+            elif mine is not None:
                 log.warning("MCP server %s dropped: %s", name, _reason(exc))
         finally:
             if mine is not None and self.clients.get(name) is mine:
@@ -131,16 +145,20 @@ class Hub:
         client = self.client(name)
         try:
             return list(self.run(client.list_tools(), CONNECT_SECONDS).tools)
+        except McpUnavailable:
+            raise
         except Exception as exc:
             self.forget(name)
             raise McpUnavailable(_reason(exc)) from exc
 
     def call(self, name: str, tool: str, args: dict[str, Any]) -> tuple[bool, str]:
+        """One call: a server that failed is dropped (and opened again next
+        time); one that is only slow keeps its connection, which other runs'
+        calls may be using."""
         client = self.client(name)
         try:
             result = self.run(client.call_tool(tool, args), settings.AGENT_MCP_CALL_SECONDS)
         except McpUnavailable:
-            self.forget(name)
             raise
         except Exception as exc:
             self.forget(name)
@@ -243,8 +261,32 @@ def problem_with(name: str, entry: Any) -> str | None:
         return "'command' must be a non-empty list of strings"
     if "url" in entry and not str(entry["url"]).startswith(("http://", "https://")):
         return "'url' must be an http(s) URL"
+    for key in ("env", "headers"):
+        value = entry.get(key, {})
+        if not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+            return f"{key!r} must map names to strings"
+    auto = entry.get("auto_approve", [])
+    if not (isinstance(auto, list | tuple) and all(isinstance(t, str) for t in auto)):
+        return "'auto_approve' must be a list of tool names"
+    unknown = set(entry) - {"command", "url", "env", "headers", "auto_approve"}
+    if unknown:
+        return f"unknown keys: {', '.join(sorted(unknown))}"
     if SEPARATOR in name or not name.replace("_", "a").replace("-", "a").isalnum():
         return f"a server's name is letters, digits, '-' and single '_' (not {SEPARATOR!r})"
+    return None
+
+
+def cannot_start(entry: dict[str, Any]) -> str | None:
+    """Why a stdio entry's program cannot be started (not found, or not a
+    program), or None; the ``mcp`` package missing, for any entry."""
+    if importlib.util.find_spec("mcp") is None:
+        return "the mcp package is not installed: pip install 'agent-sessions[mcp]'"
+    if "command" not in entry:
+        return None
+    program = entry["command"][0]
+    found = shutil.which(program)
+    if found is None:
+        return f"its program {program!r} is not found (or not executable)"
     return None
 
 
@@ -268,22 +310,35 @@ RETRY_SECONDS = 30.0
 
 
 def tools() -> list[McpTool]:
-    """Every MCP tool this process could list (a server that cannot be
-    reached now is asked again ``RETRY_SECONDS`` later, and its tools are
-    missing meanwhile: a call of one is refused as an unknown tool)."""
+    """Every MCP tool this process has listed (never connects: a registry
+    lookup may run inside a transaction; ``refresh`` lists)."""
     out: list[McpTool] = []
     for name in servers():
-        if name not in _listed:
-            if time.monotonic() - _failed.get(name, -RETRY_SECONDS) < RETRY_SECONDS:
-                continue
-            try:
-                _listed[name] = load(name)
-            except McpUnavailable as exc:
-                _failed[name] = time.monotonic()
-                log.error("MCP server %s: cannot list its tools: %s", name, exc)
-                continue
-        out += _listed[name]
+        out += _listed.get(name, [])
     return out
+
+
+def refresh() -> None:
+    """List the tools of each server not listed yet (one that could not be
+    is asked again ``RETRY_SECONDS`` later, and its tools are missing
+    meanwhile: a call of one is refused as an unknown tool). Called at a
+    worker's start, and when a run asks for a tool the registry lacks."""
+    for name in servers():
+        if name in _listed:
+            continue
+        if time.monotonic() - _failed.get(name, -RETRY_SECONDS) < RETRY_SECONDS:
+            continue
+        try:
+            _listed[name] = load(name)
+        except McpUnavailable as exc:
+            _failed[name] = time.monotonic()
+            log.error("MCP server %s: cannot list its tools: %s", name, exc)
+
+
+def refresh_in_background() -> None:
+    """``refresh`` on a thread: a process's start does not wait for its servers."""
+    if servers():
+        threading.Thread(target=refresh, name="mcp-list", daemon=True).start()
 
 
 def _reset(setting: str, **_: Any) -> None:

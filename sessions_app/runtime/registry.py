@@ -85,14 +85,20 @@ class Tool:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
-# More tools than AGENT_TOOLS: each source lists its tools when asked
-# (``runtime.mcp.tools``, added when the app is ready).
-_sources: list[Callable[[], Iterable[Tool]]] = []
+# More tools than AGENT_TOOLS: each source lists the tools it has, without
+# I/O, and is refreshed (``runtime.mcp``: ``tools`` and ``refresh``, added
+# when the app is ready) when a run asks for a tool none has.
+_sources: list[tuple[Callable[[], Iterable[Tool]], Callable[[], None]]] = []
 
 
-def add_source(source: Callable[[], Iterable[Tool]]) -> None:
-    if source not in _sources:
-        _sources.append(source)
+def add_source(tools: Callable[[], Iterable[Tool]], refresh: Callable[[], None]) -> None:
+    if (tools, refresh) not in _sources:
+        _sources.append((tools, refresh))
+
+
+def refresh() -> None:
+    for _tools, again in _sources:
+        again()
 
 
 def tools() -> dict[str, Tool]:
@@ -103,8 +109,8 @@ def tools() -> dict[str, Tool]:
     if not _sources:
         return found
     merged = dict(found)
-    for source in _sources:
-        for tool in source():
+    for listed, _again in _sources:
+        for tool in listed():
             merged.setdefault(tool.name, tool)
     return merged
 
@@ -142,8 +148,13 @@ def names() -> tuple[str, ...]:
 
 
 def validate_args(tool: str, args: Any) -> str | None:
-    """Why ``args`` are not acceptable for ``tool`` (unknown tools included), or None."""
+    """Why ``args`` are not acceptable for ``tool`` (unknown tools included), or
+    None. A tool no source has yet has the sources refreshed first (an MCP
+    server listed now)."""
     found = tools().get(tool)
+    if found is None and _sources:
+        refresh()
+        found = tools().get(tool)
     if found is None:
         return f"unknown tool: {tool!r}"
     return found.validate(args)

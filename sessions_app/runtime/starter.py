@@ -16,6 +16,7 @@ from django.urls import get_resolver
 
 from sessions_app import fanout
 from sessions_app.fanout.presence import ConnectionToucher
+from sessions_app.runtime import mcp
 from sessions_app.runtime.embedded import start_embedded_runtime
 from sessions_app.runtime.sweeper import Sweeper
 from sessions_app.server.heap import freeze_startup_objects
@@ -50,6 +51,7 @@ class RuntimeStarter:
         ConnectionToucher(worker_id()).start()
         if settings.AGENT_RUNNER == "embedded":
             await database_sync_to_async(start_embedded_runtime)()
+            mcp.refresh_in_background()  # this process runs agents: its MCP servers
         else:
             # Workers sweep too; a server sweeping as well means a run whose
             # worker died is finished even when every worker is down.

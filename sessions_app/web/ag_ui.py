@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession
 from sessions_app.web import conversation
-from sessions_app.web.dialects import Caller, Refused, caller, json_body, open_stream
+from sessions_app.web.dialects import Caller, Refused, caller, json_body, open_stream, take_slot
 from sessions_app.web.stream import StreamResponse
 from sessions_app.wire import ag_ui
 from sessions_app.wire import protocol as p
@@ -43,12 +43,14 @@ from sessions_app.wire.errors import SessionError
 @csrf_exempt
 async def run(request: HttpRequest) -> HttpResponse:
     """``POST /api/ag-ui/`` (see the module's comment)."""
+    slot = None
     try:
         if request.method != "POST":
             raise Refused(405, "method_not_allowed", "POST a RunAgentInput")
+        body = json_body(request)  # read first: the CSRF check may read the form
         who = await caller(request, spends=True)
         try:
-            asked = RunAgentInput.model_validate(json_body(request))
+            asked = RunAgentInput.model_validate(body)
         except ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
@@ -56,22 +58,30 @@ async def run(request: HttpRequest) -> HttpResponse:
                 400, p.E_BAD_FRAME, f"not a RunAgentInput: {where}: {first['msg']}"
             ) from None
         position = _position(request)
-        session_id, epoch, run_id, after, went_on = await sync_to_async(_act)(who, asked)
+        slot = take_slot(who)
+        session_id, thread_id, epoch, run_id, after, went_on = await sync_to_async(_act)(
+            who, asked, position
+        )
         snapshot, segments = went_on or (None, 0)
         encoder = ag_ui.AgUiRun(
-            session_id,
+            thread_id,
             asked.run_id,
             run_id,
             epoch,
-            position=_same_epoch(position, epoch),
+            position=position,
             snapshot=snapshot,
             segments=segments,
         )
-        return await open_stream(request, who, session_id, after, encoder)
+        response = await open_stream(request, who, session_id, after, encoder, slot)
+        slot = None  # the response gives it back
+        return response
     except (p.FrameError, SessionError) as error:
         return Refused.from_error(error).response()
     except Refused as refused:
         return refused.response()
+    finally:
+        if slot is not None:
+            slot.release()
 
 
 def _position(request: HttpRequest) -> tuple[str, int, int] | None:
@@ -84,26 +94,32 @@ def _position(request: HttpRequest) -> tuple[str, int, int] | None:
     return position
 
 
-def _same_epoch(position, epoch: str):
+def _same_epoch(position, epoch: str) -> None:
     if position is not None and position[0] != epoch:
         raise Refused(
             409,
             p.R_EPOCH_MISMATCH,
             "the thread's log was rebuilt since that position: join it again",
         )
-    return position
 
 
-def _act(who: Caller, asked: RunAgentInput) -> tuple[str, str, str, int]:
-    """Do what the input asks; the session, its epoch, the run to stream and
-    the seq after which the AG-UI run starts."""
+def _act(who: Caller, asked: RunAgentInput, position) -> tuple:
+    """Do what the input asks; the session, the thread id the client knows it
+    by, its epoch, the run to stream and the seq after which the AG-UI run
+    starts (and, going on after a gate, the snapshot and the text messages
+    before). A resume's position is checked before anything is done."""
     by = who.user.get_username()
     if asked.thread_id:
         if not p.is_session_id(asked.thread_id):
             raise Refused(400, p.E_BAD_FRAME, "threadId: 1 to 40 of A-Z a-z 0-9 _ -")
-        session = conversation.owned_session(who.user, asked.thread_id)
+        session = conversation.find_or_make(who.user, asked.thread_id)
+    elif position is not None:
+        raise Refused(400, p.E_BAD_FRAME, "a resume (Last-Event-ID) names its threadId")
     else:
         session = create_session(who.user)
+    thread_id = asked.thread_id or session.id
+    _same_epoch(position, session.epoch)
+    ids = (session.id, thread_id, session.epoch)
     if asked.resume:
         answers = []
         for entry in asked.resume:
@@ -115,7 +131,7 @@ def _act(who: Caller, asked: RunAgentInput) -> tuple[str, str, str, int]:
                 )
             answers.append((entry.interrupt_id, approved))
         run_id, after = conversation.answer_gates(session, answers, by)
-        return session.id, session.epoch, run_id, after, _went_on(session, run_id, after)
+        return *ids, run_id, after, _went_on(session, run_id, after)
     # The newest user input (what follows it is the client's copy of its answer).
     last = next((m for m in reversed(asked.messages) if isinstance(m, UserMessage)), None)
     if last is None:
@@ -127,7 +143,7 @@ def _act(who: Caller, asked: RunAgentInput) -> tuple[str, str, str, int]:
         {"type": p.SEND, "request_id": "ag-ui", "client_message_id": last.id, "text": content}
     )
     run_id, after = conversation.send(session, send, by, "ag-ui")
-    return session.id, session.epoch, run_id, after, None
+    return *ids, run_id, after, None
 
 
 def _went_on(session: AgentSession, run_id: str, after: int):
@@ -152,6 +168,7 @@ def _turn(turn: conversation.Turn):
 @csrf_exempt
 async def join(request: HttpRequest, thread_id: str) -> HttpResponse:
     """``GET /api/ag-ui/<threadId>/stream`` (see the module's comment)."""
+    slot = None
     try:
         if request.method not in ("GET", "HEAD"):
             raise Refused(405, "method_not_allowed", "GET the stream")
@@ -160,7 +177,8 @@ async def join(request: HttpRequest, thread_id: str) -> HttpResponse:
         found = await sync_to_async(_joined)(who, thread_id)
         if found is None:
             raise Refused(404, "not_found", "no such thread")
-        epoch, active, snapshot = found
+        session_id, epoch, active, snapshot = found
+        _same_epoch(position, epoch)
         if active is None:
             encoder = ag_ui.AgUiRun(
                 thread_id, f"join-{uuid.uuid4().hex}", "", epoch, snapshot=snapshot
@@ -169,16 +187,17 @@ async def join(request: HttpRequest, thread_id: str) -> HttpResponse:
             return StreamResponse(_once(body))
         run_id, after = active
         encoder = ag_ui.AgUiRun(
-            thread_id,
-            run_id,
-            run_id,
-            epoch,
-            position=_same_epoch(position, epoch),
-            snapshot=snapshot,
+            thread_id, run_id, run_id, epoch, position=position, snapshot=snapshot
         )
-        return await open_stream(request, who, thread_id, after, encoder)
+        slot = take_slot(who)
+        response = await open_stream(request, who, session_id, after, encoder, slot)
+        slot = None
+        return response
     except Refused as refused:
         return refused.response()
+    finally:
+        if slot is not None:
+            slot.release()
 
 
 async def _once(body: bytes):
@@ -186,14 +205,11 @@ async def _once(body: bytes):
 
 
 def _joined(who: Caller, thread_id: str):
-    """The thread's epoch, its run still going (and the seq before it), and
-    its turns as AG-UI messages (of a run not finished, only its question:
-    the stream replays the rest)."""
-    if not p.is_session_id(thread_id):
-        return None
-    session = AgentSession.objects.filter(id=thread_id, owner_id=who.user.pk).first()
+    """The thread's session and epoch, its run still going (and the seq
+    before it), and its turns as AG-UI messages (of a run not finished, only
+    its question: the stream replays the rest); None for no such thread."""
+    session = conversation.find(who.user, thread_id)
     if session is None:
         return None
-    active = conversation.active_run(who.user.pk, thread_id)
     turns = [_turn(turn) for turn in conversation.path_turns(session)]
-    return session.epoch, active, ag_ui.history(turns)
+    return session.id, session.epoch, conversation.active_run(session), ag_ui.history(turns)

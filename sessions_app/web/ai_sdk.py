@@ -1,24 +1,27 @@
 """The AI SDK's endpoints: ``useChat`` with ``DefaultChatTransport`` and only
 ``api`` set talks to this server (docs/integrations.md).
 
-- ``POST /api/ai-sdk/chat``: the transport's send. The chat ``id`` is a
-  session of the caller's (made with that id on its first message). The
-  last message is all that is read: a user message is sent as the socket's
-  ``send`` (its ``id`` the ``client_message_id``: a retry appends nothing),
-  an assistant message carrying approval responses decides those gates
-  (exactly once, from any tab: a gate decided elsewhere keeps that
-  decision, and the stream says which), ``trigger: "regenerate-message"``
-  regenerates ``messageId`` (a run id; the last answer without one). The
-  answer is the run's message as a UI message stream
-  (``wire.ai_sdk.UiMessageStream``), up to its finish or its next gate.
+- ``POST /api/ai-sdk/chat``: the transport's send. The chat ``id`` is the
+  client's name for one of the caller's conversations (``conversation``:
+  per user; a new one makes a session with an id of its own). The last
+  message is all that is read: a user message is sent as the socket's
+  ``send`` (its ``id`` the ``client_message_id``: a retry appends nothing;
+  refused 409 while a gate waits), an assistant message carrying approval
+  responses decides those gates (exactly once, from any tab: a gate decided
+  elsewhere keeps that decision, and the stream says which),
+  ``trigger: "regenerate-message"`` regenerates ``messageId`` (a run id;
+  the last answer without one). The answer is the run's message as a UI
+  message stream (``wire.ai_sdk.UiMessageStream``), up to its finish or its
+  next gate.
 - ``GET /api/ai-sdk/chat/<id>/stream``: the transport's reconnect. The
-  oldest run of the chat not finished, replayed from the log from its start
-  (the transport's ``resumeStreamIsReplay``), then live: it survives a
-  server's kill -9 and a worker's takeover. 204 when nothing runs.
-- ``GET /api/ai-sdk/chat/<id>/messages``: the chat's finished turns on its
-  active path as ``UIMessage``s, for a page's ``messages``; the run still
-  going is left to the reconnect, so nothing shows twice.
-"""
+  oldest run of the chat not finished (with ``?after=``, the page's cursor:
+  the first run after it, finished or not), replayed from the log from its
+  start (the transport's ``resumeStreamIsReplay``), then live: it survives a
+  server's kill -9 and a worker's takeover. 204 when there is none.
+- ``GET /api/ai-sdk/chat/<id>/messages``: the chat's turns on its active
+  path as ``UIMessage``s, for a page's ``messages``; the run still going is
+  left to the reconnect, so nothing shows twice, and ``X-Agent-Cursor``
+  says where that run begins."""
 
 from __future__ import annotations
 
@@ -28,9 +31,8 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from sessions_app.models import AgentSession
 from sessions_app.web import conversation
-from sessions_app.web.dialects import Caller, Refused, caller, json_body, open_stream
+from sessions_app.web.dialects import Caller, Refused, caller, json_body, open_stream, take_slot
 from sessions_app.wire import ai_sdk, frames
 from sessions_app.wire import ai_sdk_requests as requests
 from sessions_app.wire import protocol as p
@@ -46,24 +48,32 @@ def _stream(response):
 @csrf_exempt
 async def chat(request: HttpRequest) -> HttpResponse:
     """``POST /api/ai-sdk/chat`` (see the module's comment)."""
+    slot = None
     try:
         if request.method != "POST":
             raise Refused(405, "method_not_allowed", "POST the chat's messages")
+        body = json_body(request)  # read first: the CSRF check may read the form
         who = await caller(request, spends=True)
-        asked = requests.parse_chat(json_body(request))
+        asked = requests.parse_chat(body)
+        slot = take_slot(who)
         session_id, run_id, after = await sync_to_async(_act)(who, asked)
         encoder = ai_sdk.UiMessageStream(session_id, run_id)
-        return _stream(await open_stream(request, who, session_id, after, encoder))
+        response = _stream(await open_stream(request, who, session_id, after, encoder, slot))
+        slot = None  # the response gives it back
+        return response
     except (p.FrameError, SessionError) as error:
         return Refused.from_error(error).response()
     except Refused as refused:
         return refused.response()
+    finally:
+        if slot is not None:
+            slot.release()
 
 
 def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
     """Do what the request asks; the session, the run to stream and the seq
     after which its response starts."""
-    session = conversation.owned_session(who.user, asked.chat_id)
+    session = conversation.find_or_make(who.user, asked.chat_id)
     by = who.user.get_username()
     if asked.user is None and asked.trigger != requests.REGENERATE:
         return (session.id, *conversation.answer_gates(session, asked.answers, by))
@@ -80,19 +90,44 @@ def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
 
 @csrf_exempt
 async def resume(request: HttpRequest, chat_id: str) -> HttpResponse:
-    """``GET /api/ai-sdk/chat/<id>/stream`` (see the module's comment)."""
+    """``GET /api/ai-sdk/chat/<id>/stream[?after=N]`` (see the module's comment)."""
+    slot = None
     try:
         if request.method not in ("GET", "HEAD"):
             raise Refused(405, "method_not_allowed", "GET the stream")
         who = await caller(request)
-        active = await sync_to_async(conversation.active_run)(who.user.pk, chat_id)
-        if active is None:
+        after = request.GET.get("after")
+        if after is not None and not (after.isascii() and after.isdigit() and len(after) < 19):
+            raise Refused(400, p.E_BAD_FRAME, "after must be an integer from 0")
+        found = await sync_to_async(_to_resume)(who, chat_id, after)
+        if found is None:
             return HttpResponse(status=204)
-        run_id, after = active
-        encoder = ai_sdk.UiMessageStream(chat_id, run_id)
-        return _stream(await open_stream(request, who, chat_id, after, encoder))
+        session_id, run_id, start = found
+        slot = take_slot(who)
+        encoder = ai_sdk.UiMessageStream(session_id, run_id)
+        response = _stream(await open_stream(request, who, session_id, start, encoder, slot))
+        slot = None
+        return response
     except Refused as refused:
         return refused.response()
+    finally:
+        if slot is not None:
+            slot.release()
+
+
+def _to_resume(who: Caller, chat_id: str, after: str | None):
+    """The session and the run a reconnect streams, and the seq before it:
+    the first run after the page's cursor when it gives one, else the run
+    still going; None for nothing (or no such chat of the caller's)."""
+    session = conversation.find(who.user, chat_id)
+    if session is None:
+        return None
+    found = (
+        conversation.active_run(session)
+        if after is None
+        else conversation.run_after(session, int(after))
+    )
+    return None if found is None else (session.id, *found)
 
 
 @csrf_exempt
@@ -102,21 +137,30 @@ async def messages(request: HttpRequest, chat_id: str) -> HttpResponse:
         if request.method not in ("GET", "HEAD"):
             raise Refused(405, "method_not_allowed", "GET the messages")
         who = await caller(request)
-        return JsonResponse(await sync_to_async(_messages)(who, chat_id), safe=False)
+        listed, cursor = await sync_to_async(_messages)(who, chat_id)
+        response = JsonResponse(listed, safe=False)
+        # What the page's reconnect passes as ?after=: the first run left out
+        # (still going, or finished since) is then the one streamed.
+        response[CURSOR_HEADER] = str(cursor)
+        return response
     except Refused as refused:
         return refused.response()
 
 
-def _messages(who: Caller, chat_id: str) -> list[dict]:
-    if not p.is_session_id(chat_id):
-        return []
-    session = AgentSession.objects.filter(id=chat_id, owner_id=who.user.pk).first()
+CURSOR_HEADER = "X-Agent-Cursor"
+
+
+def _messages(who: Caller, chat_id: str) -> tuple[list[dict], int]:
+    session = conversation.find(who.user, chat_id)
     if session is None:
-        return []
+        return [], 0
     out = []
+    cursor = session.head
     for turn in conversation.path_turns(session):
         out.append(requests.user_message(turn.message_id, turn.text))
         if turn.finished:
             logged = [(frames.dumps(frames.event_frame(e)), e.seq) for e in turn.events]
             out.append(requests.assistant_message(session.id, turn.run_id, logged))
-    return out
+        else:
+            cursor = min(cursor, turn.message_seq - 1)
+    return out, cursor

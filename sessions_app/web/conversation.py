@@ -1,5 +1,6 @@
 """The conversation as the dialects' requests see it, on the database side:
-a client's thread or chat id as the caller's session (made on first use),
+a client's thread or chat id as one of the caller's sessions (made on first
+use, with an id of its own: ``AgentSession.external_id``),
 gates answered from a request, the run a reconnect follows, and the
 finished turns a page or a late joiner is given.
 
@@ -24,23 +25,47 @@ from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import AlreadyDecided, ApprovalCancelled
 
 
-def owned_session(user, session_id: str) -> AgentSession:
-    """The user's session with this id; made with that id when there is none
-    (a client names its chat or thread first). Another user's is 404."""
-    found = AgentSession.objects.filter(id=session_id).first()
-    if found is None:
-        try:
-            return create_session(user, "", session_id=session_id)
-        except IntegrityError:  # made meanwhile, by a retry or by someone else
-            found = AgentSession.objects.filter(id=session_id).first()
-    if found is None or found.owner_id != user.pk:
-        raise Refused(404, "not_found", "no such conversation")
-    return found
+def find(user, client_id: str) -> AgentSession | None:
+    """The user's conversation a client names ``client_id``: the session of
+    that id, or the one made for that client id (``external_id``); None."""
+    if not p.is_session_id(client_id):
+        return None
+    mine = AgentSession.objects.filter(owner=user)
+    return mine.filter(id=client_id).first() or mine.filter(external_id=client_id).first()
+
+
+def find_or_make(user, client_id: str) -> AgentSession:
+    """``find``, or a new session of the user's for that client id. Ids are
+    per user: another user's session by that id is never found, probed or
+    taken, and a new session has an id of its own."""
+    found = find(user, client_id)
+    if found is not None:
+        return found
+    try:
+        return create_session(user, "", external_id=client_id)
+    except IntegrityError:  # made meanwhile, by a retry of this user's
+        made = AgentSession.objects.filter(owner=user, external_id=client_id).first()
+        if made is None:
+            raise
+        return made
 
 
 def send(session: AgentSession, send: p.Send, by: str, via: str) -> tuple[str, int]:
     """The socket's ``send``, once per ``client_message_id``: the run and the
-    seq of its ``user.message`` (a response starts after it)."""
+    seq of its ``user.message`` (a response starts after it). A new input
+    while a gate waits is refused (409 ``approval_pending``): its run would
+    queue behind the gate, and a client streaming its answer cannot answer
+    the gate meanwhile. A send again of one already made streams it."""
+    again = turns.existing_send(session.id, send.client_message_id)
+    if again is not None:
+        return again.run_id, again.seq
+    waiting = Run.objects.filter(session=session, status=Run.Status.AWAITING_APPROVAL)
+    if send.regenerate is None and send.edit_of is None and waiting.exists():
+        raise Refused(
+            409,
+            "approval_pending",
+            "a tool call waits for your approval: answer it first (or stop the run)",
+        )
     with tracing.span("session.send", **{"session.id": session.id, "via": via}):
         result = turns.send(session.id, send, by, tracing.carrier())
     return result.run_id, result.seq
@@ -75,13 +100,11 @@ def answer_gates(session: AgentSession, answers, by: str) -> tuple[str, int]:
     return run_id, after
 
 
-def active_run(user_id: int, session_id: str) -> tuple[str, int] | None:
-    """The oldest run of the user's session that is not finished, and the seq
-    before its message; None when there is none (or no such session)."""
-    if not p.is_session_id(session_id):
-        return None
+def active_run(session: AgentSession) -> tuple[str, int] | None:
+    """The oldest run of the session that is not finished, and the seq before
+    its message; None when there is none."""
     found = (
-        Run.objects.filter(session_id=session_id, session__owner_id=user_id, status__in=Run.ACTIVE)
+        Run.objects.filter(session=session, status__in=Run.ACTIVE)
         .order_by("created_at", "message_seq")
         .values_list("id", "message_seq")
         .first()
@@ -98,16 +121,18 @@ class Turn:
     text: str
     run_id: str
     finished: bool
+    message_seq: int = 0
     events: list[Event] = field(default_factory=list)
 
 
 def path_turns(session: AgentSession, upto: int | None = None) -> list[Turn]:
-    """The turns of the session's active path, oldest first; with ``upto``,
-    the events of the runs not finished up to that seq too (what a client
-    was given of a run parked at a gate)."""
+    """The turns of the session's active path, oldest first: each finished
+    run's events. With ``upto``, the conversation as it stood then: the turns
+    asked by then, each run's events up to that seq (what a client was given
+    of a run that parked at a gate there, whatever happened since)."""
     path = turns.ancestry(session.leaf_run_id or None)
     rows = Run.objects.filter(id__in=path).values(
-        "id", "client_message_id", "text", "answers_id", "status"
+        "id", "client_message_id", "text", "answers_id", "status", "message_seq"
     )
     by_id = {row["id"]: row for row in rows}
     asked = {row["id"]: row["client_message_id"] for row in rows}
@@ -122,13 +147,17 @@ def path_turns(session: AgentSession, upto: int | None = None) -> list[Turn]:
             by_id[run_id]["text"],
             run_id,
             by_id[run_id]["status"] == Run.Status.FINISHED,
+            by_id[run_id]["message_seq"],
         )
         for run_id in path
     }
-    finished = [run_id for run_id in path if out[run_id].finished]
-    wanted = Q(run_id__in=finished)
     if upto is not None:
-        wanted |= Q(run_id__in=[r for r in path if not out[r].finished], seq__lte=upto)
+        # The conversation as it stood at ``upto``: later turns left out, and
+        # every run's events cut there, finished or not.
+        path = [run_id for run_id in path if by_id[run_id]["message_seq"] <= upto]
+        wanted = Q(run_id__in=path, seq__lte=upto)
+    else:
+        wanted = Q(run_id__in=[run_id for run_id in path if out[run_id].finished])
     if path:
         events = (
             Event.objects.filter(wanted, session_id=session.id)
@@ -138,3 +167,16 @@ def path_turns(session: AgentSession, upto: int | None = None) -> list[Turn]:
         for event in events:
             out[event.run_id].events.append(event)
     return [out[run_id] for run_id in path]
+
+
+def run_after(session: AgentSession, after: int) -> tuple[str, int] | None:
+    """The first run whose message came after ``after`` (a page's cursor: it
+    loaded everything before), finished or not, and the seq before its
+    message; None when there is none."""
+    found = (
+        Run.objects.filter(session=session, message_seq__gt=after)
+        .order_by("created_at", "message_seq")
+        .values_list("id", "message_seq")
+        .first()
+    )
+    return None if found is None else (found[0], found[1] - 1)

@@ -25,7 +25,7 @@ from rest_framework.authentication import CSRFCheck
 
 from sessions_app.delivery.reader import StreamReader, owned_row
 from sessions_app.web.api import ApiRateThrottle, SendRateThrottle
-from sessions_app.web.stream import StreamResponse, request_user, slots
+from sessions_app.web.stream import Slot, StreamResponse, request_user, slots
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionError
 
@@ -113,19 +113,25 @@ def json_body(request: HttpRequest) -> Any:
         raise Refused(400, p.E_BAD_JSON, "the body is not JSON") from None
 
 
-async def open_stream(
-    request: HttpRequest, who: Caller, session_id: str, after: int, encoder
-) -> StreamResponse:
-    """The response that delivers the session's log after ``after`` through
-    ``encoder``, on the delivery stage like the native stream."""
-    row = await owned_row(session_id, who.user.pk)
-    if row is None:
-        raise Refused(404, "not_found", "no such session")
+def take_slot(who: Caller) -> Slot:
+    """One of the user's stream slots, taken before the request does anything
+    (a 429 then refuses the request, not the stream of work already done)."""
     slot = slots.take(who.user.pk)
     if slot is None:
         raise Refused(
             429, "too_many_streams", "too many streams of yours are open here", Retry_After="5"
         )
+    return slot
+
+
+async def open_stream(
+    request: HttpRequest, who: Caller, session_id: str, after: int, encoder, slot: Slot
+) -> StreamResponse:
+    """The response that delivers the session's log after ``after`` through
+    ``encoder``, on the delivery stage like the native stream, in ``slot``."""
+    row = await owned_row(session_id, who.user.pk)
+    if row is None:
+        raise Refused(404, "not_found", "no such session")
     reader = StreamReader(
         request, session_id, who.granted, who.token_id, after, row["epoch"], False, slot, encoder
     )

@@ -298,8 +298,9 @@ class AgUiRun:
         events, self.pending = self.pending, []
         out: list[bytes] = []
         for k, event in enumerate(events):
-            if seq is not None and self.before_position(seq, k):
-                continue
+            terminal = isinstance(event, RunFinishedEvent | RunErrorEvent)
+            if seq is not None and self.before_position(seq, k) and not terminal:
+                continue  # the client has it (its run's end it gets again: RUN_STARTED needs one)
             if self.quiet is not None:
                 self.quiet = None
                 out += self.reopen(opened, events[:k])

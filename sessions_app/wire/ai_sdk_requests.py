@@ -147,7 +147,9 @@ def parse_chat(body: Any) -> ChatRequest:
     if last.get("role") == "assistant":
         answers = []
         for part in parts:
-            approval = part.get("approval") if isinstance(part, dict) else None
+            if not isinstance(part, dict):
+                raise _bad("each of the last message's 'parts' must be an object")
+            approval = part.get("approval")
             if part.get("state") == "approval-responded" and isinstance(approval, dict):
                 if not isinstance(approval.get("id"), str) or not isinstance(
                     approval.get("approved"), bool

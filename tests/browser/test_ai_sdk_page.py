@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from sessions_app.models import ApprovalRequest, Event, Run
+from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
 from tests.browser.helpers import TIMEOUT, settle, transcript
 
 CLIENTS = Path(__file__).resolve().parents[1] / "clients"
@@ -90,8 +90,8 @@ def test_the_ai_sdk_page_sends_approves_and_resumes_after_a_refresh(server, ctx,
     page.get_by_test_id("approve").click()
     expect(tool).to_have_attribute("data-state", "output-available", timeout=TIMEOUT)
     expect(page.locator("#app")).to_have_attribute("data-status", "ready", timeout=TIMEOUT)
-    assert ApprovalRequest.objects.get(session_id=chat_id).status == "approved"
-    assert Event.objects.filter(session_id=chat_id, kind="tool.result").count() == 1
+    assert ApprovalRequest.objects.get(session__external_id=chat_id).status == "approved"
+    assert Event.objects.filter(session__external_id=chat_id, kind="tool.result").count() == 1
 
     send(page, "/stream 40 60")
     expect(page.get_by_test_id("assistant-message").last).to_contain_text("tok3 ", timeout=TIMEOUT)
@@ -105,9 +105,11 @@ def test_the_ai_sdk_page_sends_approves_and_resumes_after_a_refresh(server, ctx,
     assert page.locator("#app").get_attribute("data-error") is None
 
     page_shows = shown(page)
+    # The chat id is the page's; the session has an id of its own.
+    session_id = AgentSession.objects.get(external_id=chat_id).id
     native = ctx.new_page()
-    native.goto(f"{server.http}/s/{chat_id}/")
-    settle(native, chat_id, runs=2)
+    native.goto(f"{server.http}/s/{session_id}/")
+    settle(native, session_id, runs=2)
     items = transcript(native)["items"]
     users = [i["text"] for i in items if i["kind"] == "user-message"]
     answers = [i["text"] for i in items if i["kind"] == "assistant-message"]

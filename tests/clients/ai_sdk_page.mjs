@@ -101,10 +101,18 @@ function render() {
 async function main() {
   const loaded = await fetch(`/api/ai-sdk/chat/${encodeURIComponent(chatId)}/messages`);
   const messages = loaded.ok ? await loaded.json() : [];
+  // The first run these messages left out: the reconnect streams it, even
+  // if it finished between the two requests.
+  const cursor = loaded.headers.get("X-Agent-Cursor") ?? "0";
+  const transport = new DefaultChatTransport({
+    api: "/api/ai-sdk/chat",
+    headers: () => ({ "X-CSRFToken": csrf() }),
+    prepareReconnectToStreamRequest: ({ id }) => ({ api: `/api/ai-sdk/chat/${encodeURIComponent(id)}/stream?after=${cursor}` }),
+  });
   chat = new PageChat({
     id: chatId,
     messages,
-    transport: new DefaultChatTransport({ api: "/api/ai-sdk/chat", headers: () => ({ "X-CSRFToken": csrf() }) }),
+    transport,
     sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
     onError: (error) => {
       root.dataset.error = String(error?.message ?? error);

@@ -184,6 +184,8 @@ def test_a_streamable_http_server_is_reached_with_its_headers(http_server, tmp_p
 
     keyed = {"web": {"url": http_server, "headers": {"X-Test-Key": "k"}, "auto_approve": []}}
     with override_settings(AGENT_MCP_SERVERS=keyed):
+        assert "web__add" not in registry.tools()  # a lookup never connects
+        assert registry.validate_args("web__add", {"a": 1, "b": 2}) is None  # this lists
         assert "web__add" in registry.tools()
         assert registry.execute("web__add", {"a": 20, "b": 22}, tmp_path) == (True, "42")
         assert not registry.is_auto_approved("web__note")

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sessions_app.models import ApprovalRequest, Event, Run
+from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
 from tests.harness import api_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,7 +67,7 @@ def clean(report: dict, tmp_path, name: str) -> None:
 
 def logged(session_id: str, kind: str) -> list[dict]:
     return list(
-        Event.objects.filter(session_id=session_id, kind=kind)
+        Event.objects.filter(session__external_id=session_id, kind=kind)
         .order_by("seq")
         .values_list("data", flat=True)
     )
@@ -168,23 +168,33 @@ def test_a_late_joiner_gets_a_snapshot_then_the_run_going(server, user, tmp_path
     assert found["summary"] == {"errors": 0, "warnings": 0, "info": 0}, found["diagnostics"]
 
 
-def test_bad_input_is_refused_and_another_users_thread_is_not_found(server, user, other_user):
-    """A body that is not a RunAgentInput is 400 bad_frame; another user's
-    thread is 404 to a run and to a join."""
+def test_bad_input_is_refused_and_thread_ids_are_per_user(server, user, other_user):
+    """A body that is not a RunAgentInput is 400 bad_frame, a Last-Event-ID not
+    of ours 400; another user's thread id (or their session's own id) is not
+    theirs to this caller: a join is 404 like an unknown id, and a run makes a
+    thread of the caller's own, theirs untouched."""
     key = api_key(user)
     agent(server, api_key(other_user), "theirs", "turn", "/echo theirs")
+    theirs = AgentSession.objects.get(external_id="theirs")
     with httpx.Client(base_url=server.http, timeout=30) as c:
         auth = {"Authorization": f"Token {key}"}
         bad = c.post("/api/ag-ui/", json={"threadId": "x"}, headers=auth)
         assert bad.status_code == 400 and bad.json()["code"] == "bad_frame"
+        for name in ("theirs", theirs.id, "nosuch"):
+            assert c.get(f"/api/ag-ui/{name}/stream", headers=auth).status_code == 404
         body = {
-            "threadId": "theirs",
+            "threadId": theirs.id,
             "runId": "r",
-            "messages": [{"id": "m", "role": "user", "content": "hi"}],
+            "messages": [{"id": "m", "role": "user", "content": "/echo mine"}],
         }
-        assert c.post("/api/ag-ui/", json=body, headers=auth).status_code == 404
-        assert c.get("/api/ag-ui/theirs/stream", headers=auth).status_code == 404
-        odd = c.post(
-            "/api/ag-ui/", json={**body, "threadId": "mine"}, headers={**auth, "Last-Event-ID": "7"}
-        )
+        odd = c.post("/api/ag-ui/", json=body, headers={**auth, "Last-Event-ID": "7"})
         assert odd.status_code == 400
+        ran = c.post("/api/ag-ui/", json=body, headers=auth)
+        assert ran.status_code == 200 and '"threadId":"' + theirs.id + '"' in ran.text
+    assert AgentSession.objects.get(owner=user).external_id == theirs.id
+    assert logged("theirs", "user.message") == [
+        {
+            "client_message_id": logged("theirs", "user.message")[0]["client_message_id"],
+            "text": "/echo theirs",
+        }
+    ]

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sessions_app.models import ApprovalRequest, Event, Run
+from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
 from tests.harness import api_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,7 +54,7 @@ def tool_parts(message: dict) -> list[dict]:
 
 def logged(session_id: str, kind: str) -> list[dict]:
     return list(
-        Event.objects.filter(session_id=session_id, kind=kind)
+        Event.objects.filter(session__external_id=session_id, kind=kind)
         .order_by("seq")
         .values_list("data", flat=True)
     )
@@ -70,12 +70,12 @@ def test_a_turn_streams_the_answer_into_one_assistant_message(server, user):
     assert report["errors"] == [] and report["status"] == "ready"
     user_msg, answer = report["messages"]
     assert user_msg["role"] == "user" and answer["role"] == "assistant"
-    run = Run.objects.get(session_id="chatTurn1")
+    run = Run.objects.get(session__external_id="chatTurn1")
     assert run.client_message_id == user_msg["id"] and answer["id"] == run.id
     assert texts(answer) == "Hello, world of streams"
     assert [m["text"] for m in logged("chatTurn1", "assistant.message")] == [texts(answer)]
     first, last = answer["metadata"]["first_seq"], answer["metadata"]["last_seq"]
-    assert last == Event.objects.filter(session_id="chatTurn1").order_by("-seq")[0].seq
+    assert last == Event.objects.filter(session__external_id="chatTurn1").order_by("-seq")[0].seq
     assert first < last and answer["metadata"]["run_id"] == run.id
 
 
@@ -136,20 +136,30 @@ def test_a_fresh_page_resumes_the_run_from_the_log_exactly_once(server, user):
     assert [m["text"] for m in logged("chatCut1", "assistant.message")][-1] == whole
 
 
-def test_nothing_running_is_204_and_another_users_chat_is_not_found(server, user, other_user):
-    """The reconnect answers 204 when nothing runs (the transport then shows
-    what it has); another user's chat id is 404 to a send and empty to a load."""
+def test_chat_ids_are_per_user_and_nothing_running_is_204(server, user, other_user):
+    """The reconnect answers 204 when nothing runs. A chat id is the caller's
+    own name for a conversation: another user's chat id, or their session's
+    own id, names a new conversation of the caller's, never theirs (nothing
+    of theirs is read, written or told apart from an unknown id)."""
     key = api_key(user)
     with httpx.Client(base_url=server.http, timeout=30) as c:
         auth = {"Authorization": f"Token {key}"}
         assert c.get("/api/ai-sdk/chat/nochat/stream", headers=auth).status_code == 204
         chat(server, api_key(other_user), "theirChat", "turn", "/echo theirs")
-        body = {
-            "id": "theirChat",
-            "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}],
-            "trigger": "submit-message",
-        }
-        sent = c.post("/api/ai-sdk/chat", json=body, headers=auth)
-        assert sent.status_code == 404 and sent.json()["code"] == "not_found"
-        assert c.get("/api/ai-sdk/chat/theirChat/messages", headers=auth).json() == []
-        assert c.get("/api/ai-sdk/chat/theirChat/stream", headers=auth).status_code == 204
+        theirs = AgentSession.objects.get(external_id="theirChat")
+        for name in ("theirChat", theirs.id):
+            assert c.get(f"/api/ai-sdk/chat/{name}/messages", headers=auth).json() == []
+            assert c.get(f"/api/ai-sdk/chat/{name}/stream", headers=auth).status_code == 204
+        mine = chat(server, key, theirs.id, "turn", "/echo mine")
+        assert texts(mine["messages"][-1]) == "mine"
+        made = AgentSession.objects.get(owner=user)
+        assert made.external_id == theirs.id and made.id != theirs.id
+        assert [m["text"] for m in logged_in(theirs.id, "assistant.message")] == ["theirs"]
+
+
+def logged_in(session_id: str, kind: str) -> list[dict]:
+    return list(
+        Event.objects.filter(session_id=session_id, kind=kind)
+        .order_by("seq")
+        .values_list("data", flat=True)
+    )

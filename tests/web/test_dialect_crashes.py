@@ -34,7 +34,7 @@ def wait_for(fn, timeout: float = 40.0):
 
 
 def deltas(session_id: str) -> int:
-    return Event.objects.filter(session_id=session_id, kind="assistant.delta").count()
+    return Event.objects.filter(session__external_id=session_id, kind="assistant.delta").count()
 
 
 def kill_all_and_start_again(start, procs):
@@ -63,16 +63,16 @@ def test_ai_sdk_resumes_the_answer_after_every_server_process_is_killed(own_serv
         server = kill_all_and_start_again(start, procs)
     finally:
         node.wait(timeout=60)
-    run = Run.objects.get(session_id="crashChat")
+    run = Run.objects.get(session__external_id="crashChat")
     resumed = chat(server, key, "crashChat", "resume")
     assert resumed["errors"] == [] and resumed["status"] == "ready"
     user_msg, answer = resumed["messages"]
     assert answer["id"] == run.id and texts(answer) == FULL
     run.refresh_from_db()
     assert run.stop_reason == "end_turn"
-    reasons = Event.objects.filter(session_id="crashChat", kind="run.resumed").values_list(
-        "data__reason", flat=True
-    )
+    reasons = Event.objects.filter(
+        session__external_id="crashChat", kind="run.resumed"
+    ).values_list("data__reason", flat=True)
     assert list(reasons) == ["takeover"]
 
 
@@ -120,7 +120,7 @@ def test_a_cancelled_run_ends_both_dialects_as_cancelled(server, user, tmp_path)
     with httpx.Client(base_url=server.http, timeout=30) as c:
         with c.stream("POST", "/api/ag-ui/", json=body, headers=auth) as started:
             wait_for(lambda: deltas("stopThread") >= 3)
-            run = Run.objects.get(session_id="stopThread")
+            run = Run.objects.get(session__external_id="stopThread")
             assert c.post(f"/api/runs/{run.id}/cancel/", headers=auth).status_code == 200
             text = "".join(started.iter_text())
         events = [json.loads(x[6:]) for x in text.splitlines() if x.startswith("data: ")]
@@ -202,14 +202,14 @@ def test_two_tabs_on_two_protocols_decide_one_gate_once(server, user):
                 t.start()
             for t in threads:
                 t.join()
-            approval = ApprovalRequest.objects.get(session_id=chat_id)
+            approval = ApprovalRequest.objects.get(session__external_id=chat_id)
             decided = list(
-                Event.objects.filter(session_id=chat_id, kind="approval.decided").values_list(
-                    "data__decision", flat=True
-                )
+                Event.objects.filter(
+                    session__external_id=chat_id, kind="approval.decided"
+                ).values_list("data__decision", flat=True)
             )
             assert decided == ["approve" if approval.status == "approved" else "deny"]
-            results = Event.objects.filter(session_id=chat_id, kind="tool.result")
+            results = Event.objects.filter(session__external_id=chat_id, kind="tool.result")
             assert results.count() == 1
             ok = results.get().data["ok"]
             assert ok is (approval.status == "approved")

@@ -31,7 +31,7 @@ from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from sessions_app import fanout
-from sessions_app.runtime import executor
+from sessions_app.runtime import executor, mcp
 from sessions_app.runtime.pool import run_pool
 from sessions_app.runtime.sweeper import Sweeper
 from sessions_app.server import probes
@@ -144,6 +144,7 @@ class Command(BaseCommand):
             )
         sweeper = Sweeper()
         sweeper.start()
+        mcp.refresh_in_background()  # its MCP servers' tools, listed while it starts
         pool = run_pool()
         worker = ConcurrentWorker(interval=interval, pool=pool)
         port = settings.AGENT_WORKER_METRICS_PORT
