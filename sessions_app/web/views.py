@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -18,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sessions_app.log import sessions as services
 from sessions_app.models import AgentSession
+from sessions_app.runtime.agents import get_agent
 from sessions_app.wire import protocol as p
 
 
@@ -78,5 +80,16 @@ def session_page(request, session_id: str):
             "session": session,
             "test_hooks": bool(settings.AGENT_TEST_HOOKS),
             "max_text": p.MAX_TEXT_CHARS,
+            "hints": agent_hints(),
         },
     )
+
+
+def agent_hints() -> list[str]:
+    """What the composer suggests trying: the agent's own ``hints`` (a list of
+    inputs), none for an agent without them (docs/agents.md, "Hints")."""
+    try:
+        hints = getattr(get_agent(), "hints", None) or []
+    except ImproperlyConfigured:  # named by check E002, at start
+        return []
+    return [str(hint) for hint in hints if isinstance(hint, str)][:5]

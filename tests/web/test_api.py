@@ -451,3 +451,31 @@ def test_the_list_page_says_when_it_is_cut_short(client_for, user):
     page = c.get("/").content.decode()
     assert page.count('data-testid="session-link"') == MAX_LISTED
     assert 'data-max="200">' in page
+
+
+class _HintlessAgent:
+    def start(self, ctx): ...
+
+    def resume(self, ctx, outcome): ...
+
+
+class _HintedAgent(_HintlessAgent):
+    hints = ["Save this: <b>milk</b>"]
+
+
+def test_the_composer_hints_are_the_agents_own(client_for, user, settings):
+    """The scripted agent's hints show under the composer; an agent without
+    hints gets none (no /stream offered to a model), one with its own gets
+    them, escaped."""
+    from sessions_app.log.sessions import create_session
+
+    s = create_session(user)
+    c = client_for(user)
+    page = c.get(f"/s/{s.id}/").content.decode()
+    assert "Try <code>/stream 20 50</code>, <code>/write notes.txt hello</code>" in page
+    settings.AGENT_CLASS = f"{__name__}._HintlessAgent"
+    page = c.get(f"/s/{s.id}/").content.decode()
+    assert "Enter sends, Shift+Enter adds a line.</p>" in page and "/stream" not in page
+    settings.AGENT_CLASS = f"{__name__}._HintedAgent"
+    page = c.get(f"/s/{s.id}/").content.decode()
+    assert "Try <code>Save this: &lt;b&gt;milk&lt;/b&gt;</code>." in page

@@ -76,6 +76,9 @@ CHECKPOINT_SECONDS = 1.0
 class ScriptedAgent:
     """The built-in agent of the demo; see the module docstring."""
 
+    # What the composer suggests trying (docs/agents.md, "Hints").
+    hints = ["/stream 20 50", "/write notes.txt hello", "/sh ls"]
+
     def start(self, ctx: RunContext) -> None:
         if ctx.state.get("done"):  # taken over after its last message
             return
