@@ -56,6 +56,7 @@ log = logging.getLogger("sessions_app.runtime.mcp")
 SEPARATOR = "__"
 MAX_NAME = 64  # a tool's name column, and what the model APIs accept
 CONNECT_SECONDS = 20.0
+CONNECT_BACKOFF = 5.0
 MAX_OUTPUT_CHARS = 64 * 1024
 
 
@@ -65,16 +66,22 @@ class McpUnavailable(Exception):
 
 class Hub:
     """This process's connections to the MCP servers, on one event loop in a
-    thread of its own (the runtime's tools run in plain threads). One lock
-    per server: a server slow to connect holds up only its own calls."""
+    thread of its own (the runtime's tools run in plain threads).
+
+    A connection is (its client, the event that stops it), set by the task
+    that holds it (``_hold``) and removed by that task when it ends, whoever
+    stops it: ``forget`` names the client it means, so a late ``forget``
+    never stops a newer connection. One lock per server: a server slow to
+    connect holds up only its own calls, and after a failed connect the next
+    ``CONNECT_BACKOFF`` seconds fail at once with the same reason."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="mcp-hub", daemon=True)
         self.thread.start()
-        self.clients: dict[str, Any] = {}
-        self.stops: dict[str, asyncio.Event] = {}
+        self.conns: dict[str, tuple[Any, asyncio.Event]] = {}
         self.locks: dict[str, threading.Lock] = {}
+        self.failed: dict[str, tuple[float, str]] = {}
         self.guard = threading.Lock()
 
     def run(self, coroutine, timeout: float):
@@ -82,48 +89,57 @@ class Hub:
         try:
             return future.result(timeout)
         except FutureTimeout:
+            if future.done():  # the coroutine's own TimeoutError
+                raise
             future.cancel()
             raise McpUnavailable(f"no answer within {timeout:g} s") from None
 
     def client(self, name: str):
-        """The server's session, connected now if it is not (or dropped)."""
+        """The server's client, connected now if it is not (or dropped)."""
         with self.guard:
             lock = self.locks.setdefault(name, threading.Lock())
         with lock:
-            found = self.clients.get(name)
-            if found is None:
-                found = self.run(self._connect(name), CONNECT_SECONDS + 5)
-        return found
+            held = self.conns.get(name)
+            if held is not None:
+                return held[0]
+            at, reason = self.failed.get(name, (-CONNECT_BACKOFF, ""))
+            if time.monotonic() - at < CONNECT_BACKOFF:
+                raise McpUnavailable(reason)
+            try:
+                return self.run(self._connect(name), CONNECT_SECONDS + 5)
+            except McpUnavailable as exc:
+                self.failed[name] = (time.monotonic(), str(exc))
+                raise
 
     async def _connect(self, name: str):
         """Open the connection (``_hold``), or give up on it after
         ``CONNECT_SECONDS``: its task is cancelled, a stdio server stopped."""
         ready: asyncio.Future = self.loop.create_future()
-        stop = asyncio.Event()
-        holding = self.loop.create_task(self._hold(name, ready, stop))
+        holding = self.loop.create_task(self._hold(name, ready))
         try:
-            client = await asyncio.wait_for(asyncio.shield(ready), CONNECT_SECONDS)
-        except BaseException:
+            return await asyncio.wait_for(asyncio.shield(ready), CONNECT_SECONDS)
+        except BaseException as exc:
             holding.cancel()
+            if isinstance(exc, TimeoutError):
+                raise McpUnavailable(f"no connection within {CONNECT_SECONDS:g} s") from None
             raise
-        self.stops[name] = stop
-        return client
 
-    async def _hold(self, name: str, ready: asyncio.Future, stop: asyncio.Event) -> None:
-        """Open the connection, keep it until stopped or dropped (in one task:
-        what is entered here is left here)."""
+    async def _hold(self, name: str, ready: asyncio.Future) -> None:
+        """Open the connection and keep it until stopped or dropped (in one
+        task: what is entered here is left here)."""
         from mcp import Client
 
         mine = None
         try:
             async with AsyncExitStack() as stack:
                 target = await _target(name, stack)
-                client = await stack.enter_async_context(
+                mine = await stack.enter_async_context(
                     Client(target, elicitation_callback=_decline)
                 )
-                self.clients[name] = mine = client
+                stop = asyncio.Event()
+                self.conns[name] = (mine, stop)
                 if not ready.done():
-                    ready.set_result(client)
+                    ready.set_result(mine)
                 await stop.wait()
         except BaseException as exc:  # noqa: BLE001 (a dropped server, whatever it raised)
             if not ready.done():
@@ -131,15 +147,21 @@ class Hub:
             elif mine is not None:
                 log.warning("MCP server %s dropped: %s", name, _reason(exc))
         finally:
-            if mine is not None and self.clients.get(name) is mine:
-                self.clients.pop(name, None)
+            held = self.conns.get(name)
+            if held is not None and held[0] is mine:
+                del self.conns[name]
 
-    def forget(self, name: str) -> None:
-        """Drop the connection (it is opened again on the next use)."""
-        self.clients.pop(name, None)
-        stop = self.stops.pop(name, None)
-        if stop is not None:
-            self.loop.call_soon_threadsafe(stop.set)
+    def forget(self, name: str, client) -> None:
+        """Stop that connection, if it is still the server's (the next use
+        opens another)."""
+
+        def stop() -> None:
+            held = self.conns.get(name)
+            if held is not None and held[0] is client:
+                del self.conns[name]
+                held[1].set()
+
+        self.loop.call_soon_threadsafe(stop)
 
     def list_tools(self, name: str) -> list[Any]:
         client = self.client(name)
@@ -148,22 +170,34 @@ class Hub:
         except McpUnavailable:
             raise
         except Exception as exc:
-            self.forget(name)
+            if _broken(exc):
+                self.forget(name, client)
             raise McpUnavailable(_reason(exc)) from exc
 
     def call(self, name: str, tool: str, args: dict[str, Any]) -> tuple[bool, str]:
-        """One call: a server that failed is dropped (and opened again next
-        time); one that is only slow keeps its connection, which other runs'
-        calls may be using."""
+        """One call. A connection that broke is dropped (and opened again next
+        time); a server that answered with an error, or is only slow, keeps
+        it: other runs' calls may be using it."""
         client = self.client(name)
         try:
             result = self.run(client.call_tool(tool, args), settings.AGENT_MCP_CALL_SECONDS)
         except McpUnavailable:
             raise
         except Exception as exc:
-            self.forget(name)
+            if _broken(exc):
+                self.forget(name, client)
             raise McpUnavailable(_reason(exc)) from exc
         return not result.is_error, _text(result)
+
+
+def _broken(exc: BaseException) -> bool:
+    """Did the connection break (rather than the server answer an error)?"""
+    from mcp import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    if isinstance(exc, MCPError):
+        return exc.code == CONNECTION_CLOSED
+    return not isinstance(exc, ValueError | TypeError)  # a result that did not validate
 
 
 async def _decline(context, params):
@@ -343,8 +377,8 @@ def refresh_in_background() -> None:
 
 def _reset(setting: str, **_: Any) -> None:
     if setting in ("AGENT_MCP_SERVERS", "AGENT_TOOLS"):
-        for name in list(_listed):
-            hub().forget(name)
+        for name, (client, _stop) in list(hub().conns.items()):
+            hub().forget(name, client)
         _listed.clear()
         _failed.clear()
 

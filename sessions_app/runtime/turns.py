@@ -29,7 +29,7 @@ from sessions_app.runtime import cancels, runs
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session, queued_runs, set_session_status
 from sessions_app.wire import protocol as p
-from sessions_app.wire.errors import NotFound, SessionFull, TooManyRuns
+from sessions_app.wire.errors import ApprovalPending, NotFound, SessionFull, TooManyRuns
 
 
 @dataclass(frozen=True)
@@ -48,20 +48,34 @@ def submit_message(
     interrupt: bool = False,
     by: str = "",
     trace: str = "",
+    not_behind_gate: bool = False,
 ) -> SendResult:
     """Log a user input once per ``client_message_id`` and start or queue its
     run. With ``interrupt`` ("stop and send") the session's active run is
     cancelled first, saying why, and this input's run starts at once, ahead
     of the inputs already queued (they stay queued). ``by``: who sent it (for
     a gate the interrupt closes). ``trace``: the send's traceparent, which
-    its run continues (``server.tracing``)."""
-    return _once(_submit, session_id, client_message_id, text, interrupt, by, trace)
+    its run continues (``server.tracing``). ``not_behind_gate``: refuse
+    (``ApprovalPending``) rather than queue behind a gate, under the lock."""
+    return _once(
+        _submit, session_id, client_message_id, text, interrupt, by, trace, not_behind_gate
+    )
 
 
 def _submit(
-    session: AgentSession, client_message_id: str, text: str, interrupt: bool, by: str, trace: str
+    session: AgentSession,
+    client_message_id: str,
+    text: str,
+    interrupt: bool,
+    by: str,
+    trace: str,
+    not_behind_gate: bool = False,
 ) -> SendResult:
     session_id = session.id
+    if not_behind_gate and not interrupt:
+        gated = Run.objects.filter(session_id=session_id, status=Run.Status.AWAITING_APPROVAL)
+        if gated.exists():
+            raise ApprovalPending()
     if interrupt:
         active = Run.objects.filter(session_id=session_id, status__in=runs.EXECUTING).first()
         if active is not None:
@@ -184,15 +198,26 @@ def open_turn(
     )
 
 
-def send(session_id: str, send: p.Send, by: str, trace: str = "") -> SendResult:
+def send(
+    session_id: str, send: p.Send, by: str, trace: str = "", *, not_behind_gate: bool = False
+) -> SendResult:
     """Every kind of ``send`` (the socket's and ``POST …/messages/``): a new
-    input, a regenerate or an edit, once per ``client_message_id``."""
+    input, a regenerate or an edit, once per ``client_message_id``
+    (``not_behind_gate``: see ``submit_message``)."""
     cmid = send.client_message_id
     if send.regenerate is not None:
         return _once(_branch, session_id, cmid, send.regenerate, None, by, trace)
     if send.edit_of is not None:
         return _once(_branch, session_id, cmid, send.edit_of, send.text, by, trace)
-    return submit_message(session_id, cmid, send.text, interrupt=send.interrupt, by=by, trace=trace)
+    return submit_message(
+        session_id,
+        cmid,
+        send.text,
+        interrupt=send.interrupt,
+        by=by,
+        trace=trace,
+        not_behind_gate=not_behind_gate,
+    )
 
 
 def edit(

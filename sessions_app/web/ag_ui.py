@@ -112,7 +112,13 @@ def _act(who: Caller, asked: RunAgentInput, position) -> tuple:
     if asked.thread_id:
         if not p.is_session_id(asked.thread_id):
             raise Refused(400, p.E_BAD_FRAME, "threadId: 1 to 40 of A-Z a-z 0-9 _ -")
-        session = conversation.find_or_make(who.user, asked.thread_id)
+        # Only a new message makes a thread: a resume names one that exists.
+        if asked.resume or position is not None:
+            session = conversation.find(who.user, asked.thread_id)
+            if session is None:
+                raise Refused(404, "not_found", "no such thread")
+        else:
+            session = conversation.find_or_make(who.user, asked.thread_id)
     elif position is not None:
         raise Refused(400, p.E_BAD_FRAME, "a resume (Last-Event-ID) names its threadId")
     else:

@@ -14,14 +14,14 @@
   message stream (``wire.ai_sdk.UiMessageStream``), up to its finish or its
   next gate.
 - ``GET /api/ai-sdk/chat/<id>/stream``: the transport's reconnect. The
-  oldest run of the chat not finished (with ``?after=``, the page's cursor:
-  the first run after it, finished or not), replayed from the log from its
+  oldest run of the chat not finished (with ``?run=``, the page's cursor:
+  the run its messages left out, finished since or not), replayed from the log from its
   start (the transport's ``resumeStreamIsReplay``), then live: it survives a
   server's kill -9 and a worker's takeover. 204 when there is none.
 - ``GET /api/ai-sdk/chat/<id>/messages``: the chat's turns on its active
   path as ``UIMessage``s, for a page's ``messages``; the run still going is
-  left to the reconnect, so nothing shows twice, and ``X-Agent-Cursor``
-  says where that run begins."""
+  left to the reconnect, so nothing shows twice, and ``X-Agent-Resume-Run``
+  names that run."""
 
 from __future__ import annotations
 
@@ -73,7 +73,14 @@ async def chat(request: HttpRequest) -> HttpResponse:
 def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
     """Do what the request asks; the session, the run to stream and the seq
     after which its response starts."""
-    session = conversation.find_or_make(who.user, asked.chat_id)
+    # Only a new message makes a conversation: an answer or a regenerate
+    # names one that exists.
+    if asked.user is not None:
+        session = conversation.find_or_make(who.user, asked.chat_id)
+    else:
+        session = conversation.find(who.user, asked.chat_id)
+        if session is None:
+            raise Refused(404, "not_found", "no such chat")
     by = who.user.get_username()
     if asked.user is None and asked.trigger != requests.REGENERATE:
         return (session.id, *conversation.answer_gates(session, asked.answers, by))
@@ -96,10 +103,10 @@ async def resume(request: HttpRequest, chat_id: str) -> HttpResponse:
         if request.method not in ("GET", "HEAD"):
             raise Refused(405, "method_not_allowed", "GET the stream")
         who = await caller(request)
-        after = request.GET.get("after")
-        if after is not None and not (after.isascii() and after.isdigit() and len(after) < 19):
-            raise Refused(400, p.E_BAD_FRAME, "after must be an integer from 0")
-        found = await sync_to_async(_to_resume)(who, chat_id, after)
+        run_id = request.GET.get("run")
+        if run_id is not None and not p.is_session_id(run_id):
+            raise Refused(400, p.E_BAD_FRAME, "run must be a run id")
+        found = await sync_to_async(_to_resume)(who, chat_id, run_id)
         if found is None:
             return HttpResponse(status=204)
         session_id, run_id, start = found
@@ -115,17 +122,17 @@ async def resume(request: HttpRequest, chat_id: str) -> HttpResponse:
             slot.release()
 
 
-def _to_resume(who: Caller, chat_id: str, after: str | None):
-    """The session and the run a reconnect streams, and the seq before it:
-    the first run after the page's cursor when it gives one, else the run
-    still going; None for nothing (or no such chat of the caller's)."""
+def _to_resume(who: Caller, chat_id: str, run_id: str | None):
+    """The session and the run a reconnect streams, and a seq before it: the
+    run the page's messages left out when it names one, else the run still
+    going; None for nothing (or no such chat of the caller's)."""
     session = conversation.find(who.user, chat_id)
     if session is None:
         return None
     found = (
         conversation.active_run(session)
-        if after is None
-        else conversation.run_after(session, int(after))
+        if run_id is None
+        else conversation.run_to_resume(session, run_id)
     )
     return None if found is None else (session.id, *found)
 
@@ -137,30 +144,33 @@ async def messages(request: HttpRequest, chat_id: str) -> HttpResponse:
         if request.method not in ("GET", "HEAD"):
             raise Refused(405, "method_not_allowed", "GET the messages")
         who = await caller(request)
-        listed, cursor = await sync_to_async(_messages)(who, chat_id)
+        listed, left_out = await sync_to_async(_messages)(who, chat_id)
         response = JsonResponse(listed, safe=False)
-        # What the page's reconnect passes as ?after=: the first run left out
-        # (still going, or finished since) is then the one streamed.
-        response[CURSOR_HEADER] = str(cursor)
+        # What the page's reconnect passes as ?run=: the first run left out,
+        # streamed then even if it finished in between.
+        if left_out:
+            response[RESUME_HEADER] = left_out
         return response
     except Refused as refused:
         return refused.response()
 
 
-CURSOR_HEADER = "X-Agent-Cursor"
+RESUME_HEADER = "X-Agent-Resume-Run"
 
 
-def _messages(who: Caller, chat_id: str) -> tuple[list[dict], int]:
+def _messages(who: Caller, chat_id: str) -> tuple[list[dict], str]:
+    """The chat's turns as ``UIMessage``s, and the first run they leave out
+    (not finished: the reconnect's); "" when none is."""
     session = conversation.find(who.user, chat_id)
     if session is None:
-        return [], 0
+        return [], ""
     out = []
-    cursor = session.head
+    left_out = ""
     for turn in conversation.path_turns(session):
         out.append(requests.user_message(turn.message_id, turn.text))
         if turn.finished:
             logged = [(frames.dumps(frames.event_frame(e)), e.seq) for e in turn.events]
             out.append(requests.assistant_message(session.id, turn.run_id, logged))
-        else:
-            cursor = min(cursor, turn.message_seq - 1)
-    return out, cursor
+        elif not left_out:
+            left_out = turn.run_id
+    return out, left_out

@@ -53,21 +53,13 @@ def find_or_make(user, client_id: str) -> AgentSession:
 def send(session: AgentSession, send: p.Send, by: str, via: str) -> tuple[str, int]:
     """The socket's ``send``, once per ``client_message_id``: the run and the
     seq of its ``user.message`` (a response starts after it). A new input
-    while a gate waits is refused (409 ``approval_pending``): its run would
-    queue behind the gate, and a client streaming its answer cannot answer
-    the gate meanwhile. A send again of one already made streams it."""
-    again = turns.existing_send(session.id, send.client_message_id)
-    if again is not None:
-        return again.run_id, again.seq
-    waiting = Run.objects.filter(session=session, status=Run.Status.AWAITING_APPROVAL)
-    if send.regenerate is None and send.edit_of is None and waiting.exists():
-        raise Refused(
-            409,
-            "approval_pending",
-            "a tool call waits for your approval: answer it first (or stop the run)",
-        )
+    while a gate waits is refused (409 ``approval_pending``, decided under
+    the session's lock): its run would queue behind the gate, and a client
+    streaming its answer cannot answer the gate meanwhile. A send again of
+    one already made streams it; a regenerate or an edit stops the gated
+    run first, as everywhere."""
     with tracing.span("session.send", **{"session.id": session.id, "via": via}):
-        result = turns.send(session.id, send, by, tracing.carrier())
+        result = turns.send(session.id, send, by, tracing.carrier(), not_behind_gate=True)
     return result.run_id, result.seq
 
 
@@ -152,9 +144,15 @@ def path_turns(session: AgentSession, upto: int | None = None) -> list[Turn]:
         for run_id in path
     }
     if upto is not None:
-        # The conversation as it stood at ``upto``: later turns left out, and
-        # every run's events cut there, finished or not.
-        path = [run_id for run_id in path if by_id[run_id]["message_seq"] <= upto]
+        # The conversation as it stood at ``upto``: the turns that had begun
+        # by then (a regenerate since shares its message's seq, not its
+        # events), every run's events cut there, finished or not.
+        begun = set(
+            Event.objects.filter(session_id=session.id, run_id__in=path, seq__lte=upto)
+            .values_list("run_id", flat=True)
+            .distinct()
+        )
+        path = [run_id for run_id in path if run_id in begun]
         wanted = Q(run_id__in=path, seq__lte=upto)
     else:
         wanted = Q(run_id__in=[run_id for run_id in path if out[run_id].finished])
@@ -169,14 +167,9 @@ def path_turns(session: AgentSession, upto: int | None = None) -> list[Turn]:
     return [out[run_id] for run_id in path]
 
 
-def run_after(session: AgentSession, after: int) -> tuple[str, int] | None:
-    """The first run whose message came after ``after`` (a page's cursor: it
-    loaded everything before), finished or not, and the seq before its
-    message; None when there is none."""
-    found = (
-        Run.objects.filter(session=session, message_seq__gt=after)
-        .order_by("created_at", "message_seq")
-        .values_list("id", "message_seq")
-        .first()
-    )
-    return None if found is None else (found[0], found[1] - 1)
+def run_to_resume(session: AgentSession, run_id: str) -> tuple[str, int] | None:
+    """That run of the session (a page's cursor: the first run its messages
+    left out, finished since or not) and a seq before its first event; None
+    if the session has no such run."""
+    found = Run.objects.filter(session=session, id=run_id).values_list("message_seq").first()
+    return None if found is None else (run_id, found[0] - 1)

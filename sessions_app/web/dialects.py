@@ -116,7 +116,7 @@ def json_body(request: HttpRequest) -> Any:
 def take_slot(who: Caller) -> Slot:
     """One of the user's stream slots, taken before the request does anything
     (a 429 then refuses the request, not the stream of work already done)."""
-    slot = slots.take(who.user.pk)
+    slot = slots.take(who.user.pk, arm=False)
     if slot is None:
         raise Refused(
             429, "too_many_streams", "too many streams of yours are open here", Retry_After="5"
@@ -135,4 +135,5 @@ async def open_stream(
     reader = StreamReader(
         request, session_id, who.granted, who.token_id, after, row["epoch"], False, slot, encoder
     )
+    slot.arm()  # from here, as a native stream's: the response is about to go out
     return StreamResponse(reader.body(), slot)

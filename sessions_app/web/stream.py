@@ -59,13 +59,16 @@ class Slots:
         self.open: collections.Counter[int] = collections.Counter()
         self.lock = threading.Lock()
 
-    def take(self, user_id: int) -> Slot | None:
+    def take(self, user_id: int, *, arm: bool = True) -> Slot | None:
+        """A slot, or None past the limit. ``arm``: its start timer runs from
+        now (else from ``Slot.arm``, when the response is made)."""
         with self.lock:
             if self.open[user_id] >= settings.AGENT_USER_MAX_SOCKETS:
                 return None
             self.open[user_id] += 1
         slot = Slot(self, user_id)
-        slot.lapse = asyncio.get_running_loop().call_later(SLOT_START_SECONDS, slot.release)
+        if arm:
+            slot.arm()
         return slot
 
 
@@ -73,6 +76,11 @@ class Slot:
     def __init__(self, slots: Slots, user_id: int) -> None:
         self.slots, self.user_id, self.held = slots, user_id, True
         self.lapse: asyncio.TimerHandle | None = None
+
+    def arm(self) -> None:
+        """Give the slot back if the body has not started in time."""
+        if self.lapse is None and self.held:
+            self.lapse = asyncio.get_running_loop().call_later(SLOT_START_SECONDS, self.release)
 
     def started(self) -> None:
         """The body runs: it gives the slot back itself, however it ends."""

@@ -59,9 +59,11 @@ FINISH_REASONS = {
 
 
 def chunk_bytes(chunk: dict[str, Any]) -> bytes:
-    return (
-        b"data: " + json.dumps(chunk, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
-    )
+    text = json.dumps(chunk, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return b"data: " + text.encode() + b"\n\n"
+    except UnicodeEncodeError:  # a lone surrogate a model streamed: escaped, still JSON
+        return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
 
 class UiMessageStream:
@@ -278,7 +280,8 @@ class UiMessageStream:
         self.emit({"type": "reset-step"}, record=False)
         self.step = []
         for chunk in again:
-            self.emit(chunk, record=chunk["type"] != "text-delta")
+            # A closed text stays in the step whole; the open one is ``_said``.
+            self.emit(chunk, record=not (chunk["type"] == "text-delta" and chunk["id"] == open_id))
         self._said, self._raw = text, []
 
     def finish(self, reason: str) -> None:

@@ -82,6 +82,16 @@ class TooManyRuns(SessionError):
     message = "too many of your runs are waiting to start: wait for one to finish"
 
 
+class ApprovalPending(SessionError):
+    """A new input from a client that streams its answer while a gate waits
+    (the dialects: docs/integrations.md): its run would queue behind a gate
+    that client cannot answer meanwhile."""
+
+    code = "approval_pending"
+    status = 409
+    message = "a tool call waits for your approval: answer it first (or stop the run)"
+
+
 class SessionFull(SessionError):
     """The session has ``AGENT_SESSION_MAX_RUNS`` turns: a new one goes in a new session."""
 

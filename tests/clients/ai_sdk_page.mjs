@@ -103,11 +103,13 @@ async function main() {
   const messages = loaded.ok ? await loaded.json() : [];
   // The first run these messages left out: the reconnect streams it, even
   // if it finished between the two requests.
-  const cursor = loaded.headers.get("X-Agent-Cursor") ?? "0";
+  const leftOut = loaded.headers.get("X-Agent-Resume-Run");
   const transport = new DefaultChatTransport({
     api: "/api/ai-sdk/chat",
     headers: () => ({ "X-CSRFToken": csrf() }),
-    prepareReconnectToStreamRequest: ({ id }) => ({ api: `/api/ai-sdk/chat/${encodeURIComponent(id)}/stream?after=${cursor}` }),
+    prepareReconnectToStreamRequest: ({ id }) => ({
+      api: `/api/ai-sdk/chat/${encodeURIComponent(id)}/stream${leftOut ? `?run=${encodeURIComponent(leftOut)}` : ""}`,
+    }),
   });
   chat = new PageChat({
     id: chatId,

@@ -102,9 +102,9 @@ def test_an_ag_ui_answer_after_another_tab_finished_the_run_shows_it_once(client
 
 
 def test_a_page_that_loaded_while_a_run_went_on_reconnects_to_it_even_once_finished(client):
-    """…/messages gives a cursor (the first run it left out); the reconnect
-    with ?after= streams that run, whole, even if it finished in between
-    (without the cursor a finished run is not streamed: 204)."""
+    """…/messages names the first run it left out (X-Agent-Resume-Run); the
+    reconnect with ?run= streams that run, whole, even if it finished in
+    between (without it a finished run is not streamed: 204)."""
     body = {"id": "edge3", "messages": [user_part("/stream 20 30", "u1")]}
     with client.stream("POST", "/api/ai-sdk/chat", json=body) as started:
         assert started.status_code == 200
@@ -115,15 +115,17 @@ def test_a_page_that_loaded_while_a_run_went_on_reconnects_to_it_even_once_finis
         )
         loaded = client.get("/api/ai-sdk/chat/edge3/messages")
     assert [m["role"] for m in loaded.json()] == ["user"]
-    cursor = loaded.headers["X-Agent-Cursor"]
+    left_out = loaded.headers["X-Agent-Resume-Run"]
+    assert left_out == Run.objects.get(session__external_id="edge3").id
     wait_for(lambda: Run.objects.filter(session__external_id="edge3", status="finished").exists())
     assert client.get("/api/ai-sdk/chat/edge3/stream").status_code == 204
-    resumed = client.get(f"/api/ai-sdk/chat/edge3/stream?after={cursor}")
+    resumed = client.get(f"/api/ai-sdk/chat/edge3/stream?run={left_out}")
     chunks = data_lines(resumed.text)
     said = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
     assert said == "".join(f"tok{i} " for i in range(20))
     assert chunks[-1]["type"] == "finish" and resumed.text.endswith("data: [DONE]\n\n")
-    assert client.get("/api/ai-sdk/chat/edge3/stream?after=x").status_code == 400
+    assert client.get("/api/ai-sdk/chat/edge3/stream?run=../x").status_code == 400
+    assert client.get("/api/ai-sdk/chat/edge3/stream?run=run_nope").status_code == 204
 
 
 @pytest.mark.parametrize(

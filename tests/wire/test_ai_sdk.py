@@ -172,3 +172,32 @@ def test_a_bad_request_is_a_bad_frame(body):
     with pytest.raises(p.FrameError) as refused:
         requests.parse_chat(body)
     assert refused.value.code == p.E_BAD_FRAME
+
+
+def test_two_takeovers_after_a_closed_text_keep_it_whole():
+    """A closed text then an open one in one step, and two run.resumed: each
+    reset says the closed text again whole (the step keeps it), and the
+    folded message is the logged one."""
+    enc = ai_sdk.UiMessageStream("s1", RUN)
+    out = feed(
+        enc,
+        [
+            (p.K_ASSISTANT_DELTA, {"text": "first"}),
+            (p.K_ASSISTANT_MESSAGE, {"text": "first"}),
+            (p.K_ASSISTANT_DELTA, {"text": "second one"}),
+            (p.K_RUN_RESUMED, {"reason": "takeover", "keep": 6}),
+            (p.K_ASSISTANT_DELTA, {"text": " tw"}),
+            (p.K_RUN_RESUMED, {"reason": "takeover", "keep": 7}),
+            (p.K_ASSISTANT_DELTA, {"text": "two"}),
+            (p.K_ASSISTANT_MESSAGE, {"text": "second two"}),
+        ],
+    )
+    assert [c["type"] for c in out].count("reset-step") == 2
+    parts = requests.fold(out)
+    assert [part["text"] for part in parts if part["type"] == "text"] == ["first", "second two"]
+
+
+def test_a_lone_surrogate_a_model_streamed_is_escaped_not_a_crash():
+    """A chunk that cannot be UTF-8 (a lone surrogate) is written escaped."""
+    raw = ai_sdk.chunk_bytes({"type": "text-delta", "id": "x", "delta": "a\ud800b"})
+    assert json.loads(raw.decode()[6:]) == {"type": "text-delta", "id": "x", "delta": "a\ud800b"}
