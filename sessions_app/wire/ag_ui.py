@@ -120,7 +120,7 @@ class AgUiRun:
         self.open_id: str | None = None
         self._said = ""  # what the open message said, but for ``_raw``
         self._raw: list[str] = []  # deltas as the frames wrote them (JSON strings)
-        self._content: tuple[str, str, str] | None = None  # the open message's CONTENT event
+        self._content: tuple[str, str] | None = None  # the open message's CONTENT event
         self.redo = ""  # said already, and being said again after a takeover
         self.marker = frames.run_marker(run_id)
         self.out: list[bytes] = []
@@ -151,10 +151,8 @@ class AgUiRun:
             if literal is not None:  # the hot path: a delta of the open message, as written
                 self.paused = False
                 self._raw.append(literal)
-                before, between, after = self._content
-                stamp = str(_millis(_ts_of(text)))
-                line = f"id: {self.epoch}:{seq}\n{before}{stamp}{between}{literal}{after}"
-                return line.encode()
+                before, after = self._content
+                return f"id: {self.epoch}:{seq}\n{before}{literal}{after}".encode()
         frame = json.loads(text)
         if frame.get("run_id") != self.run_id:
             return b""
@@ -350,22 +348,15 @@ def text_id(run_id: str, segment: int) -> str:
 
 
 _MARK = "\ue000"
-_STAMP = 1111111111111
 
 
-def _content_template(message_id: str) -> tuple[str, str, str]:
+def _content_template(message_id: str) -> tuple[str, str]:
     """The encoder's own ``TEXT_MESSAGE_CONTENT`` event for this message, cut
-    around its timestamp and its delta (the hot path fills them in)."""
-    event = TextMessageContentEvent(message_id=message_id, delta=_MARK, timestamp=_STAMP)
-    body = _ENCODER.encode(event)
-    before, rest = body.split(str(_STAMP), 1)
-    between, after = rest.split(json.dumps(_MARK, ensure_ascii=False), 1)
-    return before, between, after
-
-
-def _ts_of(text: str) -> str | None:
-    at = text.find('"ts":"', 0, frames.HEADER_CHARS)
-    return None if at < 0 else text[at + 6 : text.find('"', at + 6)]
+    around its delta (the hot path fills it in; a content event carries no
+    timestamp there: the message's start and end do)."""
+    body = _ENCODER.encode(TextMessageContentEvent(message_id=message_id, delta=_MARK))
+    before, after = body.split(json.dumps(_MARK, ensure_ascii=False), 1)
+    return before, after
 
 
 def _now() -> int:

@@ -58,6 +58,21 @@ def kind_of(text: str) -> str | None:
 def text_literal(text: str) -> str | None:
     """The JSON string literal of an event frame's ``data.text``, as written,
     when its data is that alone (a delta's); None otherwise."""
+    at = text.find(',"data":{"text":', 0, HEADER_CHARS)
+    if at < 0 or not text.endswith('"}}'):
+        found = _TEXT_ONLY.fullmatch(text, at + 8, len(text) - 1) if at >= 0 else None
+        return found.group(1) if found else _spaced_literal(text)
+    literal = text[at + 16 : -2]
+    # One JSON string, nothing after it: no quote inside but escaped ones.
+    inner = literal[1:-1]
+    if literal[:1] == '"' and '"' not in inner.replace("\\\\", "").replace('\\"', ""):
+        return literal
+    return None
+
+
+def _spaced_literal(text: str) -> str | None:
+    """``text_literal`` for data written with spaces (``{"text": "…"}``, as a
+    database's JSON text has it)."""
     at = text.find(',"data":', 0, HEADER_CHARS)
     if at < 0:
         return None
