@@ -427,6 +427,9 @@ if _env_bool("HTTPS", False):
     # months): opt-in, never implied by HTTPS=1.
     SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
     SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD", False)
+# Checks the operator has decided on, by id (docs/deploy.md: HSTS for the
+# subdomains and the preload list are the domain's decision, not the app's).
+SILENCED_SYSTEM_CHECKS = _env_list("SILENCED_SYSTEM_CHECKS", [])
 # Trust X-Forwarded-Proto only behind a proxy that sets it (and strips what
 # clients send): otherwise any client could claim HTTPS.
 if _env_bool("TRUST_X_FORWARDED_PROTO", False):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 import subprocess
 import sys
@@ -97,6 +98,36 @@ def test_agent_runner_typo_fails_at_start(tmp_path):
         tmp_path, "settings.AGENT_RUNNER", SECRET_KEY="k" * 50, AGENT_RUNNER="wrker"
     )
     assert out.returncode != 0 and "AGENT_RUNNER must be 'embedded' or 'worker'" in out.stderr
+
+
+def test_check_deploy_is_clean_with_the_runbooks_env_file(tmp_path):
+    """``manage.py check --deploy`` with docs/deploy.md's env file (its
+    settings that change checks; services and paths aside) reports nothing."""
+    runbook = (ROOT / "docs" / "deploy.md").read_text()
+    block = runbook.split("```sh\nDATABASE_URL=", 1)[1].split("```", 1)[0]
+    env = {
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "AGENT_VAR_DIR": str(tmp_path / "var"),
+        "AGENT_WORKSPACES": str(tmp_path / "ws"),
+    }
+    keep = ("ALLOWED_HOSTS", "HTTPS", "TRUST_X_FORWARDED_PROTO", "NUM_PROXIES", "SERVE_STATIC")
+    for line in block.splitlines():
+        name, _, value = line.partition("=")
+        if name in (*keep, "SILENCED_SYSTEM_CHECKS"):
+            env[name] = value
+    assert env["SILENCED_SYSTEM_CHECKS"] == "security.W005,security.W021"
+    unset = ("SECRET_KEY", "DEBUG", "HTTPS", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    base = {k: v for k, v in os.environ.items() if k not in unset}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env={**base, **env, "DJANGO_SETTINGS_MODULE": "agentsite.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no issues" in done.stdout
 
 
 def test_hsts_preload_and_subdomains_are_opt_in(tmp_path):
