@@ -62,7 +62,8 @@ def text_literal(text: str) -> str | None:
     if at < 0 or not text.endswith('"}}'):
         found = _TEXT_ONLY.fullmatch(text, at + 8, len(text) - 1) if at >= 0 else None
         return found.group(1) if found else _spaced_literal(text)
-    literal = text[at + 16 : -2]
+    # As written: compact (a live frame), or ``{"text": "…"}`` (a database's JSON text).
+    literal = text[at + 16 : -2].strip()
     # One JSON string, nothing after it: no quote inside but escaped ones.
     inner = literal[1:-1]
     if literal[:1] == '"' and '"' not in inner.replace("\\\\", "").replace('\\"', ""):

@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
+import pytest
+
+from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 
 APP = Path(__file__).resolve().parents[2] / "sessions_app"
@@ -43,3 +47,26 @@ def test_the_check_sees_a_frame_built_by_hand():
     tree = ast.parse('a = {"type": p.SEND_OK, "x": 1}\nb = {"type": "pong"}\nc = {"type": "x"}')
     kinds = [_frame_type(n) for n in ast.walk(tree) if isinstance(n, ast.Dict)]
     assert kinds == ["SEND_OK", "pong", None]
+
+
+@pytest.mark.parametrize(
+    ("data", "literal"),
+    [
+        ('{"text":"tok0 "}', '"tok0 "'),
+        ('{"text": "tok0 "}', '"tok0 "'),  # PostgreSQL's jsonb, SQLite's json.dumps
+        ('{"text": "a\\\\"}', '"a\\\\"'),
+        ('{"text": "say \\"hi\\""}', '"say \\"hi\\""'),
+        ('{"text":"a","x":"b"}', None),
+        ('{"text": "a\\\\","x":"b"}', None),
+        ('{"text":"a","x":1}', None),
+        ('{"x":"a"}', None),
+    ],
+)
+def test_a_deltas_text_is_read_as_written_or_not_at_all(data, literal):
+    """``text_literal`` gives a delta's text as the frame wrote it (compact or
+    spaced), and None for any data that is not one text alone."""
+    head = '{"type":"event","session_id":"s","seq":4,"kind":"assistant.delta",'
+    text = head + '"run_id":"r","ts":"2026-12-06T07:36:32.030Z","data":' + data + "}"
+    assert frames.text_literal(text) == literal
+    if literal is not None:
+        assert json.loads(literal) == json.loads(data)["text"]
