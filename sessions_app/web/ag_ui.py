@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession
+from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.web import conversation
 from sessions_app.web.dialects import Caller, Refused, caller, json_body, open_stream, take_slot
 from sessions_app.web.stream import StreamResponse
@@ -180,7 +181,7 @@ async def join(request: HttpRequest, thread_id: str) -> HttpResponse:
             raise Refused(405, "method_not_allowed", "GET the stream")
         who = await caller(request)
         position = _position(request)
-        found = await sync_to_async(_joined)(who, thread_id)
+        found = await reading_in_db_pool(_joined)(who, thread_id)
         if found is None:
             raise Refused(404, "not_found", "no such thread")
         session_id, epoch, active, snapshot = found

@@ -31,6 +31,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.web import conversation
 from sessions_app.web.dialects import Caller, Refused, caller, json_body, open_stream, take_slot
 from sessions_app.wire import ai_sdk, frames
@@ -106,7 +107,7 @@ async def resume(request: HttpRequest, chat_id: str) -> HttpResponse:
         run_id = request.GET.get("run")
         if run_id is not None and not p.is_session_id(run_id):
             raise Refused(400, p.E_BAD_FRAME, "run must be a run id")
-        found = await sync_to_async(_to_resume)(who, chat_id, run_id)
+        found = await reading_in_db_pool(_to_resume)(who, chat_id, run_id)
         if found is None:
             return HttpResponse(status=204)
         session_id, run_id, start = found
@@ -144,7 +145,7 @@ async def messages(request: HttpRequest, chat_id: str) -> HttpResponse:
         if request.method not in ("GET", "HEAD"):
             raise Refused(405, "method_not_allowed", "GET the messages")
         who = await caller(request)
-        listed, left_out = await sync_to_async(_messages)(who, chat_id)
+        listed, left_out = await reading_in_db_pool(_messages)(who, chat_id)
         response = JsonResponse(listed, safe=False)
         # What the page's reconnect passes as ?run=: the first run left out,
         # streamed then even if it finished in between.

@@ -24,6 +24,7 @@ from django.http import HttpRequest, JsonResponse
 from rest_framework.authentication import CSRFCheck
 
 from sessions_app.delivery.reader import StreamReader, owned_row
+from sessions_app.server.db_pool import in_db_pool
 from sessions_app.web.api import ApiRateThrottle, SendRateThrottle
 from sessions_app.web.stream import Slot, StreamResponse, request_user, slots
 from sessions_app.wire import protocol as p
@@ -89,7 +90,7 @@ async def caller(request: HttpRequest, *, spends: bool = False) -> Caller:
         reason = await sync_to_async(_csrf_reason)(request)
         if reason:
             raise Refused(403, "csrf_failed", f"CSRF failed: {reason}")
-    wait = await sync_to_async(_throttled)(request, spends)
+    wait = await in_db_pool(_throttled)(request, spends)
     if wait is not None:
         raise Refused(
             429, "throttled", f"too many requests: try again in {wait} s", Retry_After=str(wait)
