@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import websockets
 from django.conf import settings
 from django.db import connection
@@ -70,6 +72,42 @@ POLL_SECONDS = 0.05  # for states only a database row shows (no frame announces 
 def poll_pause() -> None:
     """One pause between two reads of a database state that no frame announces."""
     threading.Event().wait(POLL_SECONDS)
+
+
+def wait_for(fn, timeout: float = 40.0):
+    """Wait until ``fn()`` gives a true value (a database state no frame
+    announces), and return it."""
+    deadline = time.monotonic() + timeout
+    while not (found := fn()):
+        assert time.monotonic() < deadline, "state not reached"
+        poll_pause()
+    return found
+
+
+CLIENTS = ROOT / "tests" / "clients"
+
+
+def clients_installed(package: str) -> None:
+    """Skip loudly where the pinned node clients are not installed (CI installs
+    them: a missing one fails there)."""
+    if shutil.which("node") is None or not (CLIENTS / "node_modules" / package).is_dir():
+        if os.environ.get("REQUIRE_SERVICES") == "1":
+            pytest.fail("tests/clients is not installed: run npm ci --prefix tests/clients")
+        pytest.skip(f"!! {package} is not installed: npm ci --prefix tests/clients")
+
+
+def run_node(script: str, *args: str) -> dict:
+    """Run a node client of ``tests/clients`` (its package installed, else a
+    loud skip); the JSON report it prints last."""
+    done = subprocess.run(
+        ["node", str(CLIENTS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 class Process:

@@ -163,10 +163,14 @@ class Hub:
 
         self.loop.call_soon_threadsafe(stop)
 
-    def list_tools(self, name: str) -> list[Any]:
+    def ask(self, name: str, request, timeout: float):
+        """``request(client)`` on the server's connection. A connection that
+        broke is dropped (and opened again next time); a server that answered
+        with an error, or is only slow, keeps it: other runs' calls may be
+        using it."""
         client = self.client(name)
         try:
-            return list(self.run(client.list_tools(), CONNECT_SECONDS).tools)
+            return self.run(request(client), timeout)
         except McpUnavailable:
             raise
         except Exception as exc:
@@ -174,19 +178,11 @@ class Hub:
                 self.forget(name, client)
             raise McpUnavailable(_reason(exc)) from exc
 
+    def list_tools(self, name: str) -> list[Any]:
+        return list(self.ask(name, lambda c: c.list_tools(), CONNECT_SECONDS).tools)
+
     def call(self, name: str, tool: str, args: dict[str, Any]) -> tuple[bool, str]:
-        """One call. A connection that broke is dropped (and opened again next
-        time); a server that answered with an error, or is only slow, keeps
-        it: other runs' calls may be using it."""
-        client = self.client(name)
-        try:
-            result = self.run(client.call_tool(tool, args), settings.AGENT_MCP_CALL_SECONDS)
-        except McpUnavailable:
-            raise
-        except Exception as exc:
-            if _broken(exc):
-                self.forget(name, client)
-            raise McpUnavailable(_reason(exc)) from exc
+        result = self.ask(name, lambda c: c.call_tool(tool, args), settings.AGENT_MCP_CALL_SECONDS)
         return not result.is_error, _text(result)
 
 

@@ -27,62 +27,45 @@ import uuid
 from ag_ui.core import RunAgentInput, UserMessage
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
-from django.views.decorators.csrf import csrf_exempt
 from pydantic import ValidationError
 
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession
 from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.web import conversation
-from sessions_app.web.dialects import Caller, Refused, caller, json_body, open_stream, take_slot
+from sessions_app.web.dialects import Answer, Caller, Refused, caller, dialect_view, json_body
 from sessions_app.web.stream import StreamResponse
 from sessions_app.wire import ag_ui
 from sessions_app.wire import protocol as p
-from sessions_app.wire.errors import SessionError
 
 
-@csrf_exempt
-async def run(request: HttpRequest) -> HttpResponse:
+@dialect_view("POST")
+async def run(request: HttpRequest, answer: Answer) -> HttpResponse:
     """``POST /api/ag-ui/`` (see the module's comment)."""
-    slot = None
+    body = json_body(request)  # read first: the CSRF check may read the form
+    who = await caller(request, spends=True)
     try:
-        if request.method != "POST":
-            raise Refused(405, "method_not_allowed", "POST a RunAgentInput")
-        body = json_body(request)  # read first: the CSRF check may read the form
-        who = await caller(request, spends=True)
-        try:
-            asked = RunAgentInput.model_validate(body)
-        except ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise Refused(
-                400, p.E_BAD_FRAME, f"not a RunAgentInput: {where}: {first['msg']}"
-            ) from None
-        position = _position(request)
-        slot = take_slot(who)
-        session_id, thread_id, epoch, run_id, after, went_on = await sync_to_async(_act)(
-            who, asked, position
-        )
-        snapshot, segments = went_on or (None, 0)
-        encoder = ag_ui.AgUiRun(
-            thread_id,
-            asked.run_id,
-            run_id,
-            epoch,
-            position=position,
-            snapshot=snapshot,
-            segments=segments,
-        )
-        response = await open_stream(request, who, session_id, after, encoder, slot)
-        slot = None  # the response gives it back
-        return response
-    except (p.FrameError, SessionError) as error:
-        return Refused.from_error(error).response()
-    except Refused as refused:
-        return refused.response()
-    finally:
-        if slot is not None:
-            slot.release()
+        asked = RunAgentInput.model_validate(body)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise Refused(400, p.E_BAD_FRAME, f"not a RunAgentInput: {where}: {first['msg']}") from None
+    position = _position(request)
+    answer.take_slot(who)
+    session_id, thread_id, epoch, run_id, after, went_on = await sync_to_async(_act)(
+        who, asked, position
+    )
+    snapshot, segments = went_on or (None, 0)
+    encoder = ag_ui.AgUiRun(
+        thread_id,
+        asked.run_id,
+        run_id,
+        epoch,
+        position=position,
+        snapshot=snapshot,
+        segments=segments,
+    )
+    return await answer.stream(request, who, session_id, after, encoder)
 
 
 def _position(request: HttpRequest) -> tuple[str, int, int] | None:
@@ -172,39 +155,24 @@ def _turn(turn: conversation.Turn):
     return turn.message_id, turn.text, turn.run_id, [(e.kind, e.data, e.seq) for e in turn.events]
 
 
-@csrf_exempt
-async def join(request: HttpRequest, thread_id: str) -> HttpResponse:
+@dialect_view("GET", "HEAD")
+async def join(request: HttpRequest, answer: Answer, thread_id: str) -> HttpResponse:
     """``GET /api/ag-ui/<threadId>/stream`` (see the module's comment)."""
-    slot = None
-    try:
-        if request.method not in ("GET", "HEAD"):
-            raise Refused(405, "method_not_allowed", "GET the stream")
-        who = await caller(request)
-        position = _position(request)
-        found = await reading_in_db_pool(_joined)(who, thread_id)
-        if found is None:
-            raise Refused(404, "not_found", "no such thread")
-        session_id, epoch, active, snapshot = found
-        _same_epoch(position, epoch)
-        if active is None:
-            encoder = ag_ui.AgUiRun(
-                thread_id, f"join-{uuid.uuid4().hex}", "", epoch, snapshot=snapshot
-            )
-            body = encoder.opening(thread_id, epoch, 0) + encoder.finished_now()
-            return StreamResponse(_once(body))
-        run_id, after = active
-        encoder = ag_ui.AgUiRun(
-            thread_id, run_id, run_id, epoch, position=position, snapshot=snapshot
-        )
-        slot = take_slot(who)
-        response = await open_stream(request, who, session_id, after, encoder, slot)
-        slot = None
-        return response
-    except Refused as refused:
-        return refused.response()
-    finally:
-        if slot is not None:
-            slot.release()
+    who = await caller(request)
+    position = _position(request)
+    found = await reading_in_db_pool(_joined)(who, thread_id)
+    if found is None:
+        raise Refused(404, "not_found", "no such thread")
+    session_id, epoch, active, snapshot = found
+    _same_epoch(position, epoch)
+    if active is None:
+        encoder = ag_ui.AgUiRun(thread_id, f"join-{uuid.uuid4().hex}", "", epoch, snapshot=snapshot)
+        body = encoder.opening(thread_id, epoch, 0) + encoder.finished_now()
+        return StreamResponse(_once(body))
+    run_id, after = active
+    encoder = ag_ui.AgUiRun(thread_id, run_id, run_id, epoch, position=position, snapshot=snapshot)
+    answer.take_slot(who)
+    return await answer.stream(request, who, session_id, after, encoder)
 
 
 async def _once(body: bytes):

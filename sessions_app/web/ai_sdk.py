@@ -29,15 +29,13 @@ import uuid
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
 
 from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.web import conversation
-from sessions_app.web.dialects import Caller, Refused, caller, json_body, open_stream, take_slot
+from sessions_app.web.dialects import Answer, Caller, Refused, caller, dialect_view, json_body
 from sessions_app.wire import ai_sdk, frames
 from sessions_app.wire import ai_sdk_requests as requests
 from sessions_app.wire import protocol as p
-from sessions_app.wire.errors import SessionError
 
 
 def _stream(response):
@@ -46,29 +44,16 @@ def _stream(response):
     return response
 
 
-@csrf_exempt
-async def chat(request: HttpRequest) -> HttpResponse:
+@dialect_view("POST")
+async def chat(request: HttpRequest, answer: Answer) -> HttpResponse:
     """``POST /api/ai-sdk/chat`` (see the module's comment)."""
-    slot = None
-    try:
-        if request.method != "POST":
-            raise Refused(405, "method_not_allowed", "POST the chat's messages")
-        body = json_body(request)  # read first: the CSRF check may read the form
-        who = await caller(request, spends=True)
-        asked = requests.parse_chat(body)
-        slot = take_slot(who)
-        session_id, run_id, after = await sync_to_async(_act)(who, asked)
-        encoder = ai_sdk.UiMessageStream(session_id, run_id)
-        response = _stream(await open_stream(request, who, session_id, after, encoder, slot))
-        slot = None  # the response gives it back
-        return response
-    except (p.FrameError, SessionError) as error:
-        return Refused.from_error(error).response()
-    except Refused as refused:
-        return refused.response()
-    finally:
-        if slot is not None:
-            slot.release()
+    body = json_body(request)  # read first: the CSRF check may read the form
+    who = await caller(request, spends=True)
+    asked = requests.parse_chat(body)
+    answer.take_slot(who)
+    session_id, run_id, after = await sync_to_async(_act)(who, asked)
+    encoder = ai_sdk.UiMessageStream(session_id, run_id)
+    return _stream(await answer.stream(request, who, session_id, after, encoder))
 
 
 def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
@@ -96,31 +81,20 @@ def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
     return (session.id, *conversation.send(session, send, by, "ai-sdk"))
 
 
-@csrf_exempt
-async def resume(request: HttpRequest, chat_id: str) -> HttpResponse:
-    """``GET /api/ai-sdk/chat/<id>/stream[?after=N]`` (see the module's comment)."""
-    slot = None
-    try:
-        if request.method not in ("GET", "HEAD"):
-            raise Refused(405, "method_not_allowed", "GET the stream")
-        who = await caller(request)
-        run_id = request.GET.get("run")
-        if run_id is not None and not p.is_session_id(run_id):
-            raise Refused(400, p.E_BAD_FRAME, "run must be a run id")
-        found = await reading_in_db_pool(_to_resume)(who, chat_id, run_id)
-        if found is None:
-            return HttpResponse(status=204)
-        session_id, run_id, start = found
-        slot = take_slot(who)
-        encoder = ai_sdk.UiMessageStream(session_id, run_id)
-        response = _stream(await open_stream(request, who, session_id, start, encoder, slot))
-        slot = None
-        return response
-    except Refused as refused:
-        return refused.response()
-    finally:
-        if slot is not None:
-            slot.release()
+@dialect_view("GET", "HEAD")
+async def resume(request: HttpRequest, answer: Answer, chat_id: str) -> HttpResponse:
+    """``GET /api/ai-sdk/chat/<id>/stream[?run=ID]`` (see the module's comment)."""
+    who = await caller(request)
+    run_id = request.GET.get("run")
+    if run_id is not None and not p.is_session_id(run_id):
+        raise Refused(400, p.E_BAD_FRAME, "run must be a run id")
+    found = await reading_in_db_pool(_to_resume)(who, chat_id, run_id)
+    if found is None:
+        return HttpResponse(status=204)
+    session_id, run_id, start = found
+    answer.take_slot(who)
+    encoder = ai_sdk.UiMessageStream(session_id, run_id)
+    return _stream(await answer.stream(request, who, session_id, start, encoder))
 
 
 def _to_resume(who: Caller, chat_id: str, run_id: str | None):
@@ -138,22 +112,17 @@ def _to_resume(who: Caller, chat_id: str, run_id: str | None):
     return None if found is None else (session.id, *found)
 
 
-@csrf_exempt
-async def messages(request: HttpRequest, chat_id: str) -> HttpResponse:
+@dialect_view("GET", "HEAD")
+async def messages(request: HttpRequest, answer: Answer, chat_id: str) -> HttpResponse:
     """``GET /api/ai-sdk/chat/<id>/messages`` (see the module's comment)."""
-    try:
-        if request.method not in ("GET", "HEAD"):
-            raise Refused(405, "method_not_allowed", "GET the messages")
-        who = await caller(request)
-        listed, left_out = await reading_in_db_pool(_messages)(who, chat_id)
-        response = JsonResponse(listed, safe=False)
-        # What the page's reconnect passes as ?run=: the first run left out,
-        # streamed then even if it finished in between.
-        if left_out:
-            response[RESUME_HEADER] = left_out
-        return response
-    except Refused as refused:
-        return refused.response()
+    who = await caller(request)
+    listed, left_out = await reading_in_db_pool(_messages)(who, chat_id)
+    response = JsonResponse(listed, safe=False)
+    # What the page's reconnect passes as ?run=: the first run left out,
+    # streamed then even if it finished in between.
+    if left_out:
+        response[RESUME_HEADER] = left_out
+    return response
 
 
 RESUME_HEADER = "X-Agent-Resume-Run"

@@ -14,6 +14,7 @@ revocation).
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework.authentication import CSRFCheck
 
 from sessions_app.delivery.reader import StreamReader, owned_row
@@ -112,6 +114,51 @@ def json_body(request: HttpRequest) -> Any:
         return json.loads(raw or b"null")
     except (ValueError, UnicodeDecodeError):
         raise Refused(400, p.E_BAD_JSON, "the body is not JSON") from None
+
+
+class Answer:
+    """One request's way out (``dialect_view``): the stream slot it took, given
+    back on every way out but the response it is handed to."""
+
+    def __init__(self) -> None:
+        self.slot: Slot | None = None
+
+    def take_slot(self, who: Caller) -> None:
+        self.slot = take_slot(who)
+
+    async def stream(
+        self, request: HttpRequest, who: Caller, session_id: str, after: int, encoder
+    ) -> StreamResponse:
+        response = await open_stream(request, who, session_id, after, encoder, self.slot)
+        self.slot = None  # the response gives it back
+        return response
+
+
+def dialect_view(*methods: str):
+    """A dialect's view, ``view(request, answer, …)``: other methods are 405,
+    a refusal (``Refused``, a frame the protocol refuses, a domain error) is
+    its JSON response, and a slot not handed to a response is given back."""
+
+    def wrap(view):
+        @functools.wraps(view)
+        async def wrapped(request: HttpRequest, *args, **kwargs):
+            answer = Answer()
+            try:
+                if request.method not in methods:
+                    allowed = " or ".join(methods)
+                    raise Refused(405, "method_not_allowed", f"this takes {allowed}")
+                return await view(request, answer, *args, **kwargs)
+            except (p.FrameError, SessionError) as error:
+                return Refused.from_error(error).response()
+            except Refused as refused:
+                return refused.response()
+            finally:
+                if answer.slot is not None:
+                    answer.slot.release()
+
+        return csrf_exempt(wrapped)
+
+    return wrap
 
 
 def take_slot(who: Caller) -> Slot:

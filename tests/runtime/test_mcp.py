@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,7 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from sessions_app.models import ApprovalRequest, Event, Run
-from tests.harness import api_key, poll_pause
+from tests.harness import api_key, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,14 +32,6 @@ def servers(notes: Path) -> dict:
             "auto_approve": ["add"],
         }
     }
-
-
-def wait_for(fn, timeout: float = 40.0):
-    deadline = time.monotonic() + timeout
-    while not (found := fn()):
-        assert time.monotonic() < deadline, "state not reached"
-        poll_pause()
-    return found
 
 
 def kinds(session_id: str) -> list[tuple[str, dict]]:

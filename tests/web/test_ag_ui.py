@@ -7,8 +7,6 @@ Last-Event-ID, and a late joiner's snapshot."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,32 +15,17 @@ import httpx
 import pytest
 
 from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
-from tests.harness import api_key
+from tests.harness import api_key, clients_installed, run_node
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-CLIENTS = Path(__file__).resolve().parents[1] / "clients"
 VALIDATOR = Path(sys.executable).with_name("ag-ui-validate")
 
 
-def clients_installed() -> None:
-    if shutil.which("node") is None or not (CLIENTS / "node_modules" / "@ag-ui").is_dir():
-        if os.environ.get("REQUIRE_SERVICES") == "1":
-            pytest.fail("tests/clients is not installed: run npm ci --prefix tests/clients")
-        pytest.skip("!! @ag-ui/client is not installed: npm ci --prefix tests/clients")
-
-
 def agent(server, key: str, thread: str, scenario: str, text: str = "") -> dict:
-    clients_installed()
-    done = subprocess.run(
-        ["node", str(CLIENTS / "ag_ui_agent.mjs"), server.http, key, thread, scenario, text],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """Run one scenario of the node client; its JSON report."""
+    clients_installed("@ag-ui")
+    return run_node("ag_ui_agent.mjs", server.http, key, thread, scenario, text)
 
 
 def validate(body: str, tmp_path, name: str) -> dict:

@@ -5,43 +5,19 @@ a turn, an approval, a denial, a cut and the resume of a fresh page."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
-
 import httpx
 import pytest
 
 from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
-from tests.harness import api_key
+from tests.harness import api_key, clients_installed, run_node
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-CLIENTS = Path(__file__).resolve().parents[1] / "clients"
-
-
-def clients_installed() -> None:
-    """Skip loudly where the pinned clients are not installed (CI installs them)."""
-    if shutil.which("node") is None or not (CLIENTS / "node_modules" / "ai").is_dir():
-        if os.environ.get("REQUIRE_SERVICES") == "1":
-            pytest.fail("tests/clients is not installed: run npm ci --prefix tests/clients")
-        pytest.skip("!! the AI SDK client is not installed: npm ci --prefix tests/clients")
 
 
 def chat(server, key: str, chat_id: str, scenario: str, text: str = "") -> dict:
     """Run one scenario of the node client; its JSON report."""
-    clients_installed()
-    done = subprocess.run(
-        ["node", str(CLIENTS / "ai_sdk_chat.mjs"), server.http, key, chat_id, scenario, text],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    clients_installed("ai")
+    return run_node("ai_sdk_chat.mjs", server.http, key, chat_id, scenario, text)
 
 
 def texts(message: dict) -> str:

@@ -9,28 +9,19 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 
 import httpx
 import pytest
 
 from sessions_app.models import ApprovalRequest, Event, Run
-from tests.harness import api_key, poll_pause
-from tests.web.test_ag_ui import CLIENTS, clients_installed, validate
+from tests.harness import CLIENTS, api_key, clients_installed, wait_for
+from tests.web.test_ag_ui import validate
 from tests.web.test_ai_sdk import chat, texts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 STREAM = "/stream 60 50"
 FULL = "".join(f"tok{i} " for i in range(60))
-
-
-def wait_for(fn, timeout: float = 40.0):
-    deadline = time.monotonic() + timeout
-    while not (found := fn()):
-        assert time.monotonic() < deadline, "state not reached"
-        poll_pause()
-    return found
 
 
 def deltas(session_id: str) -> int:
@@ -48,7 +39,7 @@ def test_ai_sdk_resumes_the_answer_after_every_server_process_is_killed(own_serv
     """useChat's client is mid-answer when every server process dies (kill -9);
     the run is taken over, and a fresh page's resumeStream() shows the whole
     answer once (the log, not a process's memory, is what is replayed)."""
-    clients_installed()
+    clients_installed("ai")
     start, procs = own_server
     server = start()
     key = api_key(user)

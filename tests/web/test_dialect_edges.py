@@ -6,23 +6,14 @@ bodies, against a real daphne."""
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
 
 from sessions_app.models import ApprovalRequest, Event, Run
-from tests.harness import api_key, poll_pause
+from tests.harness import api_key, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_for(fn, timeout: float = 40.0):
-    deadline = time.monotonic() + timeout
-    while not (found := fn()):
-        assert time.monotonic() < deadline, "state not reached"
-        poll_pause()
-    return found
 
 
 def user_part(text: str, mid: str) -> dict:
