@@ -14,7 +14,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import websockets
 from django.conf import settings
 from django.db import connection
@@ -82,32 +80,6 @@ def wait_for(fn, timeout: float = 40.0):
         assert time.monotonic() < deadline, "state not reached"
         poll_pause()
     return found
-
-
-CLIENTS = ROOT / "tests" / "clients"
-
-
-def clients_installed(package: str) -> None:
-    """Skip loudly where the pinned node clients are not installed (CI installs
-    them: a missing one fails there)."""
-    if shutil.which("node") is None or not (CLIENTS / "node_modules" / package).is_dir():
-        if os.environ.get("REQUIRE_SERVICES") == "1":
-            pytest.fail("tests/clients is not installed: run npm ci --prefix tests/clients")
-        pytest.skip(f"!! {package} is not installed: npm ci --prefix tests/clients")
-
-
-def run_node(script: str, *args: str) -> dict:
-    """Run a node client of ``tests/clients`` (its package installed, else a
-    loud skip); the JSON report it prints last."""
-    done = subprocess.run(
-        ["node", str(CLIENTS / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 class Process:

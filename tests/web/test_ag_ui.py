@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
-from tests.harness import api_key, clients_installed, run_node
+from tests.harness import api_key
+from tests.node_clients import clients_installed, run_node
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
