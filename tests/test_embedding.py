@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -199,6 +200,14 @@ def installed_wheel(tmp_path_factory) -> Path:
     """The app built as a wheel and installed (without its dependencies,
     which this environment has) into a directory of its own."""
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: a build writes build/ and *.egg-info beside its
+    # source, and the other profile's suite may be building at this moment.
+    source = out / "source"
+    junk = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("agentsite", "sessions_app", "static", "templates"):
+        shutil.copytree(ROOT / name, source / name, ignore=junk)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, source / name)
     built = subprocess.run(
         [
             sys.executable,
@@ -209,7 +218,7 @@ def installed_wheel(tmp_path_factory) -> Path:
             "-q",
             "-w",
             str(out / "dist"),
-            str(ROOT),
+            str(source),
         ],
         capture_output=True,
         text=True,
