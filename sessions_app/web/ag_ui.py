@@ -33,7 +33,15 @@ from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession
 from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.web import conversation
-from sessions_app.web.dialects import Answer, Caller, Refused, caller, dialect_view, json_body
+from sessions_app.web.dialects import (
+    Answer,
+    Caller,
+    Refused,
+    caller,
+    check_rates,
+    dialect_view,
+    json_body,
+)
 from sessions_app.web.stream import StreamResponse
 from sessions_app.wire import ag_ui
 from sessions_app.wire import protocol as p
@@ -158,9 +166,9 @@ def _turn(turn: conversation.Turn):
 @dialect_view("GET", "HEAD")
 async def join(request: HttpRequest, answer: Answer, thread_id: str) -> HttpResponse:
     """``GET /api/ag-ui/<threadId>/stream`` (see the module's comment)."""
-    who = await caller(request)
+    who = await caller(request, rates=False)
     position = _position(request)
-    found = await reading_in_db_pool(_joined)(who, thread_id)
+    found = await reading_in_db_pool(_joined)(request, who, thread_id)
     if found is None:
         raise Refused(404, "not_found", "no such thread")
     session_id, epoch, active, snapshot = found
@@ -172,17 +180,19 @@ async def join(request: HttpRequest, answer: Answer, thread_id: str) -> HttpResp
     run_id, after = active
     encoder = ag_ui.AgUiRun(thread_id, run_id, run_id, epoch, position=position, snapshot=snapshot)
     answer.take_slot(who)
-    return await answer.stream(request, who, session_id, after, encoder)
+    return await answer.stream(request, who, session_id, after, encoder, epoch)
 
 
 async def _once(body: bytes):
     yield body
 
 
-def _joined(who: Caller, thread_id: str):
-    """The thread's session and epoch, its run still going (and the seq
-    before it), and its turns as AG-UI messages (of a run not finished, only
-    its question: the stream replays the rest); None for no such thread."""
+def _joined(request: HttpRequest, who: Caller, thread_id: str):
+    """The rates checked, then the thread's session and epoch, its run still
+    going (and the seq before it), and its turns as AG-UI messages (of a run
+    not finished, only its question: the stream replays the rest), in one
+    trip to the pool; None for no such thread."""
+    check_rates(request)
     session = conversation.find(who.user, thread_id)
     if session is None:
         return None

@@ -32,7 +32,15 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.web import conversation
-from sessions_app.web.dialects import Answer, Caller, Refused, caller, dialect_view, json_body
+from sessions_app.web.dialects import (
+    Answer,
+    Caller,
+    Refused,
+    caller,
+    check_rates,
+    dialect_view,
+    json_body,
+)
 from sessions_app.wire import ai_sdk, frames
 from sessions_app.wire import ai_sdk_requests as requests
 from sessions_app.wire import protocol as p
@@ -84,23 +92,25 @@ def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
 @dialect_view("GET", "HEAD")
 async def resume(request: HttpRequest, answer: Answer, chat_id: str) -> HttpResponse:
     """``GET /api/ai-sdk/chat/<id>/stream[?run=ID]`` (see the module's comment)."""
-    who = await caller(request)
+    who = await caller(request, rates=False)
     run_id = request.GET.get("run")
     if run_id is not None and not p.is_session_id(run_id):
         raise Refused(400, p.E_BAD_FRAME, "run must be a run id")
-    found = await reading_in_db_pool(_to_resume)(who, chat_id, run_id)
+    found = await reading_in_db_pool(_to_resume)(request, who, chat_id, run_id)
     if found is None:
         return HttpResponse(status=204)
-    session_id, run_id, start = found
+    session_id, epoch, run_id, start = found
     answer.take_slot(who)
     encoder = ai_sdk.UiMessageStream(session_id, run_id)
-    return _stream(await answer.stream(request, who, session_id, start, encoder))
+    return _stream(await answer.stream(request, who, session_id, start, encoder, epoch))
 
 
-def _to_resume(who: Caller, chat_id: str, run_id: str | None):
-    """The session and the run a reconnect streams, and a seq before it: the
-    run the page's messages left out when it names one, else the run still
+def _to_resume(request: HttpRequest, who: Caller, chat_id: str, run_id: str | None):
+    """The rates checked, then the session (and its epoch) and the run a
+    reconnect streams, and a seq before it, in one trip to the pool: the run
+    the page's messages left out when it names one, else the run still
     going; None for nothing (or no such chat of the caller's)."""
+    check_rates(request)
     session = conversation.find(who.user, chat_id)
     if session is None:
         return None
@@ -109,14 +119,14 @@ def _to_resume(who: Caller, chat_id: str, run_id: str | None):
         if run_id is None
         else conversation.run_to_resume(session, run_id)
     )
-    return None if found is None else (session.id, *found)
+    return None if found is None else (session.id, session.epoch, *found)
 
 
 @dialect_view("GET", "HEAD")
 async def messages(request: HttpRequest, answer: Answer, chat_id: str) -> HttpResponse:
     """``GET /api/ai-sdk/chat/<id>/messages`` (see the module's comment)."""
-    who = await caller(request)
-    listed, left_out = await reading_in_db_pool(_messages)(who, chat_id)
+    who = await caller(request, rates=False)
+    listed, left_out = await reading_in_db_pool(_messages)(request, who, chat_id)
     response = JsonResponse(listed, safe=False)
     # What the page's reconnect passes as ?run=: the first run left out,
     # streamed then even if it finished in between.
@@ -128,9 +138,11 @@ async def messages(request: HttpRequest, answer: Answer, chat_id: str) -> HttpRe
 RESUME_HEADER = "X-Agent-Resume-Run"
 
 
-def _messages(who: Caller, chat_id: str) -> tuple[list[dict], str]:
-    """The chat's turns as ``UIMessage``s, and the first run they leave out
-    (not finished: the reconnect's); "" when none is."""
+def _messages(request: HttpRequest, who: Caller, chat_id: str) -> tuple[list[dict], str]:
+    """The rates checked, then the chat's turns as ``UIMessage``s, and the
+    first run they leave out (not finished: the reconnect's); "" when none
+    is."""
+    check_rates(request)
     session = conversation.find(who.user, chat_id)
     if session is None:
         return [], ""

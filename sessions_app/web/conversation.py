@@ -30,8 +30,11 @@ def find(user, client_id: str) -> AgentSession | None:
     that id, or the one made for that client id (``external_id``); None."""
     if not p.is_session_id(client_id):
         return None
-    mine = AgentSession.objects.filter(owner=user)
-    return mine.filter(id=client_id).first() or mine.filter(external_id=client_id).first()
+    # One query; the session of that id wins over one made for a client id
+    # that happens to equal it.
+    named = AgentSession.objects.filter(Q(id=client_id) | Q(external_id=client_id), owner=user)
+    found = list(named[:2])
+    return next((s for s in found if s.id == client_id), found[0] if found else None)
 
 
 def find_or_make(user, client_id: str) -> AgentSession:

@@ -82,8 +82,10 @@ def _throttled(request: HttpRequest, spends: bool) -> int | None:
     return None
 
 
-async def caller(request: HttpRequest, *, spends: bool = False) -> Caller:
-    """The signed-in caller, checked: CSRF for a cookie's write, and the rates."""
+async def caller(request: HttpRequest, *, spends: bool = False, rates: bool = True) -> Caller:
+    """The signed-in caller, checked: CSRF for a cookie's write, and the rates
+    (``rates`` False: the view checks them itself, with ``check_rates`` in
+    the one trip to the database pool it makes anyway)."""
     user, token_id = await request_user(request)
     if user is None:
         raise Refused(403, "not_authenticated", "sign in, or send Authorization: Token …")
@@ -92,12 +94,20 @@ async def caller(request: HttpRequest, *, spends: bool = False) -> Caller:
         reason = await sync_to_async(_csrf_reason)(request)
         if reason:
             raise Refused(403, "csrf_failed", f"CSRF failed: {reason}")
-    wait = await in_db_pool(_throttled)(request, spends)
+    if rates:
+        await in_db_pool(check_rates)(request, spends)
+    return Caller(user, token_id)
+
+
+def check_rates(request: HttpRequest, spends: bool = False) -> None:
+    """``Refused`` 429 past the user's rates (sync: on the database pool; in
+    a reading trip, which runs again after a stale connection, a request
+    may then count twice against its own user's rate: rare, and harmless)."""
+    wait = _throttled(request, spends)
     if wait is not None:
         raise Refused(
             429, "throttled", f"too many requests: try again in {wait} s", Retry_After=str(wait)
         )
-    return Caller(user, token_id)
 
 
 def json_body(request: HttpRequest) -> Any:
@@ -127,9 +137,15 @@ class Answer:
         self.slot = take_slot(who)
 
     async def stream(
-        self, request: HttpRequest, who: Caller, session_id: str, after: int, encoder
+        self,
+        request: HttpRequest,
+        who: Caller,
+        session_id: str,
+        after: int,
+        encoder,
+        epoch: str | None = None,
     ) -> StreamResponse:
-        response = await open_stream(request, who, session_id, after, encoder, self.slot)
+        response = await open_stream(request, who, session_id, after, encoder, self.slot, epoch)
         self.slot = None  # the response gives it back
         return response
 
@@ -173,15 +189,26 @@ def take_slot(who: Caller) -> Slot:
 
 
 async def open_stream(
-    request: HttpRequest, who: Caller, session_id: str, after: int, encoder, slot: Slot
+    request: HttpRequest,
+    who: Caller,
+    session_id: str,
+    after: int,
+    encoder,
+    slot: Slot,
+    epoch: str | None = None,
 ) -> StreamResponse:
     """The response that delivers the session's log after ``after`` through
-    ``encoder``, on the delivery stage like the native stream, in ``slot``."""
-    row = await owned_row(session_id, who.user.pk)
-    if row is None:
-        raise Refused(404, "not_found", "no such session")
+    ``encoder``, on the delivery stage like the native stream, in ``slot``.
+    ``epoch``: the session's, read by the view with its lookup of the
+    caller's session (else read here); the reader reads the head again once
+    its groups are joined, and a log rebuilt since ends it with a reset."""
+    if epoch is None:
+        row = await owned_row(session_id, who.user.pk)
+        if row is None:
+            raise Refused(404, "not_found", "no such session")
+        epoch = row["epoch"]
     reader = StreamReader(
-        request, session_id, who.granted, who.token_id, after, row["epoch"], False, slot, encoder
+        request, session_id, who.granted, who.token_id, after, epoch, False, slot, encoder
     )
     slot.arm()  # from here, as a native stream's: the response is about to go out
     return StreamResponse(reader.body(), slot)

@@ -123,6 +123,7 @@ class AgUiRun:
         self._content: tuple[str, str] | None = None  # the open message's CONTENT event
         self.redo = ""  # said already, and being said again after a takeover
         self.marker = frames.run_marker(run_id)
+        self.delta_marker = frames.delta_marker(run_id)
         self.out: list[bytes] = []
         self.pending: list[Any] = []  # this seq's events, until it is written
         self.ts = _now()  # the logged event's time, in ms (AG-UI's timestamp)
@@ -139,20 +140,18 @@ class AgUiRun:
         return b"".join(_ENCODER.encode(event).encode() for event in events)
 
     def logged(self, text: str, seq: int) -> bytes:
-        if self.done or text.find(self.marker, 0, frames.HEADER_CHARS) < 0:
-            return b""  # done, or another run's event
-        if (
-            self._content is not None
-            and not self.redo
-            and self.quiet is None
-            and frames.is_delta(text)
-        ):
-            literal = frames.text_literal(text)
+        if self.done:
+            return b""
+        if self._content is not None and not self.redo and self.quiet is None:
+            at = text.find(self.delta_marker, 0, frames.HEADER_CHARS)
+            literal = frames.text_literal(text, at) if at >= 0 else None
             if literal is not None:  # the hot path: a delta of the open message, as written
                 self.paused = False
                 self._raw.append(literal)
                 before, after = self._content
                 return f"id: {self.epoch}:{seq}\n{before}{literal}{after}".encode()
+        if text.find(self.marker, 0, frames.HEADER_CHARS) < 0:
+            return b""  # another run's event
         frame = json.loads(text)
         if frame.get("run_id") != self.run_id:
             return b""

@@ -92,6 +92,7 @@ class UiMessageStream:
         self._raw: list[str] = []  # deltas' text as the frames wrote it (JSON)
         self._delta_head = b""  # a text-delta chunk of the open text, up to its delta
         self.marker = frames.run_marker(run_id)
+        self.delta_marker = frames.delta_marker(run_id)
         self.parts = 0
         self.called: set[str] = set()
         self.denied: set[str] = set()
@@ -108,14 +109,17 @@ class UiMessageStream:
         return self.flush()
 
     def logged(self, text: str, seq: int) -> bytes:
-        if self.done or text.find(self.marker, 0, frames.HEADER_CHARS) < 0:
-            return b""  # done, or another run's event
-        if self.open_id is not None and frames.is_delta(text):
-            literal = frames.text_literal(text)
+        if self.done:
+            return b""
+        if self.open_id is not None:
+            at = text.find(self.delta_marker, 0, frames.HEADER_CHARS)
+            literal = frames.text_literal(text, at) if at >= 0 else None
             if literal is not None:  # the hot path: a delta of the open text, as written
                 self.last_seq, self.paused = seq, False
                 self._raw.append(literal)
                 return self._delta_head + literal.encode() + b"}\n\n"
+        if text.find(self.marker, 0, frames.HEADER_CHARS) < 0:
+            return b""  # another run's event
         frame = json.loads(text)
         if frame.get("run_id") != self.run_id:
             return b""

@@ -45,28 +45,35 @@ def run_marker(run_id: str) -> str:
 _DELTA_KIND = f'"kind":"{p.K_ASSISTANT_DELTA}"'
 
 
-def is_delta(text: str) -> bool:
-    """Is this event frame an ``assistant.delta``'s (the hot path's test)?"""
-    return text.find(_DELTA_KIND, 0, HEADER_CHARS) >= 0
-
-
 def kind_of(text: str) -> str | None:
     found = _KIND.search(text, 0, HEADER_CHARS)
     return found.group(1) if found else None
 
 
-def text_literal(text: str) -> str | None:
+def delta_marker(run_id: str) -> str:
+    """What an ``assistant.delta`` frame of ``run_id`` holds before its data
+    (the fields in ``event_frame``'s order): one search answers the hot
+    path's two questions, its kind and its run."""
+    return f"{_DELTA_KIND},{run_marker(run_id)}"
+
+
+def text_literal(text: str, start: int = 0) -> str | None:
     """The JSON string literal of an event frame's ``data.text``, as written,
-    when its data is that alone (a delta's); None otherwise."""
-    at = text.find(',"data":{"text":', 0, HEADER_CHARS)
+    when its data is that alone (a delta's); None otherwise. ``start``: where
+    the frame's header is known to reach (its data is searched from there)."""
+    at = text.find(',"data":{"text":', start, start + HEADER_CHARS)
     if at < 0 or not text.endswith('"}}'):
         found = _TEXT_ONLY.fullmatch(text, at + 8, len(text) - 1) if at >= 0 else None
         return found.group(1) if found else _spaced_literal(text)
     # As written: compact (a live frame), or ``{"text": "…"}`` (a database's JSON text).
-    literal = text[at + 16 : -2].strip()
+    literal = text[at + 16 : -2]
+    if literal[:1] != '"':
+        literal = literal.strip()
     # One JSON string, nothing after it: no quote inside but escaped ones.
     inner = literal[1:-1]
-    if literal[:1] == '"' and '"' not in inner.replace("\\\\", "").replace('\\"', ""):
+    if literal[:1] == '"' and (
+        '"' not in inner or '"' not in inner.replace("\\\\", "").replace('\\"', "")
+    ):
         return literal
     return None
 

@@ -70,3 +70,35 @@ def test_a_deltas_text_is_read_as_written_or_not_at_all(data, literal):
     assert frames.text_literal(text) == literal
     if literal is not None:
         assert json.loads(literal) == json.loads(data)["text"]
+
+
+def test_a_deltas_header_holds_its_run_marker_whichever_way_it_was_built():
+    """``delta_marker`` (the dialects' one search for "a delta of this run")
+    is in a delta's frame built live (``event_frame``) and built from the
+    database's rows (``event_texts``), and in no other run's or kind's."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    at = datetime(2026, 12, 6, 7, 36, 32, tzinfo=UTC)
+    live = frames.dumps(
+        frames.event_frame(
+            SimpleNamespace(
+                session_id="s",
+                seq=4,
+                kind="assistant.delta",
+                run_id="run_a",
+                created_at=at,
+                data={"text": "x"},
+            )
+        )
+    )
+    rows = [
+        (4, "assistant.delta", "run_a", "2026-12-06T07:36:32.000Z", '{"text": "x"}'),
+        (5, "assistant.delta", "run_b", "2026-12-06T07:36:32.000Z", '{"text": "x"}'),
+        (6, "assistant.message", "run_a", "2026-12-06T07:36:32.000Z", '{"text": "x"}'),
+    ]
+    stored = [text for text, _ in frames.event_texts("s", rows)]
+    marker = frames.delta_marker("run_a")
+    assert [marker in text for text in [live, *stored]] == [True, True, False, False]
+    for text in (live, stored[0]):
+        assert frames.text_literal(text, text.find(marker)) == '"x"'
