@@ -65,6 +65,9 @@ DEFAULTS: dict[str, object] = {
     "AGENT_MCP_SERVERS": {},
     # How long one MCP tool call may take before it is a tool error.
     "AGENT_MCP_CALL_SECONDS": 60.0,
+    # How long a question an MCP server asks during a call (runtime.questions)
+    # waits for a person before it is cancelled; its worker thread waits too.
+    "AGENT_MCP_ASK_SECONDS": 600.0,
     # A worker renews its runs' leases every third of this; a run whose lease
     # lapsed is taken over by another worker (docs/architecture.md, "Durable
     # runs"): lease + sweep bound the stall after a kill -9.

@@ -41,7 +41,7 @@ from django.db.models.functions import Now
 
 from sessions_app.log.events import append_event
 from sessions_app.models import ApprovalRequest, Run
-from sessions_app.runtime import runs
+from sessions_app.runtime import questions, runs
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session
 from sessions_app.server import metrics
@@ -145,6 +145,7 @@ def release(
             state["crashes"] = int(state.get("crashes", 0)) + 1
             if state["crashes"] >= settings.AGENT_RUN_MAX_CRASHES:
                 Run.objects.filter(id=run_id).update(state=state)
+                questions.close_open(run_id, session_id, p.GATE_CANCELLED, "the worker stopped")
                 _unknown_result(session_id, run_id, state.get("gate"))
                 runs.finish_run(
                     run_id,

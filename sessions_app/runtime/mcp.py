@@ -19,7 +19,7 @@ that died during a call asks before calling it again.
 
 Each process that executes runs (a run worker; the embedded server) holds
 one connection per server, on a thread of its own with its own event loop
-(``Hub``), opened on first use and again after it drops: a server that
+(``runtime.mcp_hub``), opened on first use and again after it drops: a server that
 cannot be reached is a tool error at call time (the run goes on), never a
 crash; a server that dies during a call gives that call a tool error. A
 malformed entry, or a stdio server whose program is not there, is error
@@ -27,222 +27,36 @@ malformed entry, or a stdio server whose program is not there, is error
 tools are listed on a thread when a process that runs agents starts, and a
 server that cannot be listed then is logged and asked again later.
 
-Elicitation (a server asking the user something during a call) is declined
-(docs/integrations.md says what is and is not supported); sampling and
-roots are not offered.
+Elicitation (a server asking the user something during a call) is a gate,
+a question (``runtime.questions``): approving accepts with the answer the
+card shows (the schema's defaults, ``true`` for a required yes/no), denying
+declines. A form that asks for input with no default, a URL elicitation,
+and one that cannot be told apart from another call's, are declined
+(docs/integrations.md, "MCP"); the time a question waits does not count
+against ``AGENT_MCP_CALL_SECONDS``. Sampling and roots are not offered.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import logging
 import shutil
 import threading
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import AsyncExitStack
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
 
+from sessions_app.runtime import questions
+from sessions_app.runtime.mcp_hub import McpUnavailable, hub
 from sessions_app.runtime.registry import Tool
 
 log = logging.getLogger("sessions_app.runtime.mcp")
 
 SEPARATOR = "__"
 MAX_NAME = 64  # a tool's name column, and what the model APIs accept
-CONNECT_SECONDS = 20.0
-CONNECT_BACKOFF = 5.0
-MAX_OUTPUT_CHARS = 64 * 1024
-
-
-class McpUnavailable(Exception):
-    """A server that cannot be reached, or that failed during a call."""
-
-
-class Hub:
-    """This process's connections to the MCP servers, on one event loop in a
-    thread of its own (the runtime's tools run in plain threads).
-
-    A connection is (its client, the event that stops it), set by the task
-    that holds it (``_hold``) and removed by that task when it ends, whoever
-    stops it: ``forget`` names the client it means, so a late ``forget``
-    never stops a newer connection. One lock per server: a server slow to
-    connect holds up only its own calls, and after a failed connect the next
-    ``CONNECT_BACKOFF`` seconds fail at once with the same reason."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="mcp-hub", daemon=True)
-        self.thread.start()
-        self.conns: dict[str, tuple[Any, asyncio.Event]] = {}
-        self.locks: dict[str, threading.Lock] = {}
-        self.failed: dict[str, tuple[float, str]] = {}
-        self.guard = threading.Lock()
-
-    def run(self, coroutine, timeout: float):
-        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-        try:
-            return future.result(timeout)
-        except FutureTimeout:
-            if future.done():  # the coroutine's own TimeoutError
-                raise
-            future.cancel()
-            raise McpUnavailable(f"no answer within {timeout:g} s") from None
-
-    def client(self, name: str):
-        """The server's client, connected now if it is not (or dropped)."""
-        with self.guard:
-            lock = self.locks.setdefault(name, threading.Lock())
-        with lock:
-            held = self.conns.get(name)
-            if held is not None:
-                return held[0]
-            at, reason = self.failed.get(name, (-CONNECT_BACKOFF, ""))
-            if time.monotonic() - at < CONNECT_BACKOFF:
-                raise McpUnavailable(reason)
-            try:
-                return self.run(self._connect(name), CONNECT_SECONDS + 5)
-            except McpUnavailable as exc:
-                self.failed[name] = (time.monotonic(), str(exc))
-                raise
-
-    async def _connect(self, name: str):
-        """Open the connection (``_hold``), or give up on it after
-        ``CONNECT_SECONDS``: its task is cancelled, a stdio server stopped."""
-        ready: asyncio.Future = self.loop.create_future()
-        holding = self.loop.create_task(self._hold(name, ready))
-        try:
-            return await asyncio.wait_for(asyncio.shield(ready), CONNECT_SECONDS)
-        except BaseException as exc:
-            holding.cancel()
-            if isinstance(exc, TimeoutError):
-                raise McpUnavailable(f"no connection within {CONNECT_SECONDS:g} s") from None
-            raise
-
-    async def _hold(self, name: str, ready: asyncio.Future) -> None:
-        """Open the connection and keep it until stopped or dropped (in one
-        task: what is entered here is left here)."""
-        from mcp import Client
-
-        mine = None
-        try:
-            async with AsyncExitStack() as stack:
-                target = await _target(name, stack)
-                mine = await stack.enter_async_context(
-                    Client(target, elicitation_callback=_decline)
-                )
-                stop = asyncio.Event()
-                self.conns[name] = (mine, stop)
-                if not ready.done():
-                    ready.set_result(mine)
-                await stop.wait()
-        except BaseException as exc:  # noqa: BLE001 (a dropped server, whatever it raised)
-            if not ready.done():
-                ready.set_exception(McpUnavailable(_reason(exc)))
-            elif mine is not None:
-                log.warning("MCP server %s dropped: %s", name, _reason(exc))
-        finally:
-            held = self.conns.get(name)
-            if held is not None and held[0] is mine:
-                del self.conns[name]
-
-    def forget(self, name: str, client) -> None:
-        """Stop that connection, if it is still the server's (the next use
-        opens another)."""
-
-        def stop() -> None:
-            held = self.conns.get(name)
-            if held is not None and held[0] is client:
-                del self.conns[name]
-                held[1].set()
-
-        self.loop.call_soon_threadsafe(stop)
-
-    def ask(self, name: str, request, timeout: float):
-        """``request(client)`` on the server's connection. A connection that
-        broke is dropped (and opened again next time); a server that answered
-        with an error, or is only slow, keeps it: other runs' calls may be
-        using it."""
-        client = self.client(name)
-        try:
-            return self.run(request(client), timeout)
-        except McpUnavailable:
-            raise
-        except Exception as exc:
-            if _broken(exc):
-                self.forget(name, client)
-            raise McpUnavailable(_reason(exc)) from exc
-
-    def list_tools(self, name: str) -> list[Any]:
-        return list(self.ask(name, lambda c: c.list_tools(), CONNECT_SECONDS).tools)
-
-    def call(self, name: str, tool: str, args: dict[str, Any]) -> tuple[bool, str]:
-        result = self.ask(name, lambda c: c.call_tool(tool, args), settings.AGENT_MCP_CALL_SECONDS)
-        return not result.is_error, _text(result)
-
-
-def _broken(exc: BaseException) -> bool:
-    """Did the connection break (rather than the server answer an error)?"""
-    from mcp import MCPError
-    from mcp_types import CONNECTION_CLOSED
-
-    if isinstance(exc, MCPError):
-        return exc.code == CONNECTION_CLOSED
-    return not isinstance(exc, ValueError | TypeError)  # a result that did not validate
-
-
-async def _decline(context, params):
-    """Elicitation is not offered to the user (docs/integrations.md): declined."""
-    from mcp.types import ElicitResult
-
-    return ElicitResult(action="decline")
-
-
-def _reason(exc: BaseException) -> str:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-async def _target(name: str, stack: AsyncExitStack):
-    """What ``mcp.Client`` connects to: the stdio command, or the URL (with
-    an HTTP client of its own when the entry sends ``headers``)."""
-    from mcp import StdioServerParameters
-
-    entry = settings.AGENT_MCP_SERVERS[name]
-    if "url" in entry:
-        if not entry.get("headers"):
-            return entry["url"]
-        import httpx2
-        from mcp.client.streamable_http import streamable_http_client
-
-        http = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=dict(entry["headers"]), timeout=CONNECT_SECONDS)
-        )
-        return streamable_http_client(entry["url"], http_client=http)
-    command = list(entry["command"])
-    return StdioServerParameters(command=command[0], args=command[1:], env=entry.get("env"))
-
-
-def _text(result) -> str:
-    """A call's content as text: its text parts, or its structured content."""
-    parts = [getattr(part, "text", None) for part in result.content or []]
-    text = "\n".join(part for part in parts if part)
-    if not text and getattr(result, "structured_content", None) is not None:
-        import json
-
-        text = json.dumps(result.structured_content)
-    return text[:MAX_OUTPUT_CHARS]
-
-
-@cache
-def hub() -> Hub:
-    return Hub()
 
 
 class McpTool(Tool):
@@ -268,7 +82,7 @@ class McpTool(Tool):
 
     def execute(self, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
         try:
-            return hub().call(self.server, self.remote, args)
+            return hub().call(self.server, self.remote, args, questions.current())
         except McpUnavailable as exc:
             return False, f"MCP server {self.server!r} failed: {exc}"
 

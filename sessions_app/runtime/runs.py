@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from sessions_app.log.events import NewEvent, append_event, append_events
 from sessions_app.models import AgentSession, ApprovalRequest, Run
-from sessions_app.runtime import cancels, registry
+from sessions_app.runtime import cancels, questions, registry, wakeups
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session, lock_user, set_session_status
 from sessions_app.server import metrics, tracing
@@ -143,10 +143,16 @@ def _decide_locked(
             time.time_ns(),
             **{"run.id": run.id, "approval.id": approval.id, "decision": decision},
         )
-        if run.status == Run.Status.AWAITING_APPROVAL:
+        waits_at = (run.state or {}).get("gate", approval.tool_call_id)
+        if (
+            run.status == Run.Status.AWAITING_APPROVAL
+            and waits_at == approval.tool_call_id
+            and not questions.is_question(approval.tool_call_id)
+        ):
             # Approved or denied, the parked run goes on at the same tool
             # call: the continuation runs the tool or reports the denial. (A
-            # gate whose run is no longer parked is only recorded.)
+            # gate whose run is not parked at it is only recorded: a
+            # question, whose tool waits for it, is woken by the record.)
             Run.objects.filter(id=run.id, status=Run.Status.AWAITING_APPROVAL).update(
                 status=Run.Status.RUNNING, worker="", lease_expires_at=pickup_deadline()
             )
@@ -180,6 +186,8 @@ def _record_decision(approval: ApprovalRequest, decision: str, decided_by: str) 
         approval.refresh_from_db()
         raise _decided_error(approval)
     approval.status, approval.decided_by, approval.decided_at = status, decided_by, now
+    if questions.is_question(approval.tool_call_id):
+        wakeups.wake_on_commit(approval.id)
     append_event(
         approval.session_id,
         p.K_APPROVAL_DECIDED,
@@ -226,6 +234,9 @@ def cancel_locked(
     (``turns.open_turn``, ``cancels``)."""
     run_id = run.id
     if cancels.defer_for_tool_in_flight(run_id, cancelled_by, message, gates):
+        # A question that tool asks is answered now (denied, or cancelled),
+        # so that the tool ends and the cancel is carried out.
+        questions.close_open(run_id, run.session_id, gates, cancelled_by)
         return
     for approval in ApprovalRequest.objects.filter(
         run_id=run_id, status=ApprovalRequest.Status.PENDING

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from sessions_app.log.events import NewEvent, append_events
 from sessions_app.models import ApprovalRequest, Run
-from sessions_app.runtime import registry, runs
+from sessions_app.runtime import questions, registry, runs
 from sessions_app.runtime.base import Parked, ToolOutcome
 from sessions_app.runtime.context import Context
 from sessions_app.runtime.durable import UNKNOWN_OUTPUT
@@ -83,7 +83,7 @@ def _mark_started(ctx: Context, approval: ApprovalRequest) -> bool:
 
 def _execute(ctx: Context, approval: ApprovalRequest) -> tuple[bool, str]:
     ids = {"run.id": ctx.run_id, "tool": approval.tool, "tool_call.id": approval.tool_call_id}
-    with tracing.span("tool.execute", **ids) as span:
+    with tracing.span("tool.execute", **ids) as span, questions.asking(ctx, approval.tool):
         ok, output = registry.execute(
             approval.tool, approval.args, workspace_for(ctx.session_id), approval.tool_call_id
         )
@@ -126,6 +126,8 @@ def _unknown(ctx: Context, approval: ApprovalRequest) -> None:
     out the cancel that waited for it)."""
     result = {"tool_call_id": approval.tool_call_id, "ok": False, "output": UNKNOWN_OUTPUT}
     approval_id = None
+    # What the call asked before the worker stopped waits for nobody now.
+    questions.close_open(ctx.run_id, ctx.session_id, p.GATE_CANCELLED, "the worker stopped")
     with transaction.atomic():
         append_events(
             ctx.session_id, [NewEvent(p.K_TOOL_RESULT, result, ctx.run_id)], guard=ctx.guard

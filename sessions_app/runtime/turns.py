@@ -25,7 +25,7 @@ from sessions_app import fanout
 from sessions_app.log.events import NewEvent, append_event, append_events
 from sessions_app.log.sessions import title_from
 from sessions_app.models import AgentSession, Run, new_run_id
-from sessions_app.runtime import cancels, runs
+from sessions_app.runtime import cancels, questions, runs
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session, queued_runs, set_session_status
 from sessions_app.wire import protocol as p
@@ -74,7 +74,8 @@ def _submit(
     session_id = session.id
     if not_behind_gate and not interrupt:
         gated = Run.objects.filter(session_id=session_id, status=Run.Status.AWAITING_APPROVAL)
-        if gated.exists():
+        # A question a running tool waits on is a gate too (runtime.questions).
+        if gated.exists() or questions.waiting(session_id):
             raise ApprovalPending()
     if interrupt:
         active = Run.objects.filter(session_id=session_id, status__in=runs.EXECUTING).first()

@@ -15,8 +15,16 @@ from django.conf import settings
 from playwright.sync_api import expect
 
 from sessions_app.models import ApprovalRequest, Event
-from tests.browser.helpers import TIMEOUT, assistant_texts, new_session, park, send, settle
-from tests.runtime.test_mcp import servers
+from tests.browser.helpers import (
+    TIMEOUT,
+    assistant_texts,
+    new_session,
+    open_session,
+    park,
+    send,
+    settle,
+)
+from tests.mcp import servers
 
 
 @pytest.fixture
@@ -68,3 +76,31 @@ def test_an_mcp_tool_through_a_whole_run_in_the_browser(mcp_site, ctx, login):
         == "auto-approve"
     )
     assert Event.objects.filter(session_id=session_id, kind="tool.result").count() == 3
+
+
+def test_a_question_the_server_asks_is_a_card_decided_once_from_another_tab(mcp_site, ctx, login):
+    """forget() asks while it runs (an MCP elicitation): both tabs show a
+    second card with the server's question and what approving answers; one
+    tab approves it, the other's buttons go, and both show the tool's result."""
+    site, notes = mcp_site
+    login(ctx, site)
+    page = ctx.new_page()
+    session_id = new_session(page, site)
+    send(page, '/tool notes__forget {"name": "old"}')
+    park([page], session_id)
+    page.get_by_test_id("approval").get_by_test_id("approve").click()
+    other = open_session(ctx.new_page(), site, session_id)
+    for tab in (page, other):
+        asked = tab.get_by_test_id("approval").last
+        expect(asked).to_have_attribute("data-status", "pending", timeout=TIMEOUT)
+        expect(asked.get_by_test_id("approval-note")).to_contain_text("Forget the note 'old'?")
+        expect(asked.get_by_test_id("approval-note")).to_contain_text("sure = true")
+    other.get_by_test_id("approval").last.get_by_test_id("approve").click()
+    for tab in (page, other):
+        asked = tab.get_by_test_id("approval").last
+        expect(asked).to_have_attribute("data-status", "approved", timeout=TIMEOUT)
+        expect(asked.get_by_test_id("approve")).to_be_hidden()
+        expect(tab.get_by_test_id("tool-result").last).to_contain_text("forgot old")
+    settle([page, other], session_id, runs=1)
+    assert notes.read_text() == "forgot old\n"
+    assert Event.objects.filter(session_id=session_id, kind="approval.decided").count() == 2

@@ -4,7 +4,11 @@ stdio by the runtime in tests (tests/runtime/test_mcp.py, tests/browser):
 - ``add(a, b)``: listed in the tests' ``auto_approve``; runs without asking;
 - ``note(text)``: gated; appends a line to ``$NOTES_FILE`` (each execution
   counted there: exactly once per approved call);
-- ``crash()``: the server exits in the middle of the call.
+- ``crash()``: the server exits in the middle of the call;
+- ``forget(name)``: asks the user first (an elicitation, a yes/no with no
+  default), then appends ``forgot <name>`` if the answer was yes;
+- ``rename(name)``: asks for a new name (a form with a required text and
+  no default, which the runtime declines without asking).
 
 Run as ``python -m tests.mcp.notes_server`` (stdio), or with ``--http PORT``
 (streamable HTTP on 127.0.0.1, every request needing ``X-Test-Key: k``).
@@ -13,8 +17,16 @@ Run as ``python -m tests.mcp.notes_server`` (stdio), or with ``--http PORT``
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import (
+    AcceptedElicitation,
+    Elicit,
+    ElicitationResult,
+    MCPServer,
+    Resolve,
+)
+from pydantic import BaseModel
 
 server = MCPServer("notes")
 
@@ -37,6 +49,43 @@ def note(text: str) -> str:
 def crash() -> str:
     """Exit in the middle of the call."""
     os._exit(3)
+
+
+class Sure(BaseModel):
+    sure: bool
+
+
+class NewName(BaseModel):
+    new_name: str
+
+
+# Asked the way the package supports on every protocol version: a resolver
+# returns Elicit (a multi-round-trip input request from 2026-07-28 on, a
+# server-to-client request before).
+def ask_sure(name: str) -> Elicit[Sure]:
+    return Elicit(f"Forget the note {name!r}?", Sure)
+
+
+def ask_name(name: str) -> Elicit[NewName]:
+    return Elicit(f"Rename {name!r} to?", NewName)
+
+
+@server.tool()
+def forget(name: str, asked: Annotated[ElicitationResult[Sure], Resolve(ask_sure)]) -> str:
+    """Forget a note, once the user says so."""
+    if isinstance(asked, AcceptedElicitation) and asked.data.sure:
+        with open(os.environ["NOTES_FILE"], "a", encoding="utf-8") as notes:
+            notes.write(f"forgot {name}\n")
+        return f"forgot {name}"
+    return f"kept {name}: {asked.action}"
+
+
+@server.tool()
+def rename(name: str, asked: Annotated[ElicitationResult[NewName], Resolve(ask_name)]) -> str:
+    """Rename a note to what the user types."""
+    if isinstance(asked, AcceptedElicitation):
+        return f"renamed {name} to {asked.data.new_name}"
+    return f"kept {name}: {asked.action}"
 
 
 if __name__ == "__main__":

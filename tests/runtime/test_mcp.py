@@ -18,35 +18,17 @@ from django.test import override_settings
 
 from sessions_app.models import ApprovalRequest, Event, Run
 from tests.harness import api_key, wait_for
+from tests.mcp import servers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def servers(notes: Path) -> dict:
-    return {
-        "notes": {
-            "command": [sys.executable, "-m", "tests.mcp.notes_server"],
-            "env": {"NOTES_FILE": str(notes), "PYTHONPATH": str(ROOT)},
-            "auto_approve": ["add"],
-        }
-    }
-
-
 def kinds(session_id: str) -> list[tuple[str, dict]]:
     return list(
         Event.objects.filter(session_id=session_id).order_by("seq").values_list("kind", "data")
     )
-
-
-@pytest.fixture
-def mcp_server(own_server, tmp_path):
-    start, _procs = own_server
-    notes = tmp_path / "notes.txt"
-    notes.touch()
-    server = start(AGENT_MCP_SERVERS=json.dumps(servers(notes)))
-    return server, notes
 
 
 def send(client: httpx.Client, text: str, cmid: str) -> tuple[str, str]:

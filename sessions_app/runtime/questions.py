@@ -1,0 +1,278 @@
+"""Questions: a gate that a tool asks while it runs (an MCP server's
+elicitation, ``runtime.mcp``), answered by a person like any gate.
+
+A gated call parks its run: the worker lets it go, and the decision starts
+it again. A question cannot: the tool is in the middle of its call, and
+the MCP connection that asked holds the answer's place. So the run stays
+``running`` on its worker, whose tool thread waits here (``wakeups``), and
+the log says what a gate says, so that every client shows it as one: the
+question's own ``tool.call`` (``tool_call_id`` ``ask_…``, the asking tool's
+name, ``args`` ``{"message", "answer"}``), ``approval.requested`` with the
+server's message as its ``note``, and ``run.paused``. Approve answers with
+``args.answer`` (what the card says approving sends), deny declines; the
+decision is made once, from any tab, the API or the admin (``runs.decide``,
+which continues only a parked run at its own gate, never for a question).
+Then the question's ``tool.result`` (``accepted``, ``declined`` or
+``cancelled``), and the tool goes on.
+
+A question unanswered after ``AGENT_MCP_ASK_SECONDS``, asked after its
+run was stopped, or whose call, worker or drive ends meanwhile (a deploy, a
+takeover after a crash), is closed ``cancelled``; a cancel of its run
+denies it (the cancel is carried out when the tool ends). ``close_open``
+does it, under the session's lock, for whichever comes first: the waiting
+thread, the tool call's end (``asking``: before the call's own result is
+logged), a cancel, or the drive that takes the run over; a question is
+closed, and its result logged, once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from sessions_app.log.events import NewEvent, RunGuard, append_events
+from sessions_app.models import AgentSession, ApprovalRequest, Run
+from sessions_app.runtime import wakeups
+from sessions_app.runtime.locks import lock_run_session, set_session_status
+from sessions_app.wire import protocol as p
+from sessions_app.wire.errors import RunAborted, SessionGone
+
+log = logging.getLogger(__name__)
+
+PREFIX = "ask_"
+# A waiting thread reads its gate's row at least this often (a wake-up lost
+# on its way costs no more).
+RECHECK_SECONDS = 2.0
+OUTPUTS = {
+    ApprovalRequest.Status.APPROVED: "accepted",
+    ApprovalRequest.Status.DENIED: "declined",
+}
+DECISIONS = {
+    ApprovalRequest.Status.PENDING: p.GATE_CANCELLED,
+    ApprovalRequest.Status.APPROVED: p.APPROVE,
+    ApprovalRequest.Status.DENIED: p.DENY,
+    ApprovalRequest.Status.CANCELLED: p.GATE_CANCELLED,
+}
+_STATUS = {
+    p.APPROVE: ApprovalRequest.Status.APPROVED,
+    p.DENY: ApprovalRequest.Status.DENIED,
+    p.GATE_CANCELLED: ApprovalRequest.Status.CANCELLED,
+}
+
+
+def is_question(tool_call_id: str) -> bool:
+    return tool_call_id.startswith(PREFIX)
+
+
+_current: ContextVar[Asker | None] = ContextVar("asker", default=None)
+
+
+@contextmanager
+def asking(ctx, tool: str):
+    """While ``tool`` runs for the drive ``ctx``, ``current()`` is how it
+    asks; when the call ends, what it asked and left open is closed (before
+    the call's result is logged)."""
+    asker = Asker(ctx, tool)
+    token = _current.set(asker)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+        asker.stop()
+        if asker.asked:
+            # No longer this drive's (RunAborted): whoever took it closes them.
+            with suppress(RunAborted, SessionGone):
+                close_open(
+                    ctx.run_id,
+                    ctx.session_id,
+                    p.GATE_CANCELLED,
+                    "the call ended",
+                    only=asker.asked,
+                    guard=ctx.guard,
+                )
+
+
+def current() -> Asker | None:
+    return _current.get()
+
+
+class Asker:
+    """How one tool call of one drive asks the user (``ask``, on any thread)."""
+
+    def __init__(self, ctx, tool: str) -> None:
+        self.ctx = ctx
+        self.tool = tool
+        self.stopped = threading.Event()
+        self.waiting: str | None = None  # the question it waits on
+        self.asked: list[str] = []  # every question it opened
+
+    def stop(self) -> None:
+        """The call that asked has ended (its server gone): stop waiting."""
+        self.stopped.set()
+        if self.waiting is not None:
+            wakeups.wake_now(self.waiting)
+
+    def ask(self, message: str, answer: dict[str, Any]) -> str:
+        """Log the question, wait for its decision, log its result; the
+        decision (``approve``, ``deny``, or ``cancelled`` when it was not
+        decided: the run stopped, or nobody answered in time)."""
+        try:
+            approval_id = self._open(message, answer)
+        except (RunAborted, SessionGone):
+            return p.GATE_CANCELLED
+        except Exception:  # the server hears "cancel"; its connection stays
+            log.exception("run %s: could not ask the question", self.ctx.run_id)
+            return p.GATE_CANCELLED
+        if approval_id is None:
+            return p.GATE_CANCELLED
+        why = "unanswered"
+        try:
+            self._wait(approval_id)
+        except Exception:
+            log.exception("run %s: waiting for question %s failed", self.ctx.run_id, approval_id)
+            why = "failed"
+        else:
+            if self.ctx.aborted.is_set() or self.stopped.is_set():
+                why = "stopped"
+        finally:
+            self.waiting = None
+        try:
+            closed = close_open(
+                self.ctx.run_id,
+                self.ctx.session_id,
+                p.GATE_CANCELLED,
+                why,
+                only=[approval_id],
+                guard=self.ctx.guard,
+            )
+        except Exception:  # gone with its session, or the run no longer this drive's
+            return p.GATE_CANCELLED
+        return closed.get(approval_id, p.GATE_CANCELLED)
+
+    def _wait(self, approval_id: str) -> None:
+        """Until the question is decided, the run or the call stops, or time is up."""
+        with wakeups.listening(approval_id) as waiter:
+            self.waiting = approval_id
+            deadline = time.monotonic() + settings.AGENT_MCP_ASK_SECONDS
+            while _status(approval_id) == ApprovalRequest.Status.PENDING:
+                left = deadline - time.monotonic()
+                if self.ctx.aborted.is_set() or self.stopped.is_set() or left <= 0:
+                    return
+                waiter.wait(min(RECHECK_SECONDS, left))
+
+    def _open(self, message: str, answer: dict[str, Any]) -> str | None:
+        """The question's gate and events, if this drive still holds the run."""
+        ctx = self.ctx
+        shown = ", ".join(f"{key} = {json.dumps(value)}" for key, value in answer.items())
+        note = message + (f"\n\nApproving answers: {shown}" if shown else "")
+        call = {
+            "tool_call_id": PREFIX + secrets.token_urlsafe(9),
+            "tool": self.tool,
+            "args": {"message": message, "answer": answer},
+            "note": note,
+        }
+        with transaction.atomic():
+            session = lock_run_session(ctx.session_id)
+            held = (
+                Run.objects.filter(id=ctx.run_id, status=Run.Status.RUNNING, worker=ctx.worker)
+                .values_list("state", flat=True)
+                .first()
+            )
+            # Not this drive's, or stopped already (a cancel waits for the tool).
+            if held is None or (held or {}).get("cancel") or self.stopped.is_set():
+                return None
+            approval = ApprovalRequest.objects.create(
+                session_id=ctx.session_id,
+                run_id=ctx.run_id,
+                tool_call_id=call["tool_call_id"],
+                tool=self.tool,
+                args=call["args"],
+            )
+            requested = {"approval_id": approval.id, **call}
+            paused = {"stop_reason": p.STOP_REQUIRES_APPROVAL, "approval_id": approval.id}
+            append_events(
+                ctx.session_id,
+                [
+                    NewEvent(p.K_TOOL_CALL, call, ctx.run_id),
+                    NewEvent(p.K_APPROVAL_REQUESTED, requested, ctx.run_id),
+                    NewEvent(p.K_RUN_PAUSED, paused, ctx.run_id),
+                ],
+                guard=ctx.guard,
+            )
+            set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
+        self.asked.append(approval.id)
+        return approval.id
+
+
+def _status(approval_id: str) -> str | None:
+    """The question's status; None once it is gone (with its session)."""
+    return ApprovalRequest.objects.filter(id=approval_id).values_list("status", flat=True).first()
+
+
+def waiting(session_id: str) -> bool:
+    """Does a question of the session wait for a person?"""
+    pending = ApprovalRequest.objects.filter(
+        session_id=session_id, status=ApprovalRequest.Status.PENDING
+    )
+    return pending.filter(tool_call_id__startswith=PREFIX).exists()
+
+
+def close_open(
+    run_id: str,
+    session_id: str,
+    decision: str,
+    by: str,
+    *,
+    only: list[str] | None = None,
+    guard: RunGuard | None = None,
+) -> dict[str, str]:
+    """Close the run's questions still pending with ``decision`` (``only``:
+    those), and log the result of each question not yet given one; the
+    decision each of them stands at. With ``guard``, only while that drive
+    holds the run (``RunAborted`` otherwise). The session goes back to
+    ``running`` when its run still is and nothing else waits."""
+    out: dict[str, str] = {}
+    with transaction.atomic():
+        session = lock_run_session(session_id)
+        asked = ApprovalRequest.objects.filter(run_id=run_id, tool_call_id__startswith=PREFIX)
+        if only is not None:
+            asked = asked.filter(id__in=only)
+        events: list[NewEvent] = []
+        now = timezone.now()
+        for question in asked.filter(executed_at__isnull=True):
+            if question.status == ApprovalRequest.Status.PENDING:
+                question.status = _STATUS[decision]
+                question.decided_by, question.decided_at = by, now
+                question.save(update_fields=["status", "decided_by", "decided_at"])
+                decided = {"approval_id": question.id, "decision": decision, "decided_by": by}
+                events.append(NewEvent(p.K_APPROVAL_DECIDED, decided, run_id))
+                wakeups.wake_on_commit(question.id)
+            question.executed_at = now
+            question.save(update_fields=["executed_at"])
+            result = {
+                "tool_call_id": question.tool_call_id,
+                "ok": question.status == ApprovalRequest.Status.APPROVED,
+                "output": OUTPUTS.get(question.status, "cancelled"),
+            }
+            events.append(NewEvent(p.K_TOOL_RESULT, result, run_id))
+        append_events(session_id, events, guard=guard)
+        for question in asked:
+            out[question.id] = DECISIONS[question.status]
+        running = Run.objects.filter(id=run_id, status=Run.Status.RUNNING).exists()
+        if (
+            running
+            and session.status == AgentSession.Status.AWAITING_APPROVAL
+            and not waiting(session_id)
+        ):
+            set_session_status(session, AgentSession.Status.RUNNING)
+    return out
