@@ -6,84 +6,30 @@ same session."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 from playwright.sync_api import expect
 
 from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
+from tests.browser.example_pages import bundle, open_example, send, shown
 from tests.browser.helpers import TIMEOUT, settle, transcript
-
-CLIENTS = Path(__file__).resolve().parents[1] / "clients"
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory) -> str:
+def script(tmp_path_factory) -> str:
     """The page's script, bundled from the pinned ai package."""
-    esbuild = CLIENTS / "node_modules" / ".bin" / "esbuild"
-    if shutil.which("node") is None or not esbuild.exists():
-        pytest.fail("tests/clients is not installed: npm ci --prefix tests/clients")
-    out = tmp_path_factory.mktemp("bundle") / "page.js"
-    subprocess.run(
-        [
-            str(esbuild),
-            str(CLIENTS / "ai_sdk_page.mjs"),
-            "--bundle",
-            "--format=iife",
-            f"--outfile={out}",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return out.read_text()
+    return bundle("ai_sdk_page.mjs", tmp_path_factory.mktemp("bundle"))
 
 
-def open_page(ctx, server, bundle: str, chat_id: str):
-    """The example page, served on the server's own origin (as a project would
-    serve its bundle): its cookie and CSRF header are the site's."""
-    page = ctx.new_page()
-    # A page of the site first: its csrftoken cookie (a project's own page,
-    # rendered by Django, sets it the same way).
-    page.goto(f"{server.http}/")
-    html = (
-        f'<!doctype html><meta charset="utf-8"><div id="app" data-chat-id="{chat_id}"></div>'
-        '<script src="/__example__/page.js"></script>'
-    )
-    page.route(
-        f"{server.http}/__example__/page.html",
-        lambda r: r.fulfill(body=html, content_type="text/html"),
-    )
-    page.route(
-        f"{server.http}/__example__/page.js",
-        lambda r: r.fulfill(body=bundle, content_type="text/javascript"),
-    )
-    page.goto(f"{server.http}/__example__/page.html")
-    expect(page.locator("#app")).to_have_attribute("data-loaded", "true", timeout=TIMEOUT)
-    return page
+def open_page(ctx, server, script: str, chat_id: str):
+    return open_example(ctx, server, script, chat_id=chat_id)
 
 
-def send(page, text: str) -> None:
-    page.get_by_test_id("input").fill(text)
-    page.get_by_test_id("input").press("Enter")
-
-
-def shown(page) -> list[tuple[str, str]]:
-    """The page's messages: (role, each text part joined by |)."""
-    return page.eval_on_selector_all(
-        "[data-testid=messages] > li",
-        "els => els.map(e => [e.dataset.testid,"
-        " [...e.querySelectorAll('[data-testid=text]')].map(p => p.textContent).join('|')])",
-    )
-
-
-def test_the_ai_sdk_page_sends_approves_and_resumes_after_a_refresh(server, ctx, bundle):
+def test_the_ai_sdk_page_sends_approves_and_resumes_after_a_refresh(server, ctx, script):
     """The page's approval card decides the gate (the tool runs once); a
     refresh mid-answer loads the finished turns and resumes the running one
     from the log; the page then shows what the native UI shows."""
     chat_id = "pageChat1"
-    page = open_page(ctx, server, bundle, chat_id)
+    page = open_page(ctx, server, script, chat_id)
     send(page, "/write notes.txt from the page")
     tool = page.get_by_test_id("tool")
     expect(tool).to_have_attribute("data-state", "approval-requested", timeout=TIMEOUT)

@@ -1,0 +1,70 @@
+"""The example pages of tests/clients (docs/integrations.md), bundled with
+esbuild from the pinned packages and served on the server's own origin, as
+a project would serve its bundle: their cookie and CSRF header are the
+site's."""
+
+from __future__ import annotations
+
+import html
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.helpers import TIMEOUT
+
+CLIENTS = Path(__file__).resolve().parents[1] / "clients"
+
+
+def bundle(name: str, into: Path) -> str:
+    """``tests/clients/<name>`` bundled for a browser (an IIFE script)."""
+    esbuild = CLIENTS / "node_modules" / ".bin" / "esbuild"
+    if shutil.which("node") is None or not esbuild.exists():
+        pytest.fail("tests/clients is not installed: npm ci --prefix tests/clients")
+    out = into / "page.js"
+    subprocess.run(
+        [str(esbuild), str(CLIENTS / name), "--bundle", "--format=iife", f"--outfile={out}"],
+        check=True,
+        capture_output=True,
+    )
+    return out.read_text()
+
+
+def open_example(ctx, server, script: str, **data: str):
+    """A page with ``<div id="app" data-…>`` and the script, loaded."""
+    page = ctx.new_page()
+    # A page of the site first: its csrftoken cookie (a project's own page,
+    # rendered by Django, sets it the same way).
+    page.goto(f"{server.http}/")
+    attrs = " ".join(f'data-{k.replace("_", "-")}="{html.escape(v)}"' for k, v in data.items())
+    body = (
+        f'<!doctype html><meta charset="utf-8"><div id="app" {attrs}></div>'
+        '<script src="/__example__/page.js"></script>'
+    )
+    page.route(
+        f"{server.http}/__example__/page.html",
+        lambda r: r.fulfill(body=body, content_type="text/html"),
+    )
+    page.route(
+        f"{server.http}/__example__/page.js",
+        lambda r: r.fulfill(body=script, content_type="text/javascript"),
+    )
+    page.goto(f"{server.http}/__example__/page.html")
+    expect(page.locator("#app")).to_have_attribute("data-loaded", "true", timeout=TIMEOUT)
+    return page
+
+
+def send(page, text: str) -> None:
+    page.get_by_test_id("input").fill(text)
+    page.get_by_test_id("input").press("Enter")
+
+
+def shown(page) -> list[tuple[str, str]]:
+    """The page's messages: (role, each text part joined by |)."""
+    return page.eval_on_selector_all(
+        "[data-testid=messages] > li",
+        "els => els.map(e => [e.dataset.testid,"
+        " [...e.querySelectorAll('[data-testid=text]')].map(p => p.textContent).join('|')])",
+    )
