@@ -23,6 +23,9 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-results"
 
+# The fixtures the app ships to sites that embed it (tests/test_testing.py).
+pytest_plugins = ["sessions_app.testing"]
+
 
 def pytest_configure(config):
     from django.conf import settings

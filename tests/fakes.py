@@ -1,8 +1,9 @@
 """Test doubles for agents: an in-memory RunContext and a fake model endpoint.
 
-``FakeContext`` records what an agent does instead of writing a log;
-``FakeOpenAIServer`` is an OpenAI-compatible chat-completions endpoint on
-127.0.0.1 that answers from a script and records the requests it got.
+``FakeContext`` (``sessions_app.testing``, re-exported) records what an
+agent does instead of writing a log; ``FakeOpenAIServer`` is an
+OpenAI-compatible chat-completions endpoint on 127.0.0.1 that answers from
+a script and records the requests it got.
 """
 
 from __future__ import annotations
@@ -13,80 +14,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sessions_app.runtime.base import Parked, ToolOutcome
 from sessions_app.runtime.registry import Tool
+from sessions_app.testing import FakeContext
 
-
-class FakeContext:
-    """A RunContext in memory: records deltas, messages, tool requests, sleeps."""
-
-    def __init__(
-        self,
-        text: str = "",
-        *,
-        session_id: str = "s_test",
-        run_id: str = "run_test",
-        state: dict[str, Any] | None = None,
-        history: list[dict[str, str]] | None = None,
-    ) -> None:
-        self.text = text
-        self.session_id = session_id
-        self.run_id = run_id
-        # A copy, as if loaded from the database: an agent mutating it in place
-        # must not change the state a test resumes from again.
-        self.state: dict[str, Any] = json.loads(json.dumps(state or {}))
-        self._history = history or []
-        self.deltas: list[str] = []
-        self.messages: list[str] = []
-        self.tool_requests: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
-        self.sleeps: list[float] = []
-        self.calls: list[tuple[str, Any]] = []  # everything, in order
-        self.delta_seen = threading.Event()  # set by every delta
-        # The state saved at each checkpoint, as the runtime would save it.
-        self.checkpoints: list[dict[str, Any]] = []
-
-    def delta(self, text: str, *, checkpoint: bool = False) -> None:
-        self.deltas.append(text)
-        self.calls.append(("delta", text))
-        self.delta_seen.set()
-        if checkpoint:
-            self.checkpoint()
-
-    def message(self, text: str) -> None:
-        self.messages.append(text)
-        self.calls.append(("message", text))
-        self.checkpoint()
-
-    def checkpoint(self) -> None:
-        self.checkpoints.append(json.loads(json.dumps(self.state)))
-
-    def request_tool(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> None:
-        # Round-trip through JSON like the runtime's database column would.
-        state = json.loads(json.dumps(state))
-        args = json.loads(json.dumps(args))
-        self.tool_requests.append((tool, args, state))
-        self.calls.append(("request_tool", (tool, args)))
-        self.state = state
-        raise Parked()
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.calls.append(("sleep", seconds))
-
-    def history(self) -> list[dict[str, str]]:
-        return list(self._history)
-
-    def outcome(self, *, approved: bool = True, ok: bool = True, output: str = "") -> ToolOutcome:
-        """The ToolOutcome the runtime would hand to resume for the last request."""
-        tool, args, _ = self.tool_requests[-1]
-        return ToolOutcome(
-            tool_call_id=f"tc_{len(self.tool_requests)}",
-            tool=tool,
-            args=args,
-            approved=approved,
-            ok=ok if approved else False,
-            output=output if approved else "denied",
-        )
+__all__ = ["FakeContext"]
 
 
 # --- the fake model endpoint --------------------------------------------------
