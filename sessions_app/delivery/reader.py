@@ -90,10 +90,23 @@ class StreamReader:
     the cursor a reconnect comes back with."""
 
     def __init__(
-        self, request, session_id, granted, token_id, after, epoch, compact, slot, encoder
+        self,
+        request,
+        session_id,
+        granted,
+        token_id,
+        after,
+        epoch,
+        compact,
+        slot,
+        encoder,
+        history=None,
     ):
         self.session_id = session_id
         self.encoder = encoder
+        # The view's fetch of the conversation up to a seq, for an encoder
+        # that asks for it (``wants_history``: wire.sse.Encoder).
+        self.history = history
         self.granted = granted
         self.token_id = token_id
         session = getattr(request, "session", None)
@@ -219,6 +232,8 @@ class StreamReader:
                         out.append(self.encoder.compacted(step.text(self.session_id), step.last))
                     else:
                         out.append(self.encoder.logged(step.text, step.seq))
+                        if self.encoder.wants_history:
+                            out.append(await self.given_history(step.seq))
                     size += len(out[-1])
                     done = self.encoder.done
                     if size >= WRITE_BYTES or step is page[-1] or done:
@@ -232,6 +247,11 @@ class StreamReader:
                         return
         finally:
             await pages.aclose()
+
+    async def given_history(self, seq: int) -> bytes:
+        """The conversation up to ``seq`` for the encoder that asked for it."""
+        messages = await self.history(seq) if self.history is not None else None
+        return self.encoder.given_history(messages)
 
     async def hole(self, cursor: int) -> bytes:
         """The log breaks after ``cursor`` (purged under the stream, or the
@@ -304,6 +324,8 @@ class StreamReader:
                 if not await self.writable():
                     return
                 yield self.encoder.logged(text, seq)
+                if self.encoder.wants_history:
+                    yield await self.given_history(seq)
                 self.order.sent(seq)
                 if self.ended():
                     return

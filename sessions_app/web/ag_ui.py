@@ -43,7 +43,7 @@ from sessions_app.web.dialects import (
     json_body,
 )
 from sessions_app.web.stream import StreamResponse
-from sessions_app.wire import ag_ui
+from sessions_app.wire import ag_ui, ag_ui_messages
 from sessions_app.wire import protocol as p
 
 
@@ -73,7 +73,24 @@ async def run(request: HttpRequest, answer: Answer) -> HttpResponse:
         snapshot=snapshot,
         segments=segments,
     )
-    return await answer.stream(request, who, session_id, after, encoder)
+    history = _history(session_id)
+    return await answer.stream(request, who, session_id, after, encoder, history=history)
+
+
+def _history(session_id: str):
+    """The conversation up to a seq, as AG-UI messages (for the encoder that
+    takes back what a redo no longer says)."""
+
+    async def upto(seq: int) -> list:
+        return await reading_in_db_pool(_history_upto)(session_id, seq)
+
+    return upto
+
+
+def _history_upto(session_id: str, seq: int) -> list:
+    session = AgentSession.objects.get(id=session_id)
+    turns = conversation.path_turns(session, upto=seq)
+    return ag_ui_messages.history([_turn(turn) for turn in turns])
 
 
 def _position(request: HttpRequest) -> tuple[str, int, int] | None:
@@ -149,7 +166,7 @@ def _went_on(session: AgentSession, run_id: str, after: int):
     up to the gate (``MESSAGES_SNAPSHOT``), and how many text messages of
     the run came before it."""
     turns = conversation.path_turns(session, upto=after)
-    snapshot = ag_ui.history([_turn(turn) for turn in turns])
+    snapshot = ag_ui_messages.history([_turn(turn) for turn in turns])
     said = [t for t in turns if t.run_id == run_id]
     segments = sum(
         1
@@ -180,7 +197,9 @@ async def join(request: HttpRequest, answer: Answer, thread_id: str) -> HttpResp
     run_id, after = active
     encoder = ag_ui.AgUiRun(thread_id, run_id, run_id, epoch, position=position, snapshot=snapshot)
     answer.take_slot(who)
-    return await answer.stream(request, who, session_id, after, encoder, epoch)
+    return await answer.stream(
+        request, who, session_id, after, encoder, epoch, history=_history(session_id)
+    )
 
 
 async def _once(body: bytes):
@@ -197,4 +216,5 @@ def _joined(request: HttpRequest, who: Caller, thread_id: str):
     if session is None:
         return None
     turns = [_turn(turn) for turn in conversation.path_turns(session)]
-    return session.id, session.epoch, conversation.active_run(session), ag_ui.history(turns)
+    snapshot = ag_ui_messages.history(turns)
+    return session.id, session.epoch, conversation.active_run(session), snapshot

@@ -144,8 +144,11 @@ class Answer:
         after: int,
         encoder,
         epoch: str | None = None,
+        history=None,
     ) -> StreamResponse:
-        response = await open_stream(request, who, session_id, after, encoder, self.slot, epoch)
+        response = await open_stream(
+            request, who, session_id, after, encoder, self.slot, epoch, history
+        )
         self.slot = None  # the response gives it back
         return response
 
@@ -196,19 +199,21 @@ async def open_stream(
     encoder,
     slot: Slot,
     epoch: str | None = None,
+    history=None,
 ) -> StreamResponse:
     """The response that delivers the session's log after ``after`` through
     ``encoder``, on the delivery stage like the native stream, in ``slot``.
     ``epoch``: the session's, read by the view with its lookup of the
     caller's session (else read here); the reader reads the head again once
-    its groups are joined, and a log rebuilt since ends it with a reset."""
+    its groups are joined, and a log rebuilt since ends it with a reset.
+    ``history``: the conversation up to a seq, for an encoder that asks."""
     if epoch is None:
         row = await owned_row(session_id, who.user.pk)
         if row is None:
             raise Refused(404, "not_found", "no such session")
         epoch = row["epoch"]
     reader = StreamReader(
-        request, session_id, who.granted, who.token_id, after, epoch, False, slot, encoder
+        request, session_id, who.granted, who.token_id, after, epoch, False, slot, encoder, history
     )
     slot.arm()  # from here, as a native stream's: the response is about to go out
     return StreamResponse(reader.body(), slot)

@@ -23,7 +23,13 @@ or ``RUN_ERROR``. What maps to what (docs/integrations.md):
   entry (``status: "resolved"`` with ``payload: {"approved": true|false}``;
   ``"cancelled"`` denies);
 - ``run.resumed`` (the run went on in another process): the characters the
-  redone deltas say again are not said twice.
+  redone deltas say again are not said twice. Where they say something
+  else (a model asked again), the characters the client holds and the log
+  no longer says are taken back: ``MESSAGES_SNAPSHOT`` (the conversation as
+  the log has it then, the open message cut back to what it still says;
+  the message stays open), then what the redo says. The encoder asks for
+  that conversation (``wants_history``, answered by ``given_history``): the
+  reader fetches it.
 
 Resume, this server's extension: every event carries ``id:``, the position
 of what it says in the log. ``<epoch>:<seq>`` on the last event a logged
@@ -44,7 +50,6 @@ from typing import Any
 
 from ag_ui.core import (
     AssistantMessage,
-    FunctionCall,
     Interrupt,
     MessagesSnapshotEvent,
     RunErrorEvent,
@@ -56,18 +61,16 @@ from ag_ui.core import (
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
-    ToolCall,
     ToolCallArgsEvent,
     ToolCallEndEvent,
     ToolCallResultEvent,
     ToolCallStartEvent,
-    ToolMessage,
-    UserMessage,
 )
 from ag_ui.encoder import EventEncoder
 
 from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
+from sessions_app.wire.ag_ui_messages import text_id
 
 KEEP_ALIVE = b": keep-alive\n\n"
 APPROVAL_REASON = "tool_approval"
@@ -122,6 +125,11 @@ class AgUiRun:
         self._raw: list[str] = []  # deltas as the frames wrote them (JSON strings)
         self._content: tuple[str, str] | None = None  # the open message's CONTENT event
         self.redo = ""  # said already, and being said again after a takeover
+        # A redo said something else: this seq's events wait for the
+        # conversation (``given_history``), and then what the redo said.
+        self.wants_history = False
+        self._held: tuple[int, str | None] | None = None
+        self._after = ""
         self.marker = frames.run_marker(run_id)
         self.delta_marker = frames.delta_marker(run_id)
         self.out: list[bytes] = []
@@ -158,6 +166,25 @@ class AgUiRun:
         self.ts = _millis(frame.get("ts"))
         opened = self.open_id
         self.event(frame["kind"], frame.get("data") or {}, seq)
+        if self.wants_history:
+            self._held = (seq, opened)
+            return b""  # written with the snapshot (``given_history``)
+        return self.write(seq, opened)
+
+    def given_history(self, messages: list | None) -> bytes:
+        """The conversation up to the seq that asked (``history``), the open
+        message left out: the snapshot that takes back what the redo no
+        longer says (the open message in it cut back, and left open), then
+        the redo (None: no one can fetch it; the redo goes on after what the
+        client holds)."""
+        seq, opened = self._held or (None, None)
+        self.wants_history, self._held = False, None
+        if messages is not None:
+            corrected = AssistantMessage(id=self.open_id, role="assistant", content=self.said)
+            self.emit(MessagesSnapshotEvent(messages=[*messages, corrected]))
+        self.said += self._after
+        self.emit(TextMessageContentEvent(message_id=self.open_id, delta=self._after))
+        self._after = ""
         return self.write(seq, opened)
 
     def compacted(self, text: str, last: int) -> bytes:
@@ -248,7 +275,10 @@ class AgUiRun:
             self.redo = self.redo[same:] if same < len(self.redo) else ""
             text = text[same:]
             if self.redo and text:
-                self.redo = ""  # a redo that says something else: it goes on from here
+                # A redo that says something else: the client holds
+                # ``redo``, which the log no longer says. Taken back.
+                self.redo, self._after, self.wants_history = "", text, True
+                return
         if not text:
             return
         if self.open_id is None:
@@ -340,12 +370,6 @@ class AgUiRun:
         return again
 
 
-def text_id(run_id: str, segment: int) -> str:
-    """A text message's id: the run's ``segment``-th (from 0), the same in
-    every response and in a snapshot."""
-    return f"{run_id}:t{segment}"
-
-
 _MARK = "\ue000"
 
 
@@ -393,46 +417,3 @@ def _common(a: str, b: str) -> int:
 def _sse(event: Any, position: str | None) -> bytes:
     body = _ENCODER.encode(event)
     return (f"id: {position}\n{body}" if position else body).encode()
-
-
-# --- the history a late joiner is given ----------------------------------------------
-
-
-def history(turns: list[tuple[str, str, str, list[tuple[str, dict, int]]]]) -> list[Any]:
-    """AG-UI messages of turns: each (user message id, its text, run id, the
-    run's events as (kind, data, seq) but their deltas). Their ids are those
-    a live response gives: a text message ``text_id``, a tool call's
-    message the call's id (``TOOL_CALL_START`` without a parent makes it),
-    a result ``<run id>:<seq>``."""
-    out: list[Any] = []
-    for message_id, text, run_id, events in turns:
-        out.append(UserMessage(id=message_id, role="user", content=text))
-        segment = 0
-        for kind, data, seq in events:
-            if kind == p.K_ASSISTANT_MESSAGE and data.get("text"):
-                message_id = text_id(run_id, segment)
-                out.append(AssistantMessage(id=message_id, role="assistant", content=data["text"]))
-                segment += 1
-            elif kind == p.K_TOOL_CALL:
-                call = ToolCall(
-                    id=data["tool_call_id"],
-                    type="function",
-                    function=FunctionCall(
-                        name=data["tool"], arguments=json.dumps(data.get("args") or {})
-                    ),
-                )
-                out.append(
-                    AssistantMessage(id=data["tool_call_id"], role="assistant", tool_calls=[call])
-                )
-            elif kind == p.K_TOOL_RESULT:
-                output = data.get("output")
-                content = output if isinstance(output, str) else json.dumps(output)
-                out.append(
-                    ToolMessage(
-                        id=f"{run_id}:{seq}",
-                        role="tool",
-                        content=content,
-                        tool_call_id=data["tool_call_id"],
-                    )
-                )
-    return out

@@ -75,6 +75,7 @@ class UiMessageStream:
     """
 
     keep_alive = KEEP_ALIVE
+    wants_history = False  # ``reset-step`` takes text back without it
 
     def __init__(self, session_id: str, run_id: str, *, stop_at_gate: bool = True) -> None:
         self.session_id = session_id
@@ -141,6 +142,9 @@ class UiMessageStream:
         if self.paused and self.stop_at_gate and not self.done:
             self.finish("tool-calls")
         return self.flush()
+
+    def given_history(self, messages: list | None) -> bytes:
+        return b""  # never asked for (``wants_history`` is never set)
 
     def reset(self, session_id: str, reason: str, message: str, **extra: Any) -> bytes:
         self.emit({"type": "error", "errorText": f"{reason}: {message}"})

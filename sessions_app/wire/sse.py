@@ -73,10 +73,17 @@ class Encoder(Protocol):
     of (the replay reached the head, a live message was delivered),
     ``keep_alive`` while idle, and ``reset`` at a terminal rejection. Once
     ``done`` is true the response ends after what was returned.
+
+    An encoder may need the conversation as the log has it (AG-UI taking
+    back text a redo no longer says): it sets ``wants_history`` after a
+    ``logged``, and the reader answers with ``given_history(messages)``
+    (the view's fetch of it up to that seq, or None when it has none),
+    whose bytes follow.
     """
 
     keep_alive: bytes
     done: bool
+    wants_history: bool
 
     def opening(self, session_id: str, epoch: str, head: int) -> bytes: ...
 
@@ -88,12 +95,15 @@ class Encoder(Protocol):
 
     def reset(self, session_id: str, reason: str, message: str, **extra) -> bytes: ...
 
+    def given_history(self, messages: list | None) -> bytes: ...
+
 
 class NativeEncoder:
     """The native dialect: every logged event as itself (docs/sse.md)."""
 
     keep_alive = KEEP_ALIVE
     done = False
+    wants_history = False  # it never takes anything back
 
     @staticmethod
     def opening(session_id: str, epoch: str, head: int) -> bytes:
@@ -114,3 +124,7 @@ class NativeEncoder:
     @staticmethod
     def reset(session_id: str, reason: str, message: str, **extra) -> bytes:
         return reset(session_id, reason, message, **extra)
+
+    @staticmethod
+    def given_history(messages: list | None) -> bytes:
+        return b""  # never asked for (``wants_history`` is never set)

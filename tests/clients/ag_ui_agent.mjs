@@ -11,8 +11,10 @@
 //   deny      the same, denied
 //   cut       run <text>; abort after the first text content; run again with
 //             Last-Event-ID (the last id received) and the same runId
+//   join      join the thread late (GET /api/ag-ui/<thread>/stream) through
+//             the agent's own connectAgent()
 
-import { HttpAgent } from "@ag-ui/client";
+import { HttpAgent, runHttpRequest, transformHttpEventStream } from "@ag-ui/client";
 
 const [base, token, threadId, scenario, text] = process.argv.slice(2);
 
@@ -88,8 +90,32 @@ async function run(params = {}) {
   return finished;
 }
 
-agent.addMessage({ id: `m-${Date.now()}`, role: "user", content: text });
-if (scenario === "turn") {
+if (scenario !== "join") agent.addMessage({ id: `m-${Date.now()}`, role: "user", content: text });
+if (scenario === "join") {
+  agent.connect = () =>
+    transformHttpEventStream(
+      runHttpRequest(() =>
+        teeFetch(`${base}/api/ag-ui/${encodeURIComponent(threadId)}/stream`, {
+          method: "GET",
+          headers: { Authorization: `Token ${token}`, Accept: "text/event-stream" },
+        }),
+      ),
+    );
+  const finished = {};
+  try {
+    await agent.connectAgent(
+      { runId: "j1" },
+      {
+        onRunFinishedEvent: ({ outcome }) => {
+          finished.outcome = outcome;
+        },
+      },
+    );
+  } catch (error) {
+    finished.thrown = String(error?.message ?? error);
+  }
+  out.runs.push(finished);
+} else if (scenario === "turn") {
   await run({ runId: "r1" });
 } else if (scenario === "approve" || scenario === "deny") {
   const first = await run({ runId: "r1" });

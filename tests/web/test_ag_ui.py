@@ -182,3 +182,57 @@ def test_bad_input_is_refused_and_thread_ids_are_per_user(server, user, other_us
             "text": "/echo theirs",
         }
     ]
+
+
+def test_a_redo_that_says_something_else_is_taken_back_in_the_client(server, user, tmp_path):
+    """A takeover whose redone deltas say something else (a model asked
+    again): HttpAgent, joining late, ends with the text the log says, not the
+    first attempt's tail after it. The stream takes it back with a snapshot
+    (the open message in it cut back to what the log still says, and left
+    open), goes on with the redo, and passes the validator."""
+    from sessions_app.log.events import NewEvent, append_events
+    from sessions_app.log.sessions import create_session
+    from sessions_app.models import ApprovalRequest, Run
+    from sessions_app.wire import protocol as p
+
+    session = create_session(user, "", external_id="redo1")
+    run = Run.objects.create(
+        session=session,
+        client_message_id="u1",
+        text="say hello",
+        message_seq=session.head + 1,
+        status=Run.Status.AWAITING_APPROVAL,
+    )
+    gate = ApprovalRequest.objects.create(
+        session=session, run=run, tool_call_id="call_redo", tool="write_file", args={"path": "x"}
+    )
+    call = {"tool_call_id": gate.tool_call_id, "tool": gate.tool, "args": gate.args}
+    said = [
+        (p.K_USER_MESSAGE, {"client_message_id": "u1", "text": run.text}),
+        (p.K_RUN_STARTED, {"client_message_id": "u1"}),
+        *((p.K_ASSISTANT_DELTA, {"text": t}) for t in ("Hello ", "wor", "ld, ", "how")),
+        (p.K_RUN_RESUMED, {"reason": p.RESUMED_TAKEOVER, "keep": 6}),
+        *((p.K_ASSISTANT_DELTA, {"text": t}) for t in ("wo", "nderful", " day")),
+        (p.K_ASSISTANT_MESSAGE, {"text": "Hello wonderful day"}),
+        (p.K_TOOL_CALL, call),
+        (p.K_APPROVAL_REQUESTED, {"approval_id": gate.id, **call}),
+        (p.K_RUN_PAUSED, {"stop_reason": p.STOP_REQUIRES_APPROVAL, "approval_id": gate.id}),
+    ]
+    append_events(session.id, [NewEvent(kind, data, run.id) for kind, data in said])
+
+    report = agent(server, api_key(user), "redo1", "join")
+    assert report["runs"][0].get("thrown") is None, report["runs"]
+    assert report["runs"][0]["outcome"] == "interrupt"
+    assert assistant_text(report["messages"]) == "Hello wonderful day"
+    body = report["recorded"][0]["body"]
+    events = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: ")]
+    kinds = [e["type"] for e in events]
+    at = kinds.index("MESSAGES_SNAPSHOT", 2)  # the second: the first opens the join
+    assert kinds[at - 1 : at + 2] == [
+        "TEXT_MESSAGE_CONTENT",
+        "MESSAGES_SNAPSHOT",
+        "TEXT_MESSAGE_CONTENT",
+    ]
+    cut = [m for m in events[at]["messages"] if m["id"] == f"{run.id}:t0"]
+    assert [m["content"] for m in cut] == ["Hello wo"]
+    clean(report, tmp_path, "redo")
