@@ -10,9 +10,11 @@
 
   - ``agent_server``: the site under daphne, in a process of its own on a
     free port of 127.0.0.1, on the test database (a file or a server: a
-    SQLite database in memory cannot be shared with it), runs executed in
-    it as the embedded profile does. ``agent_server.http`` and ``.ws`` are
-    its base URLs.
+    SQLite database in memory cannot be shared with it). Runs execute as
+    the site has them execute: in that process with the embedded runtime
+    (the default); with ``AGENT_RUNNER=worker``, start run workers on the
+    test database yourself. ``agent_server.http`` and ``.ws`` are its base
+    URLs.
   - ``agent_user``: a user of the test database, with a password.
   - ``agent_client``: ``agent_user`` signed in on ``agent_server`` with a
     session cookie, as a browser is: ``get``, ``post`` (JSON, with the CSRF
@@ -174,13 +176,12 @@ def _application():
     return get_default_application()
 
 
-def _test_database() -> None:
-    """In the server's process: the test database, as the tests' own."""
+def _use_database(name: str) -> None:
+    """In the server's process: the test database the tests use (a forked
+    process has it already; a spawned one reads the settings afresh)."""
     from django.conf import settings
-    from django.db.backends.base.creation import TEST_DATABASE_PREFIX
 
-    db = settings.DATABASES["default"]
-    db["NAME"] = db.get("TEST", {}).get("NAME") or TEST_DATABASE_PREFIX + db["NAME"]
+    settings.DATABASES["default"]["NAME"] = name
 
 
 if pytest is not None:
@@ -200,16 +201,21 @@ if pytest is not None:
                 )
         host = "127.0.0.1"
         settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, host]
-        server = DaphneProcess(host, partial(_application), setup=_test_database)
+        # The test database's name as the tests use it (pytest-django set it).
+        database = connections["default"].settings_dict["NAME"]
+        server = DaphneProcess(host, partial(_application), setup=partial(_use_database, database))
         server.start()
-        if not server.ready.wait(timeout=30):
-            server.terminate()
-            raise RuntimeError("agent_server did not start within 30 s")
         try:
+            if not server.ready.wait(timeout=30):
+                why = "" if server.errors.empty() else f": {server.errors.get_nowait()!r}"
+                raise RuntimeError(f"agent_server did not start within 30 s{why}")
             yield AgentServer(host, server.port.value)
         finally:
             server.terminate()
             server.join(10)
+            if server.is_alive():
+                server.kill()
+                server.join(5)
 
     @pytest.fixture
     def agent_user(django_user_model):

@@ -268,8 +268,10 @@ def _quiesce() -> None:
 
 def _keep_logs_on_failure(procs) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
+    # The two profiles' suites run side by side (scripts/test): each names its own.
+    profile = "production" if os.environ.get("DATABASE_URL") else "embedded"
     for proc in procs:
         if proc.log_path.exists():
             text = proc.log_text()
             if "Traceback" in text:
-                shutil.copy(proc.log_path, ARTIFACTS / proc.log_path.name)
+                shutil.copy(proc.log_path, ARTIFACTS / f"{profile}-{proc.log_path.name}")

@@ -73,23 +73,25 @@ async def run(request: HttpRequest, answer: Answer) -> HttpResponse:
         snapshot=snapshot,
         segments=segments,
     )
-    history = _history(session_id)
+    history = _history(session_id, run_id)
     return await answer.stream(request, who, session_id, after, encoder, history=history)
 
 
-def _history(session_id: str):
-    """The conversation up to a seq, as AG-UI messages (for the encoder that
-    takes back what a redo no longer says)."""
+def _history(session_id: str, run_id: str):
+    """The conversation before a seq, on the path to ``run_id``, as AG-UI
+    messages (for the encoder that takes back what a redo no longer says)."""
 
-    async def upto(seq: int) -> list:
-        return await reading_in_db_pool(_history_upto)(session_id, seq)
+    async def before(seq: int) -> list | None:
+        return await reading_in_db_pool(_history_before)(session_id, run_id, seq)
 
-    return upto
+    return before
 
 
-def _history_upto(session_id: str, seq: int) -> list:
-    session = AgentSession.objects.get(id=session_id)
-    turns = conversation.path_turns(session, upto=seq)
+def _history_before(session_id: str, run_id: str, seq: int) -> list | None:
+    session = AgentSession.objects.filter(id=session_id).first()
+    if session is None:  # deleted under the stream: it ends with its reset
+        return None
+    turns = conversation.path_turns(session, upto=seq - 1, leaf=run_id)
     return ag_ui_messages.history([_turn(turn) for turn in turns])
 
 
@@ -198,7 +200,7 @@ async def join(request: HttpRequest, answer: Answer, thread_id: str) -> HttpResp
     encoder = ag_ui.AgUiRun(thread_id, run_id, run_id, epoch, position=position, snapshot=snapshot)
     answer.take_slot(who)
     return await answer.stream(
-        request, who, session_id, after, encoder, epoch, history=_history(session_id)
+        request, who, session_id, after, encoder, epoch, history=_history(session_id, run_id)
     )
 
 

@@ -120,12 +120,15 @@ class Turn:
     events: list[Event] = field(default_factory=list)
 
 
-def path_turns(session: AgentSession, upto: int | None = None) -> list[Turn]:
-    """The turns of the session's active path, oldest first: each finished
-    run's events. With ``upto``, the conversation as it stood then: the turns
-    asked by then, each run's events up to that seq (what a client was given
-    of a run that parked at a gate there, whatever happened since)."""
-    path = turns.ancestry(session.leaf_run_id or None)
+def path_turns(
+    session: AgentSession, upto: int | None = None, leaf: str | None = None
+) -> list[Turn]:
+    """The turns of the session's active path (``leaf``: the path to that
+    run), oldest first: each finished run's events. With ``upto``, the
+    conversation as it stood then: the turns asked by then, each run's
+    events up to that seq (what a client was given of a run that parked at
+    a gate there, whatever happened since)."""
+    path = turns.ancestry(leaf or session.leaf_run_id or None)
     rows = Run.objects.filter(id__in=path).values(
         "id", "client_message_id", "text", "answers_id", "status", "message_seq"
     )

@@ -24,12 +24,12 @@ or ``RUN_ERROR``. What maps to what (docs/integrations.md):
   ``"cancelled"`` denies);
 - ``run.resumed`` (the run went on in another process): the characters the
   redone deltas say again are not said twice. Where they say something
-  else (a model asked again), the characters the client holds and the log
-  no longer says are taken back: ``MESSAGES_SNAPSHOT`` (the conversation as
-  the log has it then, the open message cut back to what it still says;
-  the message stays open), then what the redo says. The encoder asks for
-  that conversation (``wants_history``, answered by ``given_history``): the
-  reader fetches it.
+  else (a model asked again), or stop short of them, the characters the
+  client holds and the log no longer says are taken back:
+  ``MESSAGES_SNAPSHOT`` (the conversation before that event, and the open
+  message cut back to what the log still says; it stays open), then what
+  the event says. The encoder asks for that conversation (``wants_history``,
+  answered by ``given_history``): the reader fetches it.
 
 Resume, this server's extension: every event carries ``id:``, the position
 of what it says in the log. ``<epoch>:<seq>`` on the last event a logged
@@ -125,11 +125,11 @@ class AgUiRun:
         self._raw: list[str] = []  # deltas as the frames wrote them (JSON strings)
         self._content: tuple[str, str] | None = None  # the open message's CONTENT event
         self.redo = ""  # said already, and being said again after a takeover
-        # A redo said something else: this seq's events wait for the
-        # conversation (``given_history``), and then what the redo said.
+        # A redo said something else, or stopped short: this seq's events
+        # wait for the conversation (``given_history``), a ``_TakeBack`` among
+        # them where the snapshot goes.
         self.wants_history = False
         self._held: tuple[int, str | None] | None = None
-        self._after = ""
         self.marker = frames.run_marker(run_id)
         self.delta_marker = frames.delta_marker(run_id)
         self.out: list[bytes] = []
@@ -166,25 +166,29 @@ class AgUiRun:
         self.ts = _millis(frame.get("ts"))
         opened = self.open_id
         self.event(frame["kind"], frame.get("data") or {}, seq)
-        if self.wants_history:
-            self._held = (seq, opened)
+        if any(isinstance(event, _TakeBack) for event in self.pending):
+            self.wants_history, self._held = True, (seq, opened)
             return b""  # written with the snapshot (``given_history``)
         return self.write(seq, opened)
 
     def given_history(self, messages: list | None) -> bytes:
-        """The conversation up to the seq that asked (``history``), the open
-        message left out: the snapshot that takes back what the redo no
-        longer says (the open message in it cut back, and left open), then
-        the redo (None: no one can fetch it; the redo goes on after what the
-        client holds)."""
+        """The conversation before the seq that asked (``history``), of this
+        run's path: the snapshot that takes back what the client holds and
+        the log no longer says, the open message cut back (None: no one can
+        fetch it, and the client keeps those characters)."""
         seq, opened = self._held or (None, None)
         self.wants_history, self._held = False, None
-        if messages is not None:
-            corrected = AssistantMessage(id=self.open_id, role="assistant", content=self.said)
-            self.emit(MessagesSnapshotEvent(messages=[*messages, corrected]))
-        self.said += self._after
-        self.emit(TextMessageContentEvent(message_id=self.open_id, delta=self._after))
-        self._after = ""
+        pending: list[Any] = []
+        for event in self.pending:
+            if isinstance(event, _TakeBack):
+                if messages is not None:
+                    said = event.said
+                    cut = AssistantMessage(id=event.message_id, role="assistant", content=said)
+                    snapshot = MessagesSnapshotEvent(messages=[*messages, cut], timestamp=self.ts)
+                    pending.append(snapshot)
+            else:
+                pending.append(event)
+        self.pending = pending
         return self.write(seq, opened)
 
     def compacted(self, text: str, last: int) -> bytes:
@@ -277,8 +281,7 @@ class AgUiRun:
             if self.redo and text:
                 # A redo that says something else: the client holds
                 # ``redo``, which the log no longer says. Taken back.
-                self.redo, self._after, self.wants_history = "", text, True
-                return
+                self.take_back()
         if not text:
             return
         if self.open_id is None:
@@ -288,7 +291,15 @@ class AgUiRun:
         self.said += text
         self.emit(TextMessageContentEvent(message_id=self.open_id, delta=text))
 
+    def take_back(self) -> None:
+        """The client holds ``redo`` past what the open message says: the
+        snapshot that cuts it back goes here (``given_history``)."""
+        self.pending.append(_TakeBack(self.open_id, self.said))
+        self.redo = ""
+
     def close_text(self) -> None:
+        if self.open_id is not None and self.redo:
+            self.take_back()  # a redo that stopped short of what it said before
         if self.open_id is not None:
             self.emit(TextMessageEndEvent(message_id=self.open_id))
             self.segments += 1
@@ -368,6 +379,13 @@ class AgUiRun:
         if open_call is not None:
             again.append(_sse(open_call, None))
         return again
+
+
+class _TakeBack:
+    """Where a snapshot goes among a seq's events (``AgUiRun.take_back``)."""
+
+    def __init__(self, message_id: str | None, said: str) -> None:
+        self.message_id, self.said = message_id, said
 
 
 _MARK = "\ue000"

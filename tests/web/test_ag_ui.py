@@ -184,18 +184,17 @@ def test_bad_input_is_refused_and_thread_ids_are_per_user(server, user, other_us
     ]
 
 
-def test_a_redo_that_says_something_else_is_taken_back_in_the_client(server, user, tmp_path):
-    """A takeover whose redone deltas say something else (a model asked
-    again): HttpAgent, joining late, ends with the text the log says, not the
-    first attempt's tail after it. The stream takes it back with a snapshot
-    (the open message in it cut back to what the log still says, and left
-    open), goes on with the redo, and passes the validator."""
+def taken_over(user, thread: str, first: list[str], keep: int, redo: list[str], whole: str):
+    """A run whose deltas said ``first``, then was taken over (``keep``
+    characters kept) and said ``redo``, then its message ``whole``, parked at
+    a gate (so that a join streams it, and ends): written to the log as a
+    worker would have."""
     from sessions_app.log.events import NewEvent, append_events
     from sessions_app.log.sessions import create_session
     from sessions_app.models import ApprovalRequest, Run
     from sessions_app.wire import protocol as p
 
-    session = create_session(user, "", external_id="redo1")
+    session = create_session(user, "", external_id=thread)
     run = Run.objects.create(
         session=session,
         client_message_id="u1",
@@ -204,35 +203,59 @@ def test_a_redo_that_says_something_else_is_taken_back_in_the_client(server, use
         status=Run.Status.AWAITING_APPROVAL,
     )
     gate = ApprovalRequest.objects.create(
-        session=session, run=run, tool_call_id="call_redo", tool="write_file", args={"path": "x"}
+        session=session, run=run, tool_call_id=f"call_{thread}", tool="write_file", args={}
     )
     call = {"tool_call_id": gate.tool_call_id, "tool": gate.tool, "args": gate.args}
     said = [
         (p.K_USER_MESSAGE, {"client_message_id": "u1", "text": run.text}),
         (p.K_RUN_STARTED, {"client_message_id": "u1"}),
-        *((p.K_ASSISTANT_DELTA, {"text": t}) for t in ("Hello ", "wor", "ld, ", "how")),
-        (p.K_RUN_RESUMED, {"reason": p.RESUMED_TAKEOVER, "keep": 6}),
-        *((p.K_ASSISTANT_DELTA, {"text": t}) for t in ("wo", "nderful", " day")),
-        (p.K_ASSISTANT_MESSAGE, {"text": "Hello wonderful day"}),
+        *((p.K_ASSISTANT_DELTA, {"text": t}) for t in first),
+        (p.K_RUN_RESUMED, {"reason": p.RESUMED_TAKEOVER, "keep": keep}),
+        *((p.K_ASSISTANT_DELTA, {"text": t}) for t in redo),
+        (p.K_ASSISTANT_MESSAGE, {"text": whole}),
         (p.K_TOOL_CALL, call),
         (p.K_APPROVAL_REQUESTED, {"approval_id": gate.id, **call}),
         (p.K_RUN_PAUSED, {"stop_reason": p.STOP_REQUIRES_APPROVAL, "approval_id": gate.id}),
     ]
     append_events(session.id, [NewEvent(kind, data, run.id) for kind, data in said])
+    return run.id
 
-    report = agent(server, api_key(user), "redo1", "join")
+
+@pytest.mark.parametrize(
+    ("first", "redo", "whole", "cut"),
+    [
+        # the redo's deltas say something else
+        (
+            ["Hello ", "wor", "ld, ", "how"],
+            ["wo", "nderful", " day"],
+            "Hello wonderful day",
+            "Hello wo",
+        ),
+        # the redo says it only in its message, with no delta
+        (["Hello ", "world, friend"], [], "Hello there", "Hello "),
+        # the redo says the start again, then stops short
+        (["Hello ", "world, friend"], ["world"], "Hello world", "Hello world"),
+    ],
+    ids=["in-deltas", "in-the-message", "stops-short"],
+)
+def test_a_redo_that_says_something_else_is_taken_back_in_the_client(
+    server, user, tmp_path, first, redo, whole, cut
+):
+    """A takeover whose redo says something else than the first attempt (a
+    model asked again): HttpAgent, joining late, ends with the text the log
+    says, not the first attempt's tail. The stream takes it back with a
+    snapshot (the open message in it cut back to what the log still says),
+    goes on with the redo, and passes the validator."""
+    thread = f"redo-{len(redo)}-{len(whole)}"
+    run_id = taken_over(user, thread, first, 6, redo, whole)
+    report = agent(server, api_key(user), thread, "join")
     assert report["runs"][0].get("thrown") is None, report["runs"]
     assert report["runs"][0]["outcome"] == "interrupt"
-    assert assistant_text(report["messages"]) == "Hello wonderful day"
+    assert assistant_text(report["messages"]) == whole
     body = report["recorded"][0]["body"]
     events = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: ")]
     kinds = [e["type"] for e in events]
     at = kinds.index("MESSAGES_SNAPSHOT", 2)  # the second: the first opens the join
-    assert kinds[at - 1 : at + 2] == [
-        "TEXT_MESSAGE_CONTENT",
-        "MESSAGES_SNAPSHOT",
-        "TEXT_MESSAGE_CONTENT",
-    ]
-    cut = [m for m in events[at]["messages"] if m["id"] == f"{run.id}:t0"]
-    assert [m["content"] for m in cut] == ["Hello wo"]
-    clean(report, tmp_path, "redo")
+    assert [m["content"] for m in events[at]["messages"] if m["id"] == f"{run_id}:t0"] == [cut]
+    assert [m["role"] for m in events[at]["messages"]] == ["user", "assistant"]
+    clean(report, tmp_path, thread)
