@@ -255,6 +255,10 @@ AGENT_TOOLS = _env_list("AGENT_TOOLS", _app("AGENT_TOOLS"))
 AGENT_MCP_SERVERS = _env_json("AGENT_MCP_SERVERS", _app("AGENT_MCP_SERVERS"))
 AGENT_MCP_CALL_SECONDS = _app("AGENT_MCP_CALL_SECONDS")
 AGENT_MCP_ASK_SECONDS = _app("AGENT_MCP_ASK_SECONDS")
+# The access log, and the proxies whose X-Forwarded-For it believes
+# (comma-separated addresses; sessions_app/server/access_log.py).
+AGENT_ACCESS_LOG = _app("AGENT_ACCESS_LOG")
+AGENT_TRUSTED_PROXIES = _env_list("AGENT_TRUSTED_PROXIES", _app("AGENT_TRUSTED_PROXIES"))
 AGENT_WORKER_METRICS_PORT = _app("AGENT_WORKER_METRICS_PORT")
 AGENT_WORKER_METRICS_HOST = _app("AGENT_WORKER_METRICS_HOST")
 AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))

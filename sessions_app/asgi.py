@@ -10,7 +10,8 @@
 WebSocket upgrades go to the session and list sockets (``routing.py``), only
 from this site's own origin or CSRF_TRUSTED_ORIGINS, with the user of the
 session cookie; HTTP goes to Django (with the static files in front when
-DEBUG or SERVE_STATIC); the embedded runtime starts with the first request.
+DEBUG or SERVE_STATIC); the embedded runtime starts with the first request;
+the access log (``server.access_log``) sees every request and socket.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sessions_app.access.auth import PooledAuthMiddlewareStack, routes_matcher
 from sessions_app.runtime import executor
 from sessions_app.runtime.starter import RuntimeStarter
 from sessions_app.server import patches
+from sessions_app.server.access_log import AccessLog
 from sessions_app.server.probe_routes import Probes
 from sessions_app.server.security import SameOriginValidator
 from sessions_app.server.static import StaticFiles
@@ -77,8 +79,10 @@ def application_for(
     http = StaticFiles(django_asgi_app) if serve_static else django_asgi_app
     if probes:
         http = Probes(http)
-    application = RuntimeStarter(
-        ProtocolTypeRouter({"http": http, "websocket": websocket_application(websocket_routes)})
+    application = AccessLog(
+        RuntimeStarter(
+            ProtocolTypeRouter({"http": http, "websocket": websocket_application(websocket_routes)})
+        )
     )
     install_patches()
     _import_channel_layer()

@@ -68,6 +68,10 @@ DEFAULTS: dict[str, object] = {
     # How long a question an MCP server asks during a call (runtime.questions)
     # waits for a person before it is cancelled; its worker thread waits too.
     "AGENT_MCP_ASK_SECONDS": 600.0,
+    # The access log (server.access_log): a line per request and socket,
+    # with the client's address as a proxy on one of these forwards it.
+    "AGENT_ACCESS_LOG": True,
+    "AGENT_TRUSTED_PROXIES": ["127.0.0.1", "::1"],
     # A worker renews its runs' leases every third of this; a run whose lease
     # lapsed is taken over by another worker (docs/architecture.md, "Durable
     # runs"): lease + sweep bound the stall after a kill -9.

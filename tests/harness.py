@@ -203,11 +203,13 @@ class Daphne(Process):
         connect_timeout: float | None = None,
         tls=None,
         backlog: int = LISTEN_BACKLOG,
+        args: tuple[str, ...] = (),
         **env: str,
     ):
         # daphne gives up on an upgrade its application has not accepted within
         # --websocket_connect_timeout (5 s by default; WSREJECT in its log).
         extra = ["--websocket_connect_timeout", str(connect_timeout)] if connect_timeout else []
+        extra += args  # daphne's own options (the units' --verbosity 0, say)
         super().__init__(
             [
                 sys.executable,

@@ -5,8 +5,10 @@ per line (``ts``, ``level``, ``logger``, ``message``, ``exc`` when there is a
 traceback, and the context fields below when a line has them). Every line
 the socket consumer writes carries its socket's ``connection_id``,
 ``session_id``, ``first_frame`` and, once it closed, ``close_code``
-(``SocketLog``); the run executor's lines carry ``run_id``. Plain text
-remains the default.
+(``SocketLog``); the run executor's lines carry ``run_id``; the access
+log's (``server.access_log``) its fields; and, with tracing on, every line
+written inside a span its ``trace_id`` and ``span_id``. Plain text remains
+the default.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import json
 import logging
 from datetime import UTC, datetime
 from typing import Any
+
+from sessions_app.server import tracing
 
 CONTEXT_FIELDS = ("connection_id", "session_id", "run_id", "first_frame", "close_code", "tab_id")
 
@@ -33,6 +37,12 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, name, None)
             if value is not None:
                 out[name] = value
+        access = getattr(record, "access", None)
+        if access:
+            out.update(access)
+        ids = tracing.current_ids()
+        if ids is not None:
+            out["trace_id"], out["span_id"] = ids
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False, default=str)

@@ -113,6 +113,19 @@ def span(name: str, **attributes: Any) -> Iterator[Any]:
             raise
 
 
+def current_ids() -> tuple[str, str] | None:
+    """The current span's trace and span ids (hex), for a log line; None
+    when tracing is off or no span is current."""
+    if _tracer is None:
+        return None
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return format(context.trace_id, "032x"), format(context.span_id, "016x")
+
+
 def carrier() -> str:
     """The current span's ``traceparent`` ("" when off or outside a span):
     what a run stores to continue its send's trace."""

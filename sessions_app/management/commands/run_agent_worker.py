@@ -156,28 +156,22 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"cannot serve the worker's metrics on {host}:{port}: {exc}"
                 ) from exc
-            self.stdout.write(f"worker metrics on http://{host}:{port}/metrics", ending="\n")
+            log.info("worker metrics on http://%s:%s/metrics", host, port)
         freeze_startup_objects()
         worker.configure_signals()
-        self.stdout.write(
-            f"run worker {worker_id()} started (concurrency {pool.size})", ending="\n"
-        )
-        self.stdout.flush()
+        # Through logging, as every line: JSON under LOG_FORMAT=json.
+        log.info("run worker %s started (concurrency %s)", worker_id(), pool.size)
         worker.loop()
-        self.stdout.write(
-            f"run worker {worker_id()} stopping: {pool.busy} run(s) in flight, "
-            f"grace {settings.AGENT_WORKER_GRACE_SECONDS:g} s",
-            ending="\n",
+        log.info(
+            "run worker %s stopping: %s run(s) in flight, grace %g s",
+            worker_id(),
+            pool.busy,
+            settings.AGENT_WORKER_GRACE_SECONDS,
         )
-        self.stdout.flush()
         sweeper.stopped.set()
         handed = worker.drain(settings.AGENT_WORKER_GRACE_SECONDS)
         # The last events (run.resumed of what was handed over) go out now.
         fanout.publisher.flush()
         for run_id in handed:
             log.info("handed over run %s", run_id, extra={"run_id": run_id})
-        self.stdout.write(
-            f"run worker {worker_id()} stopped; handed over: {','.join(handed) or 'none'}",
-            ending="\n",
-        )
-        self.stdout.flush()
+        log.info("run worker %s stopped; handed over: %s", worker_id(), ",".join(handed) or "none")

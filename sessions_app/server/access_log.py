@@ -1,0 +1,86 @@
+"""The access log: a line per HTTP response and per WebSocket, through
+logging (``sessions_app.access``), so that under ``LOG_FORMAT=json`` it is
+JSON like every other line, and written (flushed) as it happens.
+
+Each line carries the client's address: the peer's, or, when the peer is a
+proxy of ``AGENT_TRUSTED_PROXIES`` (nginx, on this host by default), the
+last address of its ``X-Forwarded-For``. An HTTP line is written when its
+response ends (``status``, ``bytes``, ``ms``); a WebSocket has a line when
+it opens and one when it ends (``ms``), and the socket's own lines its
+answer and close code (``server.logs``). The lines written inside a traced
+action (a send, a run, a decision: ``server.tracing``) carry its trace and
+span ids; an access line is written outside them.
+
+daphne writes an access log of its own (plain text on stdout, which a
+service manager's pipe holds back until exit): the runbook's units turn it
+off (``--verbosity 0``); ``AGENT_ACCESS_LOG=0`` turns this one off.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from django.conf import settings
+
+log = logging.getLogger("sessions_app.access")
+
+
+def client_address(scope: dict[str, Any]) -> str:
+    """The client's address: the peer, or what a trusted proxy forwarded."""
+    peer = (scope.get("client") or ("", 0))[0] or ""
+    if peer in settings.AGENT_TRUSTED_PROXIES:
+        for name, value in scope.get("headers") or ():
+            if name == b"x-forwarded-for":
+                forwarded = value.decode("latin-1").rsplit(",", 1)[-1].strip()
+                if forwarded:
+                    return forwarded
+    return peer
+
+
+class AccessLog:
+    """ASGI middleware: the access log's lines (see the module's comment)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        kind = scope["type"]
+        if kind not in ("http", "websocket") or not settings.AGENT_ACCESS_LOG:
+            return await self.app(scope, receive, send)
+        started = time.monotonic()
+        line: dict[str, Any] = {
+            "client": client_address(scope),
+            "method": scope.get("method", "WS"),
+            "path": scope.get("path", ""),
+        }
+        if kind == "websocket":
+            # A socket's own lines say how it was answered and closed (its
+            # close code, a refusal's reason): nothing sits in its send
+            # path here, which every event to every tab takes.
+            _write("websocket opened", line, started)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                _write("websocket ended", line, started)
+            return
+        line["status"], line["bytes"] = None, 0
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                line["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                line["bytes"] += len(message.get("body") or b"")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            _write("http", line, started)
+
+
+def _write(what: str, line: dict[str, Any], started: float) -> None:
+    fields = {**line, "ms": round((time.monotonic() - started) * 1000, 1)}
+    shown = " ".join(str(v) for v in fields.values())
+    log.info("%s %s", what, shown, extra={"access": fields})

@@ -1,0 +1,101 @@
+"""The access log (sessions_app/server/access_log.py) and JSON lines with
+trace ids (logs.py): a real daphne run as the runbook's unit runs it
+(LOG_FORMAT=json, daphne's own access log off), every line of its output
+JSON, the client named by the trusted proxy's X-Forwarded-For."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import httpx
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from sessions_app.server import tracing
+from sessions_app.server.access_log import client_address
+from sessions_app.server.logs import JsonFormatter
+from tests.harness import Daphne, Worker, WsClient
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_client_is_what_a_trusted_proxy_forwards_and_else_the_peer(settings):
+    """nginx on this host (a trusted proxy) names the client; anyone else
+    naming one is not believed."""
+    settings.AGENT_TRUSTED_PROXIES = ["127.0.0.1"]
+    forwarded = [(b"x-forwarded-for", b"198.51.100.9, 203.0.113.7")]
+    assert client_address({"client": ("127.0.0.1", 5), "headers": forwarded}) == "203.0.113.7"
+    assert client_address({"client": ("192.0.2.1", 5), "headers": forwarded}) == "192.0.2.1"
+    assert client_address({"client": ("127.0.0.1", 5), "headers": []}) == "127.0.0.1"
+    assert client_address({"client": None, "headers": forwarded}) == ""
+
+
+def test_a_line_written_inside_a_span_carries_its_trace_and_span_ids():
+    """With tracing on, JSON lines name the trace and span they were written in."""
+    tracing.use_provider(TracerProvider())
+    try:
+        record = logging.LogRecord("sessions_app.x", logging.INFO, __file__, 1, "in", (), None)
+        with tracing.span("work") as span:
+            inside = json.loads(JsonFormatter().format(record))
+            context = span.get_span_context()
+        outside = json.loads(JsonFormatter().format(record))
+    finally:
+        tracing.use_provider(None)
+    assert inside["trace_id"] == format(context.trace_id, "032x")
+    assert inside["span_id"] == format(context.span_id, "016x")
+    assert "trace_id" not in outside
+
+
+async def test_every_line_of_a_json_daphne_is_json_with_the_forwarded_client(
+    tmp_path, user, cookie
+):
+    """LOG_FORMAT=json and --verbosity 0: an HTTP request behind the proxy
+    has its access line (the client nginx forwarded, the status), a socket
+    its opened and ended lines (its own line the close code), as they
+    happen; not one line of the server's output is plain text."""
+    server = Daphne(tmp_path, LOG_FORMAT="json", args=("--verbosity", "0")).start()
+    try:
+        async with httpx.AsyncClient(base_url=server.http, timeout=10) as http:
+            answer = await http.get("/healthz", headers={"X-Forwarded-For": "203.0.113.7"})
+        assert answer.status_code == 200
+        c = await WsClient.connect(server.ws, cookie)
+        await c.send({"type": "ping"})
+        assert await c.wait_closed() == 4400
+        server.wait_for_log(re.compile("websocket ended"))
+    finally:
+        server.stop()
+    lines = [
+        line
+        for path in tmp_path.glob("*.log")
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+    parsed = [json.loads(line) for line in lines]  # every line, or this fails
+    access = [x for x in parsed if x["logger"] == "sessions_app.access"]
+    forwarded = [x for x in access if x["client"] == "203.0.113.7"]
+    assert [(x["method"], x["path"], x["status"]) for x in forwarded] == [("GET", "/healthz", 200)]
+    sockets = [x["message"].split()[1] for x in access if x["path"].startswith("/ws/")]
+    assert sockets == ["opened", "ended"]
+    closed = [x for x in parsed if x.get("close_code") == 4400]  # the socket's own line
+    assert closed and closed[0]["first_frame"] == "ping"
+
+
+def test_every_line_of_a_json_run_worker_is_json(tmp_path, settings):
+    """A run worker under LOG_FORMAT=json: its start-up and stop lines, as
+    every other, are JSON objects (the production profile runs workers)."""
+    if settings.AGENT_RUNNER != "worker":
+        pytest.skip("run workers are the production profile's: it runs this")
+    worker = Worker(tmp_path, LOG_FORMAT="json").start()
+    worker.stop()
+    lines = [
+        line
+        for path in tmp_path.glob("*.log")
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+    parsed = [json.loads(line) for line in lines]  # every line, or this fails
+    said = [x["message"] for x in parsed if x["logger"] == "sessions_app.worker"]
+    assert any(m.startswith("run worker ") and " started " in m for m in said), said
+    assert any(" stopped; handed over: " in m for m in said), said
