@@ -397,24 +397,12 @@ if REDIS_URL:
         }
     }
 
+# The schema's and the docs page's settings are the app's own views'
+# (sessions_app/web/openapi.py); only the site-wide Swagger UI source here.
 SPECTACULAR_SETTINGS = {
-    "TITLE": "Agent sessions API",
-    "DESCRIPTION": (
-        "Sessions, their event logs, messages, approval decisions and cancels. "
-        "Live: the WebSocket protocol at /ws/sessions/ (docs/protocol.md), or the "
-        "read-only Server-Sent Events stream at …/stream/."
-    ),
-    "VERSION": "1",
-    "SERVE_INCLUDE_SCHEMA": False,
-    # Swagger UI from this site's own static files, not a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # The SSE stream is a plain async view: its path is added by a hook.
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "sessions_app.web.openapi.add_to_schema",
-    ],
 }
 
 # HTTPS=1 when the site is served over HTTPS (directly or behind a proxy):

@@ -58,6 +58,15 @@ def agent_settings(app_configs=None, **kwargs) -> list:
                 id="sessions_app.W001",
             )
         )
+    if "drf_spectacular_sidecar" not in settings.INSTALLED_APPS:
+        problems.append(
+            Warning(
+                "drf_spectacular_sidecar is not in INSTALLED_APPS: the API docs page "
+                "(/api/docs/) loads Swagger UI from its static files, and shows nothing",
+                hint="add it, as docs/embedding.md lists the apps",
+                id="sessions_app.W002",
+            )
+        )
     return problems
 
 

@@ -45,6 +45,12 @@ def test_no_allowed_host_without_debug_warns(settings):
     assert "every WebSocket upgrade" in _ids()["sessions_app.W001"]
 
 
+def test_an_api_docs_page_without_its_assets_warns(settings):
+    """Without drf_spectacular_sidecar the docs page would show nothing: a warning says so."""
+    settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "drf_spectacular_sidecar"]
+    assert "drf_spectacular_sidecar" in _ids()["sessions_app.W002"]
+
+
 def test_a_server_does_not_start_on_a_misspelt_tool():
     """The ASGI application refuses to load with a bad AGENT_TOOLS entry, naming it."""
     env = {**os.environ, "SECRET_KEY": "x", "AGENT_TOOLS": "sessions_app.runtime.tools.WritFile"}

@@ -348,7 +348,16 @@ async def test_a_second_project_runs_a_session_through_an_approval(host_project)
     }
     assert _get(http + "/static/js/app.js")[0] == 200
     assert _get(http + "/static/js/urls.js")[0] == 200
-    assert "openapi" in _get(http + "/agents/api/schema/?format=json", cookie)[1]
+    schema = json.loads(_get(http + "/agents/api/schema/?format=json", cookie)[1])
+    # The app's own schema settings, with none in the host's: its title, the stream's path.
+    assert schema["info"]["title"] == "Agent sessions API"
+    assert "/agents/api/sessions/{session_id}/stream/" in schema["paths"]
+    # The docs page loads Swagger UI from the site's own static files, no CDN.
+    status, docs_page = _get(http + "/agents/api/docs/", cookie)
+    assert status == 200 and "/static/drf_spectacular_sidecar/swagger-ui-dist/" in docs_page
+    assert "cdn" not in docs_page.lower()
+    bundle = re.search(r'src="([^"]*swagger-ui-bundle\.js)"', docs_page).group(1)
+    assert _get(http + bundle)[0] == 200
     with pytest.raises(urllib.error.HTTPError) as anonymous:
         _get(http + "/agents/api/sessions/")
     assert anonymous.value.code in (401, 403)

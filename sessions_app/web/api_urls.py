@@ -2,12 +2,12 @@
 
 from django.conf import settings
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import BasePermission
 
 from sessions_app.access.tokens import TokenAuthentication
 from sessions_app.web import ag_ui, ai_sdk, api, stream, tokens
+from sessions_app.web.openapi import ApiDocs, ApiSchema
 
 
 class DocsAllowed(BasePermission):
@@ -46,12 +46,9 @@ urlpatterns = [
     path("ag-ui/<str:thread_id>/stream", ag_ui.join, name="ag-ui-join"),
     path("tokens/", tokens.TokenList.as_view(), name="api-tokens"),
     path("tokens/<str:pk>/", tokens.TokenDetail.as_view(), name="api-token"),
-    # OpenAPI 3 and its interactive docs (Swagger UI, its init script served
-    # apart so that the page's strict CSP holds).
-    path("schema/", SpectacularAPIView.as_view(**_docs), name="api-schema"),
-    path(
-        "docs/",
-        SpectacularSwaggerSplitView.as_view(url_name="api-schema", **_docs),
-        name="api-docs",
-    ),
+    # OpenAPI 3 and its interactive docs (Swagger UI from the sidecar, its
+    # init script served apart so that the page's strict CSP holds), with
+    # their own settings: the same in a site that embeds the app.
+    path("schema/", ApiSchema.as_view(**_docs), name="api-schema"),
+    path("docs/", ApiDocs.as_view(url_name="api-schema", **_docs), name="api-docs"),
 ]

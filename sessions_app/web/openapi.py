@@ -1,8 +1,55 @@
-"""The OpenAPI schema's additions (drf-spectacular postprocessing hooks, named
-in ``SPECTACULAR_SETTINGS``): what plain async views add to the API, which
-drf-spectacular cannot see."""
+"""The API's OpenAPI schema and its docs page, the same in any site that
+embeds the app: their settings are the views' own (``SCHEMA_SETTINGS``, over
+whatever ``SPECTACULAR_SETTINGS`` the site has), the docs page's Swagger UI
+comes from this site's static files (``drf_spectacular_sidecar``), never a
+CDN the app's CSP would refuse, and the hook adds what plain async views add
+to the API, which drf-spectacular cannot see."""
 
 from __future__ import annotations
+
+from django.templatetags.static import static
+from drf_spectacular.utils import extend_schema
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+
+TITLE = "Agent sessions API"
+SCHEMA_SETTINGS = {
+    "TITLE": TITLE,
+    "DESCRIPTION": (
+        "Sessions, their event logs, messages, approval decisions and cancels. "
+        "Live: the WebSocket protocol at /ws/sessions/ (docs/protocol.md), or the "
+        "read-only Server-Sent Events stream at …/stream/."
+    ),
+    "VERSION": "1",
+    # The SSE stream is a plain async view: its path is added by a hook.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "sessions_app.web.openapi.add_to_schema",
+    ],
+}
+
+
+class ApiSchema(SpectacularAPIView):
+    """The schema, with the app's own settings; itself not in it."""
+
+    custom_settings = SCHEMA_SETTINGS
+
+    @extend_schema(exclude=True)
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class ApiDocs(SpectacularSwaggerSplitView):
+    """Swagger UI from the sidecar's static files, whatever the site's settings."""
+
+    title = TITLE
+
+    @staticmethod
+    def _swagger_ui_resource(filename: str) -> str:
+        return static(f"drf_spectacular_sidecar/swagger-ui-dist/{filename}")
+
+    @staticmethod
+    def _swagger_ui_favicon() -> str:
+        return static("drf_spectacular_sidecar/swagger-ui-dist/favicon-32x32.png")
 
 
 def add_to_schema(result, generator, request, public):
