@@ -30,8 +30,9 @@ import sessions_app.conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = "host-project-secret-for-the-embedding-test"
-DEBUG = False
-ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+# startproject's own defaults, kept (the embedding-test's: localhost only)
+DEBUG = True  # embedding-test
+ALLOWED_HOSTS = []  # embedding-test
 
 INSTALLED_APPS = [
     "daphne",
@@ -109,6 +110,12 @@ USE_TZ = True
 
 # The app's own settings: only what differs from its defaults (sessions_app/conf.py).
 AGENT_WORKSPACES = BASE_DIR / "agent-workspaces"
+# The app's tools, and the project's own (docs/agents.md, "Adding a tool").
+AGENT_TOOLS = [
+    "sessions_app.runtime.tools.WriteFile",
+    "sessions_app.runtime.tools.Terminal",
+    "shop.tools.Shout",
+]
 # The app's sockets under the same prefix as its pages (urls.py).
 AGENT_WEBSOCKET_PREFIX = "agents/"
 """
@@ -165,7 +172,27 @@ class EchoConsumer(WebsocketConsumer):
 
 # The project's own base.html and login page: the app's pages must not use them.
 HOST_BASE = "<!doctype html><title>{% block title %}{% endblock %}</title>the shop's base"
-HOST_LOGIN = "<!doctype html><p>the shop's own sign-in page</p>"
+HOST_LOGIN = """<!doctype html><p>the shop's own sign-in page</p>
+<form method="post">{% csrf_token %}{{ form.as_p }}<button type="submit">Sign in</button></form>
+"""
+
+# The project's own tool, gated like the app's.
+SHOUT = """
+from sessions_app.runtime.registry import Tool
+
+
+class Shout(Tool):
+    name = "shout"
+    description = "Say TEXT in capitals."
+    parameters = {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    }
+
+    def execute(self, args, workspace):
+        return True, args["text"].upper()
+"""
 
 SHOP_VIEWS = """
 from django.http import HttpResponse
@@ -273,6 +300,7 @@ def host_project(tmp_path, installed_wheel):
             "shop/__init__.py": "",
             "shop/views.py": SHOP_VIEWS,
             "shop/consumers.py": ECHO,
+            "shop/tools.py": SHOUT,
             "templates/base.html": HOST_BASE,
             "templates/registration/login.html": HOST_LOGIN,
         },
