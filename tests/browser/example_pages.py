@@ -68,3 +68,37 @@ def shown(page) -> list[tuple[str, str]]:
         "els => els.map(e => [e.dataset.testid,"
         " [...e.querySelectorAll('[data-testid=text]')].map(p => p.textContent).join('|')])",
     )
+
+
+def refreshed_mid_answer(page, ready) -> None:
+    """``/stream 40 60`` sent, the page refreshed mid-answer: it shows the
+    whole answer, each token once, and ``ready(page)`` holds."""
+    from sessions_app.models import Run
+
+    send(page, "/stream 40 60")
+    expect(page.get_by_test_id("assistant-message").last).to_contain_text("tok3 ", timeout=TIMEOUT)
+    assert Run.objects.order_by("-created_at").first().status == "running"
+    page.reload()
+    expect(page.locator("#app")).to_have_attribute("data-loaded", "true", timeout=TIMEOUT)
+    whole = "".join(f"tok{i} " for i in range(40))
+    expect(page.get_by_test_id("assistant-message").last).to_have_text(whole, timeout=TIMEOUT)
+    ready(page)
+    assert page.locator("#app").get_attribute("data-error") is None
+
+
+def same_as_native(ctx, server, page, session_id: str, runs: int) -> list[dict]:
+    """What the page shows equals the native UI's transcript of the session
+    (the users' messages, the answers' texts); the native items."""
+    from tests.browser.helpers import settle, transcript
+
+    page_shows = shown(page)
+    native = ctx.new_page()
+    native.goto(f"{server.http}/s/{session_id}/")
+    settle(native, session_id, runs=runs)
+    items = transcript(native)["items"]
+    users = [i["text"] for i in items if i["kind"] == "user-message"]
+    answers = [i["text"] for i in items if i["kind"] == "assistant-message"]
+    assert [t for role, t in page_shows if role == "user-message"] == users
+    page_answers = [t for role, t in page_shows if role == "assistant-message" and t]
+    assert "|".join(page_answers) == "|".join(answers)
+    return items

@@ -9,9 +9,15 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
-from tests.browser.example_pages import bundle, open_example, send, shown
-from tests.browser.helpers import TIMEOUT, settle, transcript
+from sessions_app.models import AgentSession, ApprovalRequest, Event
+from tests.browser.example_pages import (
+    bundle,
+    open_example,
+    refreshed_mid_answer,
+    same_as_native,
+    send,
+)
+from tests.browser.helpers import TIMEOUT
 
 
 @pytest.fixture(scope="module")
@@ -43,26 +49,7 @@ def test_the_ag_ui_page_answers_an_interrupt_and_joins_after_a_refresh(server, c
     assert ApprovalRequest.objects.get(session__external_id=thread).status == "approved"
     assert Event.objects.filter(session__external_id=thread, kind="tool.result").count() == 1
 
-    send(page, "/stream 40 60")
-    expect(page.get_by_test_id("assistant-message").last).to_contain_text("tok3 ", timeout=TIMEOUT)
-    run = Run.objects.order_by("-created_at").first()
-    assert run.status == "running"
-    page.reload()
-    expect(page.locator("#app")).to_have_attribute("data-loaded", "true", timeout=TIMEOUT)
-    whole = "".join(f"tok{i} " for i in range(40))
-    expect(page.get_by_test_id("assistant-message").last).to_have_text(whole, timeout=TIMEOUT)
-    ready(page)
-    assert page.locator("#app").get_attribute("data-error") is None
-
-    page_shows = shown(page)
+    refreshed_mid_answer(page, ready)
     session_id = AgentSession.objects.get(external_id=thread).id
-    native = ctx.new_page()
-    native.goto(f"{server.http}/s/{session_id}/")
-    settle(native, session_id, runs=2)
-    items = transcript(native)["items"]
-    users = [i["text"] for i in items if i["kind"] == "user-message"]
-    answers = [i["text"] for i in items if i["kind"] == "assistant-message"]
-    assert [t for role, t in page_shows if role == "user-message"] == users
-    page_answers = [t for role, t in page_shows if role == "assistant-message" and t]
-    assert "|".join(page_answers) == "|".join(answers)
+    same_as_native(ctx, server, page, session_id, runs=2)
     assert page.get_by_test_id("tool").get_attribute("data-tool") == "write_file"

@@ -21,6 +21,16 @@ from tests.harness import Daphne, Worker, WsClient
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def json_lines(log_dir) -> list[dict]:
+    """Every line the processes wrote, each parsed as JSON (or this fails)."""
+    return [
+        json.loads(line)
+        for path in log_dir.glob("*.log")
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+
+
 def test_the_client_is_what_a_trusted_proxy_forwards_and_else_the_peer(settings):
     """nginx on this host (a trusted proxy) names the client; anyone else
     naming one is not believed."""
@@ -66,13 +76,7 @@ async def test_every_line_of_a_json_daphne_is_json_with_the_forwarded_client(
         server.wait_for_log(re.compile("websocket ended"))
     finally:
         server.stop()
-    lines = [
-        line
-        for path in tmp_path.glob("*.log")
-        for line in path.read_text().splitlines()
-        if line.strip()
-    ]
-    parsed = [json.loads(line) for line in lines]  # every line, or this fails
+    parsed = json_lines(tmp_path)
     access = [x for x in parsed if x["logger"] == "sessions_app.access"]
     forwarded = [x for x in access if x["client"] == "203.0.113.7"]
     assert [(x["method"], x["path"], x["status"]) for x in forwarded] == [("GET", "/healthz", 200)]
@@ -89,13 +93,7 @@ def test_every_line_of_a_json_run_worker_is_json(tmp_path, settings):
         pytest.skip("run workers are the production profile's: it runs this")
     worker = Worker(tmp_path, LOG_FORMAT="json").start()
     worker.stop()
-    lines = [
-        line
-        for path in tmp_path.glob("*.log")
-        for line in path.read_text().splitlines()
-        if line.strip()
-    ]
-    parsed = [json.loads(line) for line in lines]  # every line, or this fails
+    parsed = json_lines(tmp_path)
     said = [x["message"] for x in parsed if x["logger"] == "sessions_app.worker"]
     assert any(m.startswith("run worker ") and " started " in m for m in said), said
     assert any(" stopped; handed over: " in m for m in said), said
