@@ -397,12 +397,21 @@ if REDIS_URL:
         }
     }
 
-# The schema's and the docs page's settings are the app's own views'
-# (sessions_app/web/openapi.py); only the site-wide Swagger UI source here.
+# The app's schema and docs views carry their own title and hook
+# (sessions_app/web/openapi.py); these are for `manage.py spectacular` and the
+# site-wide Swagger UI source.
 SPECTACULAR_SETTINGS = {
+    "TITLE": "Agent sessions API",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The SSE stream is a plain async view: its path is added by a hook.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "sessions_app.web.openapi.add_to_schema",
+    ],
 }
 
 # HTTPS=1 when the site is served over HTTPS (directly or behind a proxy):

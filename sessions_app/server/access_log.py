@@ -3,9 +3,10 @@ logging (``sessions_app.access``), so that under ``LOG_FORMAT=json`` it is
 JSON like every other line, and written (flushed) as it happens.
 
 Each line carries the client's address: the peer's, or, when the peer is a
-proxy of ``AGENT_TRUSTED_PROXIES`` (nginx, on this host by default), the
-last address of its ``X-Forwarded-For``. An HTTP line is written when its
-response ends (``status``, ``bytes``, ``ms``); a WebSocket has a line when
+proxy of ``AGENT_TRUSTED_PROXIES`` (addresses or CIDR ranges; nginx on this
+host by default), the last address of its ``X-Forwarded-For``. An HTTP line
+is written when its response ends (``status``, ``bytes``, ``ms``; 500 when
+the app failed and daphne answered, 499 when the client left first); a WebSocket has a line when
 it opens and one when it ends (``ms``), and the socket's own lines its
 answer and close code (``server.logs``). The lines written inside a traced
 action (a send, a run, a decision: ``server.tracing``) carry its trace and
@@ -18,6 +19,9 @@ off (``--verbosity 0``); ``AGENT_ACCESS_LOG=0`` turns this one off.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import ipaddress
 import logging
 import time
 from typing import Any
@@ -27,10 +31,31 @@ from django.conf import settings
 log = logging.getLogger("sessions_app.access")
 
 
+@functools.cache
+def _networks(entries: tuple[str, ...]) -> tuple:
+    """``AGENT_TRUSTED_PROXIES`` as networks: addresses or CIDR ranges, with
+    or without brackets (``[::1]``); an entry that is neither is ignored."""
+    out = []
+    for entry in entries:
+        try:
+            out.append(ipaddress.ip_network(entry.strip().strip("[]"), strict=False))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
+def _trusted(peer: str) -> bool:
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    return any(address in net for net in _networks(tuple(settings.AGENT_TRUSTED_PROXIES)))
+
+
 def client_address(scope: dict[str, Any]) -> str:
     """The client's address: the peer, or what a trusted proxy forwarded."""
     peer = (scope.get("client") or ("", 0))[0] or ""
-    if peer in settings.AGENT_TRUSTED_PROXIES:
+    if _trusted(peer):
         for name, value in scope.get("headers") or ():
             if name == b"x-forwarded-for":
                 forwarded = value.decode("latin-1").rsplit(",", 1)[-1].strip()
@@ -76,7 +101,14 @@ class AccessLog:
 
         try:
             await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            line["status"] = line["status"] or 499  # the client left first
+            raise
+        except BaseException:
+            line["status"] = line["status"] or 500  # daphne answers it
+            raise
         finally:
+            line["status"] = line["status"] or 499
             _write("http", line, started)
 
 

@@ -29,6 +29,13 @@ log = logging.getLogger(__name__)
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        # A scraper that hung up mid-answer: a line through logging (JSON
+        # under LOG_FORMAT=json), not the standard library's traceback.
+        log.warning("probe from %s failed", client_address[0], exc_info=True)
+
+
 def serve(host: str, port: int, alive: Callable[[], bool]) -> ThreadingHTTPServer:
     """Start serving in a daemon thread; the server (``server_address`` has
     the port, if 0 was asked for a free one). Refuses a host other than
@@ -70,7 +77,7 @@ def serve(host: str, port: int, alive: Callable[[], bool]) -> ThreadingHTTPServe
         def log_message(self, format, *args) -> None:  # noqa: A002 (http.server's name)
             log.debug("probe %s", format % args)
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    server = _Server((host, port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="worker-probes", daemon=True).start()
     return server

@@ -1,6 +1,7 @@
 """The API's OpenAPI schema and its docs page, the same in any site that
-embeds the app: their settings are the views' own (``SCHEMA_SETTINGS``, over
-whatever ``SPECTACULAR_SETTINGS`` the site has), the docs page's Swagger UI
+embeds the app: their settings are the views' own (over
+whatever ``SPECTACULAR_SETTINGS`` the site has: ``INFO`` and the hook, on
+each response), the docs page's Swagger UI
 comes from this site's static files (``drf_spectacular_sidecar``), never a
 CDN the app's CSP would refuse, and the hook adds what plain async views add
 to the API, which drf-spectacular cannot see."""
@@ -12,30 +13,29 @@ from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 TITLE = "Agent sessions API"
-SCHEMA_SETTINGS = {
-    "TITLE": TITLE,
-    "DESCRIPTION": (
+INFO = {
+    "title": TITLE,
+    "description": (
         "Sessions, their event logs, messages, approval decisions and cancels. "
         "Live: the WebSocket protocol at /ws/sessions/ (docs/protocol.md), or the "
         "read-only Server-Sent Events stream at …/stream/."
     ),
-    "VERSION": "1",
-    # The SSE stream is a plain async view: its path is added by a hook.
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "sessions_app.web.openapi.add_to_schema",
-    ],
+    "version": "1",
 }
 
 
 class ApiSchema(SpectacularAPIView):
-    """The schema, with the app's own settings; itself not in it."""
-
-    custom_settings = SCHEMA_SETTINGS
+    """The schema, with the app's own title and the stream's path, whatever
+    the site's ``SPECTACULAR_SETTINGS`` (applied to this response: the
+    package's settings object is shared by every thread); itself not in it."""
 
     @extend_schema(exclude=True)
     def get(self, request, *args, **kwargs):
-        return super().get(request, *args, **kwargs)
+        response = super().get(request, *args, **kwargs)
+        if isinstance(response.data, dict):
+            response.data.setdefault("info", {}).update(INFO)
+            add_to_schema(response.data, None, request, self.serve_public)
+        return response
 
 
 class ApiDocs(SpectacularSwaggerSplitView):

@@ -51,5 +51,5 @@ def test_the_ag_ui_page_answers_an_interrupt_and_joins_after_a_refresh(server, c
 
     refreshed_mid_answer(page, ready)
     session_id = AgentSession.objects.get(external_id=thread).id
-    same_as_native(ctx, server, page, session_id, runs=2)
+    same_as_native(ctx, server, page, session_id, runs=2, textless=True)
     assert page.get_by_test_id("tool").get_attribute("data-tool") == "write_file"

@@ -40,6 +40,10 @@ def test_the_client_is_what_a_trusted_proxy_forwards_and_else_the_peer(settings)
     assert client_address({"client": ("192.0.2.1", 5), "headers": forwarded}) == "192.0.2.1"
     assert client_address({"client": ("127.0.0.1", 5), "headers": []}) == "127.0.0.1"
     assert client_address({"client": None, "headers": forwarded}) == ""
+    settings.AGENT_TRUSTED_PROXIES = ["10.0.0.0/8", "[::1]", "not an address"]
+    assert client_address({"client": ("10.1.2.3", 5), "headers": forwarded}) == "203.0.113.7"
+    assert client_address({"client": ("::1", 5), "headers": forwarded}) == "203.0.113.7"
+    assert client_address({"client": ("127.0.0.1", 5), "headers": forwarded}) == "127.0.0.1"
 
 
 def test_a_line_written_inside_a_span_carries_its_trace_and_span_ids():
@@ -97,3 +101,25 @@ def test_every_line_of_a_json_run_worker_is_json(tmp_path, settings):
     said = [x["message"] for x in parsed if x["logger"] == "sessions_app.worker"]
     assert any(m.startswith("run worker ") and " started " in m for m in said), said
     assert any(" stopped; handed over: " in m for m in said), said
+
+
+async def test_a_response_the_app_failed_is_500_and_one_the_client_left_499(caplog):
+    """No response start: the app raised (daphne answers 500), or the client
+    left first (499); either way the line is written, with a status."""
+    import asyncio
+
+    from sessions_app.server.access_log import AccessLog
+
+    async def failing(scope, receive, send):
+        raise RuntimeError("boom")
+
+    async def abandoned(scope, receive, send):
+        raise asyncio.CancelledError
+
+    scope = {"type": "http", "method": "GET", "path": "/x", "client": ("192.0.2.5", 1)}
+    with caplog.at_level(logging.INFO, logger="sessions_app.access"):
+        with pytest.raises(RuntimeError):
+            await AccessLog(failing)(scope, None, None)
+        with pytest.raises(asyncio.CancelledError):
+            await AccessLog(abandoned)(scope, None, None)
+    assert [r.access["status"] for r in caplog.records] == [500, 499]
