@@ -5,7 +5,7 @@ from django.contrib.auth.views import LoginView
 from django.http import HttpResponse
 from django.urls import include, path
 
-from sessions_app.server.metrics import metrics_view, readyz
+from sessions_app.server.metrics import database_metrics_view, metrics_view, readyz
 
 
 def healthz(request):
@@ -17,6 +17,7 @@ urlpatterns = [
     path("healthz", healthz),
     path("readyz", readyz),
     path("metrics", metrics_view),
+    path("metrics/database", database_metrics_view),
     path("admin/", admin.site.urls),
     # The app's sign-in page (templates/sessions_app/login.html); the rest of
     # Django's auth views as they come.

@@ -4,8 +4,10 @@ Per process (each daphne and each worker counts what it does; scrape each
 server's ``/metrics``): open sockets, handshakes by type and outcome (``ok``
 or the rejection reason), closes by code, replay sizes and durations, append
 latency, and publishing lag (from an append's commit to its hand-off to the
-channel layer). From the database, at each scrape: runs by status and the
-approval gates waiting. ``/metrics`` is for staff users or for a scraper with
+channel layer). From the database, at each scrape of ``/metrics/database``
+(one series for the whole deployment: scrape it from one server, since
+every server would read the same rows): runs by status and the approval
+gates waiting. Both are for staff users or for a scraper with
 ``Authorization: Bearer $AGENT_METRICS_TOKEN``; anyone else gets 404.
 
 ``/readyz`` answers 200 when the database and the channel layer both work
@@ -28,6 +30,7 @@ from django.http import Http404, HttpResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
+    CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
@@ -130,16 +133,11 @@ class DatabaseCollector:
         return []
 
 
-_collector_registered = False
-
-
-def register_database_collector() -> None:
-    """Once per process, from the metrics view (never at import: a scrape
-    needs the database, importing must not)."""
-    global _collector_registered
-    if not _collector_registered:
-        REGISTRY.register(DatabaseCollector())
-        _collector_registered = True
+# The database-wide gauges: a registry of their own, served on their own
+# path, so that no per-process scrape repeats them (a sum over servers
+# would count each run once a server).
+DATABASE = CollectorRegistry(auto_describe=False)
+DATABASE.register(DatabaseCollector())
 
 
 def bearer_ok(sent: str) -> bool:
@@ -157,11 +155,18 @@ def _allowed(request) -> bool:
 
 
 def metrics_view(request):
-    """The Prometheus text format; 404 for whoever may not see it."""
+    """This process's metrics, in the Prometheus text format; 404 for whoever
+    may not see them."""
     if not _allowed(request):
         raise Http404
-    register_database_collector()
     return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+
+
+def database_metrics_view(request):
+    """The deployment's database-wide gauges (``DATABASE``), read now."""
+    if not _allowed(request):
+        raise Http404
+    return HttpResponse(generate_latest(DATABASE), content_type=CONTENT_TYPE_LATEST)
 
 
 async def readyz(request):

@@ -45,7 +45,6 @@ def serve(host: str, port: int, alive: Callable[[], bool]) -> ThreadingHTTPServe
         raise ImproperlyConfigured(
             f"AGENT_WORKER_METRICS_HOST={host} is not loopback: set AGENT_METRICS_TOKEN"
         )
-    metrics.register_database_collector()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)

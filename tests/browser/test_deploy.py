@@ -273,6 +273,6 @@ def test_the_proxy_guards_the_operators_pages_and_the_throttle(throttled_deploym
     assert static.headers["strict-transport-security"].startswith("max-age=")
     outside = httpx.HTTPTransport(local_address="127.0.0.2", verify=False)
     with httpx.Client(base_url=site.http, transport=outside, timeout=30) as c:
-        for path in ("/admin/", "/metrics", "/readyz", "/healthz"):
+        for path in ("/admin/", "/metrics", "/metrics/database", "/readyz", "/healthz"):
             assert c.get(path).status_code == 403, path
         assert c.get("/accounts/login/").status_code == 200

@@ -17,8 +17,8 @@ from tests.harness import WsClient, session_cookie
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _scrape(server, cookie: str) -> dict[str, float]:
-    req = urllib.request.Request(f"{server.http}/metrics", headers={"Cookie": cookie})
+def _scrape(server, cookie: str, path: str = "/metrics") -> dict[str, float]:
+    req = urllib.request.Request(f"{server.http}{path}", headers={"Cookie": cookie})
     with urllib.request.urlopen(req, timeout=10) as r:
         text = r.read().decode()
     samples = {}
@@ -64,26 +64,33 @@ async def test_metrics_move_with_a_session_a_resume_and_a_rejection(
     assert _get("agent_sockets_open", after) >= 3
     assert moved("agent_replay_seconds_count") >= 2 and moved("agent_replay_events_sum") >= 1
     assert moved("agent_publish_lag_seconds_count") >= 1
-    assert 'agent_runs{status="finished"}' in after and "agent_gates_waiting" in after
+    # The database-wide gauges are on their own path, not repeated per process.
+    assert not [k for k in after if k.startswith(("agent_runs{", "agent_gates_waiting"))]
+    database = await asyncio.to_thread(_scrape, server, staff_cookie, "/metrics/database")
+    assert 'agent_runs{status="finished"}' in database and "agent_gates_waiting" in database
     if django_settings.AGENT_RUNNER == "embedded":  # runs append in the server process
         assert moved("agent_append_seconds_count") >= 1
     for s in (a, b, c):
         await s.close()
 
 
-def test_metrics_are_for_staff_or_the_scrapers_token(user, django_user_model, settings):
-    """Anonymous and ordinary users get 404; staff and the bearer token get the text."""
+@pytest.mark.parametrize("path", ["/metrics", "/metrics/database"])
+def test_metrics_are_for_staff_or_the_scrapers_token(user, django_user_model, settings, path):
+    """Anonymous and ordinary users get 404; staff and the bearer token get the
+    text, of this process and of the database alike."""
     anonymous = Client()
-    assert anonymous.get("/metrics").status_code == 404
+    assert anonymous.get(path).status_code == 404
     ordinary = Client()
     ordinary.force_login(user)
-    assert ordinary.get("/metrics").status_code == 404
+    assert ordinary.get(path).status_code == 404
     staff = Client()
     staff.force_login(django_user_model.objects.create_user("ops", is_staff=True))
-    assert b"agent_sockets_open" in staff.get("/metrics").content
+    shown = staff.get(path).content
+    assert (b"agent_sockets_open" in shown) == (path == "/metrics")
+    assert (b"agent_gates_waiting" in shown) == (path == "/metrics/database")
     settings.AGENT_METRICS_TOKEN = "s3cret"
-    assert anonymous.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
-    assert anonymous.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 404
+    assert anonymous.get(path, HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+    assert anonymous.get(path, HTTP_AUTHORIZATION="Bearer nope").status_code == 404
 
 
 def test_readyz_checks_the_database_and_the_layer(server):
