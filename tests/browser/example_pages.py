@@ -70,9 +70,14 @@ def shown(page) -> list[tuple[str, str]]:
     )
 
 
-def refreshed_mid_answer(page, ready) -> None:
+def ready(page) -> None:
+    """The page's client is idle (``#app[data-status=ready]``)."""
+    expect(page.locator("#app")).to_have_attribute("data-status", "ready", timeout=TIMEOUT)
+
+
+def refreshed_mid_answer(page) -> None:
     """``/stream 40 60`` sent, the page refreshed mid-answer: it shows the
-    whole answer, each token once, and ``ready(page)`` holds."""
+    whole answer, each token once, and is ready again."""
     from sessions_app.models import Run
 
     send(page, "/stream 40 60")

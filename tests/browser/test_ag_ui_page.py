@@ -13,6 +13,7 @@ from sessions_app.models import AgentSession, ApprovalRequest, Event
 from tests.browser.example_pages import (
     bundle,
     open_example,
+    ready,
     refreshed_mid_answer,
     same_as_native,
     send,
@@ -24,10 +25,6 @@ from tests.browser.helpers import TIMEOUT
 def script(tmp_path_factory) -> str:
     """The page's script, bundled from the pinned @ag-ui/client."""
     return bundle("ag_ui_page.mjs", tmp_path_factory.mktemp("bundle"))
-
-
-def ready(page) -> None:
-    expect(page.locator("#app")).to_have_attribute("data-status", "ready", timeout=TIMEOUT)
 
 
 def test_the_ag_ui_page_answers_an_interrupt_and_joins_after_a_refresh(server, ctx, script):
@@ -49,7 +46,7 @@ def test_the_ag_ui_page_answers_an_interrupt_and_joins_after_a_refresh(server, c
     assert ApprovalRequest.objects.get(session__external_id=thread).status == "approved"
     assert Event.objects.filter(session__external_id=thread, kind="tool.result").count() == 1
 
-    refreshed_mid_answer(page, ready)
+    refreshed_mid_answer(page)
     session_id = AgentSession.objects.get(external_id=thread).id
     same_as_native(ctx, server, page, session_id, runs=2, textless=True)
     assert page.get_by_test_id("tool").get_attribute("data-tool") == "write_file"

@@ -13,6 +13,7 @@ from sessions_app.models import AgentSession, ApprovalRequest, Event
 from tests.browser.example_pages import (
     bundle,
     open_example,
+    ready,
     refreshed_mid_answer,
     same_as_native,
     send,
@@ -24,10 +25,6 @@ from tests.browser.helpers import TIMEOUT
 def script(tmp_path_factory) -> str:
     """The page's script, bundled from the pinned ai package."""
     return bundle("ai_sdk_page.mjs", tmp_path_factory.mktemp("bundle"))
-
-
-def ready(page) -> None:
-    expect(page.locator("#app")).to_have_attribute("data-status", "ready", timeout=TIMEOUT)
 
 
 def open_page(ctx, server, script: str, chat_id: str):
@@ -45,11 +42,11 @@ def test_the_ai_sdk_page_sends_approves_and_resumes_after_a_refresh(server, ctx,
     expect(tool).to_have_attribute("data-state", "approval-requested", timeout=TIMEOUT)
     page.get_by_test_id("approve").click()
     expect(tool).to_have_attribute("data-state", "output-available", timeout=TIMEOUT)
-    expect(page.locator("#app")).to_have_attribute("data-status", "ready", timeout=TIMEOUT)
+    ready(page)
     assert ApprovalRequest.objects.get(session__external_id=chat_id).status == "approved"
     assert Event.objects.filter(session__external_id=chat_id, kind="tool.result").count() == 1
 
-    refreshed_mid_answer(page, ready)
+    refreshed_mid_answer(page)
     # The chat id is the page's; the session has an id of its own.
     session_id = AgentSession.objects.get(external_id=chat_id).id
     items = same_as_native(ctx, server, page, session_id, runs=2)
