@@ -200,20 +200,27 @@ IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
 
 # --- Channel layer ----------------------------------------------------------
 
+# One Redis URL, or several separated by commas: the channel layer shards its
+# groups and its processes' channels across them by consistent hash (as
+# channels_redis's ``hosts`` does); the throttles' cache lives on the first.
 REDIS_URL = _env_url("REDIS_URL")
+REDIS_URLS = [url.strip() for url in REDIS_URL.split(",") if url.strip()]
+# How long a channel-layer group membership lives unless its socket renews it
+# (every third of this): the bound on what a killed process leaves in Redis.
+CHANNEL_GROUP_EXPIRY = _env_int("CHANNEL_GROUP_EXPIRY", 300 if REDIS_URL else 86400)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             # channels_redis's layer, receiving a server's messages in batches.
             "BACKEND": "sessions_app.fanout.layers.BatchReceiveRedisChannelLayer",
             "CONFIG": {
-                "hosts": [REDIS_URL],
+                "hosts": REDIS_URLS,
                 "prefix": os.environ.get("CHANNELS_PREFIX", "asgi"),
                 # A socket that falls behind a fast stream loses group messages
                 # past this; the consumer refills holes from the log.
                 "capacity": 5000,
                 "expiry": 60,
-                "group_expiry": int(os.environ.get("CHANNEL_GROUP_EXPIRY", "86400")),
+                "group_expiry": CHANNEL_GROUP_EXPIRY,
             },
         }
     }
@@ -226,7 +233,7 @@ else:
             "CONFIG": {
                 "capacity": 5000,
                 "expiry": 60,
-                "group_expiry": int(os.environ.get("CHANNEL_GROUP_EXPIRY", "86400")),
+                "group_expiry": CHANNEL_GROUP_EXPIRY,
             },
         }
     }
@@ -392,7 +399,7 @@ if REDIS_URL:
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
+            "LOCATION": REDIS_URLS[0],
             "KEY_PREFIX": os.environ.get("CHANNELS_PREFIX", "asgi") + "-cache",
         }
     }

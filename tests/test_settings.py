@@ -246,3 +246,22 @@ def test_the_runbooks_env_file_has_its_comments_on_their_own_lines():
         if line.startswith("#"):
             continue
         assert re.fullmatch(r"[A-Z][A-Z0-9_]*=[^\s#]+", line), line
+
+
+def test_redis_url_may_name_several_hosts_and_memberships_expire_in_minutes(tmp_path):
+    """``REDIS_URL`` with commas gives the channel layer every host (the cache
+    the first); with Redis a group membership lives 300 s unless renewed (what
+    a killed process leaves expires in minutes), without it a day."""
+    urls = "redis://127.0.0.1:6379/0,redis://127.0.0.1:6380/0"
+    expr = (
+        "settings.CHANNEL_LAYERS['default']['CONFIG'].get('hosts'),"
+        "settings.CHANNEL_LAYERS['default']['CONFIG']['group_expiry'],"
+        "settings.CACHES['default']['LOCATION']"
+    )
+    out = _settings_value(tmp_path, expr, SECRET_KEY="k" * 50, REDIS_URL=urls)
+    assert out.stdout.strip() == (
+        "['redis://127.0.0.1:6379/0', 'redis://127.0.0.1:6380/0'] 300 redis://127.0.0.1:6379/0"
+    ), out.stderr
+    expr = "settings.CHANNEL_LAYERS['default']['CONFIG']['group_expiry']"
+    out = _settings_value(tmp_path, expr, SECRET_KEY="k" * 50, REDIS_URL="")
+    assert out.stdout.strip() == "86400", out.stderr

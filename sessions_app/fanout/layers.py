@@ -23,6 +23,13 @@ every message), where ``group_send`` takes four per message. A run worker
 publishing fifty streams spent 40 % of its CPU in ``group_send``.
 Single sends, single group sends and everything else are the parent's.
 
+**Several hosts.** As channels_redis shards them, each group and each
+process's channel key lives on one host, chosen by consistent hash. A host
+that fails costs the groups and processes on it, not the others: a batch for
+several hosts sends to every host it can before raising, and a process whose
+key is on the lost host fails its receives (its sockets close with a
+retryable code and resume once the host is back).
+
 **In memory** (embedded). Channels' ``InMemoryChannelLayer`` walks every
 channel and every group membership of the process on each ``receive`` and
 each ``group_send`` (its expiry sweep), so every socket costs every other
@@ -103,8 +110,17 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
         by_host: dict[int, list[tuple[str, dict]]] = collections.defaultdict(list)
         for group, message in items:
             by_host[self.consistent_hash(group)].append((group, message))
+        # With several hosts, one that fails loses only its own groups'
+        # messages (their readers refill from the log); the others are sent.
+        failed: BaseException | None = None
         for index, entries in by_host.items():
-            await self._send_many_on(index, entries)
+            try:
+                await self._send_many_on(index, entries)
+            except Exception as exc:  # noqa: BLE001 (raised below, after the other hosts)
+                log.warning("group messages for Redis host %s failed: %r", index, exc)
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
     async def _send_many_on(self, index: int, entries: list[tuple[str, dict]]) -> None:
         connection = self.connection(index)
@@ -141,11 +157,19 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
                     repr(score),
                 ]
         self._last_score = score
+        failed: BaseException | None = None
         for host, (keys, args) in calls.items():
             args += [self.expiry, int(time.time()) - int(self.expiry)]
-            over = await self.connection(host).eval(_SEND_MANY, len(keys), *keys, *args)
+            try:
+                over = await self.connection(host).eval(_SEND_MANY, len(keys), *keys, *args)
+            except Exception as exc:  # noqa: BLE001 (raised below, after the other hosts)
+                log.warning("messages for processes on Redis host %s failed: %r", host, exc)
+                failed = failed or exc
+                continue
             if over:
                 log.info("%s of %s group messages over capacity", over, len(keys))
+        if failed is not None:
+            raise failed
 
     async def receive(self, channel):
         """The next message for ``channel``. A process's own channels are fed

@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, transaction
 
 from sessions_app.log.events import Event, NewEvent, RunGuard, append_batch, append_events
-from sessions_app.server import tracing
+from sessions_app.server import metrics, tracing
 
 # A batch holds its sessions' row locks until it commits: bounded, so a cancel
 # or a user's message never waits behind more than this many appends.
@@ -134,6 +134,7 @@ class GroupCommitter:
             for request in ordered:  # each appends alone, on its own connection
                 request.retry = True
             self.retried += len(ordered)
+            metrics.GROUP_COMMIT_RETRIED.inc(len(ordered))
             return
         for request, result in zip(ordered, results, strict=True):
             if isinstance(result, BaseException):  # RunAborted, SessionGone
@@ -142,6 +143,7 @@ class GroupCommitter:
                 request.result = result
         self.batches += 1
         self.appends += len(ordered)
+        metrics.GROUP_COMMIT_APPENDS.observe(len(ordered))
 
 
 def _connection_lost(exc: DatabaseError) -> bool:

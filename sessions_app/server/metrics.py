@@ -99,6 +99,16 @@ APPEND_SECONDS = Histogram(
     "One append (or group commit) to the log, start to commit",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, float("inf")),
 )
+GROUP_COMMIT_APPENDS = Histogram(
+    "agent_group_commit_appends",
+    "Appends committed together by one group commit (log/group_commit.py): "
+    "the count is commits, the sum appends; 1 means nothing was waiting",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 200, float("inf")),
+)
+GROUP_COMMIT_RETRIED = Counter(
+    "agent_group_commit_retried",
+    "Appends a refused group commit handed back to be committed alone",
+)
 RUNS_IN_FLIGHT = Gauge("agent_runs_in_flight", "Runs this process is executing now")
 QUEUE_WAIT_SECONDS = Histogram(
     "agent_run_queue_wait_seconds",

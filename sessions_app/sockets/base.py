@@ -300,6 +300,13 @@ class AppSocket(AsyncWebsocketConsumer):
             max(expiry / 3, 0.1), self._renew_soon
         )
 
+    def renew_groups_now(self) -> None:
+        """Join every group again at once (a tail check refilled a lost
+        publication, which a Redis host that restarted empty would cause)."""
+        if self.group_timer is not None:
+            self.group_timer.cancel()
+            self._renew_soon()
+
     def _renew_soon(self) -> None:
         self.group_timer = None
         if not self.closing:

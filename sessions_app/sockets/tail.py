@@ -48,6 +48,8 @@ class TailTarget(Protocol):
 
     async def close_with(self, code: int) -> None: ...
 
+    def renew_groups_now(self) -> None: ...
+
 
 class TailCheck:
     """Refills what was committed but never published (see the module)."""
@@ -115,6 +117,9 @@ class TailCheck:
                             head,
                         )
                         order.sent(await socket.ranges.send_range(order.last_sent, head))
+                # A lost publication may be a lost membership (a Redis host
+                # restarted empty): join again now, not at the next renewal.
+                socket.renew_groups_now()
         except asyncio.CancelledError:
             raise
         except PeerGone:

@@ -8,6 +8,7 @@ import socket
 import time
 
 import pytest
+import redis
 
 from sessions_app.fanout import layers
 from sessions_app.fanout.layers import BatchReceiveRedisChannelLayer
@@ -103,6 +104,37 @@ async def test_group_send_many_reaches_each_member_once_in_order(layer):
     for ch in (a, b, c):  # nothing more for anyone
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(layer.receive(ch), 0.3)
+
+
+def _closed_port() -> int:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # nothing listens there
+    return port
+
+
+async def test_a_lost_host_costs_group_send_many_only_its_own_groups():
+    """With two hosts, one of them down: a batch for groups on both still
+    delivers every message of the live host's groups (whichever host comes
+    first), then raises for the lost one."""
+    hosts = [f"redis://127.0.0.1:{_closed_port()}/0", REDIS]
+    for _ in range(64):  # a layer whose own channels live on the live host
+        layer = BatchReceiveRedisChannelLayer(hosts=hosts, prefix=f"test-hosts-{os.getpid()}")
+        channel = await layer.new_channel()
+        if layer.consistent_hash(layer.non_local_name(channel)) == 1:
+            break
+    names = (f"g{n}" for n in range(1000))
+    dead = next(g for g in names if layer.consistent_hash(g) == 0)
+    live = next(g for g in names if layer.consistent_hash(g) == 1)
+    await layer.group_add(live, channel)
+    try:
+        for first, second in ((dead, live), (live, dead)):
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await layer.group_send_many([(first, {"type": "m"}), (second, {"type": "m"})])
+            assert (await asyncio.wait_for(layer.receive(channel), 10))["type"] == "m"
+    finally:
+        await layer.group_discard(live, channel)
 
 
 async def test_successive_batched_sends_keep_a_channels_order(layer):

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from django.db import DataError, close_old_connections, connection
+from prometheus_client import REGISTRY
 
 from sessions_app.log import events as events_module
 from sessions_app.log.events import NewEvent, RunGuard, append_batch, read_events
@@ -35,6 +36,10 @@ def _delta(text: str) -> list[NewEvent]:
     return [NewEvent("assistant.delta", {"text": text})]
 
 
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
 def test_many_threads_share_commits_and_every_session_stays_contiguous(user, published):
     """Twenty threads appending to ten sessions at once share batches; each
     session's log is 1..head with no hole or repeat, each thread's appends are in
@@ -43,6 +48,8 @@ def test_many_threads_share_commits_and_every_session_stays_contiguous(user, pub
     sessions = [create_session(user, f"s{i}").id for i in range(10)]
     published.clear()
     per_thread = 30
+    commits_before = _sample("agent_group_commit_appends_count")
+    appends_before = _sample("agent_group_commit_appends_sum")
     got: dict[int, list[int]] = {}
     errors: list[BaseException] = []
     start = threading.Barrier(20)
@@ -68,6 +75,9 @@ def test_many_threads_share_commits_and_every_session_stays_contiguous(user, pub
     assert errors == []
     assert committer.appends == 20 * per_thread
     assert committer.batches < committer.appends  # commits were shared
+    # The metric an operator reads says the same: commits, and appends in them.
+    assert _sample("agent_group_commit_appends_count") - commits_before == committer.batches
+    assert _sample("agent_group_commit_appends_sum") - appends_before == 20 * per_thread
     for n, seqs in got.items():
         assert seqs == sorted(seqs), f"thread {n} appended out of its order"
     for i, session_id in enumerate(sessions):

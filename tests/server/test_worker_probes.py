@@ -51,4 +51,6 @@ async def test_a_worker_serves_its_metrics_and_health_on_its_own_port(own_server
     assert status == 200
     appends = re.search(r"^agent_append_seconds_count (\S+)$", text, re.M)
     assert appends and float(appends.group(1)) >= 1, "this worker's appends are counted"
+    commits = re.search(r"^agent_group_commit_appends_count (\S+)$", text, re.M)
+    assert commits and float(commits.group(1)) >= 1, "and its group commits"
     assert "agent_runs{" not in text, "the database-wide gauges are a daphne's /metrics/database"
