@@ -194,6 +194,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 else:
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
+    # Behind a transaction-mode pooler (PgBouncer's pool_mode = transaction) a
+    # connection is the server's only for one transaction: no server-side
+    # cursors (Django's own flag), and gate wake-ups do not LISTEN
+    # (runtime/wakeups.py). Django's psycopg cursors bind on the client, so
+    # no statement is prepared on the server.
+    _pool_mode = os.environ.get("DATABASE_POOL_MODE", "session")
+    if _pool_mode not in ("session", "transaction"):
+        raise ImproperlyConfigured(
+            f"DATABASE_POOL_MODE={_pool_mode!r} is neither 'session' nor 'transaction'"
+        )
+    if _pool_mode == "transaction":
+        DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")

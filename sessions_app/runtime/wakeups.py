@@ -101,6 +101,10 @@ def _listen():
     """A connection of its own that listens (Django's may be in a transaction)."""
     import psycopg
 
+    if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+        # A transaction-mode pooler (DATABASE_POOL_MODE): a LISTEN would hold
+        # for one statement's transaction only.
+        return None
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)
     params.pop("context", None)

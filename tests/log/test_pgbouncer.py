@@ -1,0 +1,160 @@
+"""PostgreSQL behind PgBouncer in transaction mode (``DATABASE_POOL_MODE=transaction``):
+a server and two run workers share four server connections, and every promise
+holds: exact logs, a gate decided once from another tab, its tool run once, a
+kill -9 of a worker mid-answer taken over, a refresh that replays everything."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+
+import pytest
+from django.db import connection
+
+from sessions_app.models import Run
+from sessions_app.runtime.tools import workspace_for
+from tests.harness import Process, WsClient, wait_until
+from tests.runtime.common import open_session, send_text
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+POOL_SIZE = 4
+
+
+class PgBouncer(Process):
+    """Debian's pgbouncer on a free port, transaction pooling, ``POOL_SIZE``
+    server connections per database and user (as root it runs as postgres)."""
+
+    def __init__(self, log_dir):
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        settings = connection.settings_dict
+        users = log_dir / "pgbouncer-users.txt"
+        users.write_text('"postgres" ""\n')
+        config = log_dir / "pgbouncer.ini"
+        config.write_text(
+            "[databases]\n"
+            f"* = host={settings.get('HOST') or '127.0.0.1'} port={settings.get('PORT') or 5432}\n"
+            "[pgbouncer]\n"
+            f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
+            f"auth_type = trust\nauth_file = {users}\nadmin_users = postgres\n"
+            f"pool_mode = transaction\ndefault_pool_size = {POOL_SIZE}\n"
+            "max_client_conn = 1000\nignore_startup_parameters = extra_float_digits,options\n"
+        )
+        as_root = ["-u", "postgres"] if os.geteuid() == 0 else []
+        super().__init__(
+            [shutil.which("pgbouncer"), *as_root, str(config)],
+            dict(os.environ),
+            "pgbouncer",
+            log_dir,
+        )
+
+    def start(self) -> PgBouncer:
+        super().start()
+        self.wait_for_log(re.compile(r"process up"))
+        return self
+
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{connection.settings_dict['NAME']}"
+
+    def show(self, what: str) -> list[dict[str, str]]:
+        """``SHOW <what>`` on the admin console: a dict per row, by column."""
+        out = subprocess.run(
+            ["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-A"]
+            + ["-P", "footer=off", "-c", f"SHOW {what}", "pgbouncer"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        header, *rows = [line.split("|") for line in out.splitlines()]
+        return [dict(zip(header, row, strict=True)) for row in rows]
+
+
+@pytest.fixture
+def bouncer(tmp_path):
+    if shutil.which("pgbouncer") is None or shutil.which("psql") is None:
+        pytest.skip("PGBOUNCER NOT INSTALLED: the transaction-mode pooler is not under test")
+    proc = PgBouncer(tmp_path).start()
+    yield proc
+    proc.stop()
+
+
+def _ours(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [row for row in rows if row["database"] == connection.settings_dict["NAME"]]
+
+
+def _served_transactions(bouncer: PgBouncer) -> int:
+    return sum(int(row["total_xact_count"]) for row in _ours(bouncer.show("STATS")))
+
+
+async def test_every_promise_holds_through_pgbouncer_in_transaction_mode(
+    own_server, cookie, bouncer
+):
+    """A daphne and two workers through PgBouncer (transaction mode, four
+    server connections): six answers stream whole, a gate approved from a
+    second tab runs its tool once, a worker killed mid-answer is taken over and
+    the answer ends once, and a refreshed tab gets exactly 1..head."""
+    start, procs = own_server
+    server = start(DATABASE_URL=bouncer.url(), DATABASE_POOL_MODE="transaction")
+    before = _served_transactions(bouncer)
+
+    tabs = [await open_session(server, cookie) for _ in range(6)]
+    for n, (c, _) in enumerate(tabs):
+        await send_text(c, "/stream 10 0", f"s{n}")
+    for c, _ in tabs:
+        end = await c.wait_event(lambda f: f["kind"] == "run.finished")
+        assert c.seqs() == list(range(1, end["seq"] + 1))
+        deltas = [e["data"]["text"] for e in c.events() if e["kind"] == "assistant.delta"]
+        assert deltas == [f"tok{i} " for i in range(10)]
+
+    a, sid = tabs[0]
+    b = await WsClient.connect(server.ws, cookie)
+    await b.resume(sid, 0)
+    await send_text(a, "/write notes.txt hello", "w1")
+    gate = await b.wait_event(lambda f: f["kind"] == "approval.requested")
+    decided = await b.request(
+        {"type": "decide", "approval_id": gate["data"]["approval_id"], "decision": "approve"}
+    )
+    assert decided["type"] == "decide_ok", decided
+    end = await a.wait_event(lambda f: f["kind"] == "run.finished" and f["seq"] > gate["seq"])
+    assert end["data"] == {"stop_reason": "end_turn"}
+    assert (workspace_for(sid) / "notes.txt").read_text() == "hello\n"
+
+    c, sid = tabs[1]
+    sent = await send_text(c, "/stream 40 50", "k1")
+    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "tok10 " in f["data"]["text"])
+    holder = await wait_until(lambda: Run.objects.get(id=sent["run_id"]).worker)
+    os.kill(int(holder.split(":")[1]), signal.SIGKILL)
+    end = await c.wait_event(
+        lambda f: f["kind"] == "run.finished" and f["run_id"] == sent["run_id"], timeout=40
+    )
+    assert end["data"] == {"stop_reason": "end_turn"}
+    [message] = [
+        e for e in c.events() if e["kind"] == "assistant.message" and e["run_id"] == sent["run_id"]
+    ]
+    assert message["data"]["text"] == "".join(f"tok{i} " for i in range(40))
+
+    refreshed = await WsClient.connect(server.ws, cookie)
+    ok = await refreshed.resume(sid, 0)
+    await refreshed.wait_event(lambda f: f["seq"] == ok["head"])
+    assert refreshed.seqs() == list(range(1, ok["head"] + 1))
+    assert [e["seq"] for e in refreshed.events()] == c.seqs()[: ok["head"]]
+
+    # It all went through the pooler, on at most its four server connections.
+    assert _served_transactions(bouncer) > before
+    [pool] = _ours(bouncer.show("POOLS"))
+    servers = sum(
+        int(pool[k]) for k in ("sv_active", "sv_idle", "sv_used", "sv_tested", "sv_login")
+    )
+    assert 0 < servers <= POOL_SIZE and pool["pool_mode"] == "transaction"
+    assert "prepared statement" not in bouncer.log_text()
+    for proc in procs:
+        assert "prepared statement" not in proc.log_text()
+    for tab in [*(c for c, _ in tabs), b, refreshed]:
+        await tab.close()
