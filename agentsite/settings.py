@@ -477,8 +477,10 @@ LOGGING = {
         # Named here so that Django's own console handler (DEBUG) goes: its
         # lines reach the root handler once.
         "django": {"level": "INFO"},
-        # A line per task state in the run workers: only what goes wrong.
+        # A line per task state in the run workers: only what goes wrong
+        # (the backport's logger; on Django 6, Django's own).
         "django_tasks": {"level": "WARNING"},
+        "django.tasks": {"level": "WARNING"},
     },
 }
 

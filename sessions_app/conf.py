@@ -14,22 +14,22 @@ from pathlib import Path
 
 from django.conf import settings
 
-# The app's pages (all under templates/sessions_app/, so they never shadow a
-# project's own base.html or login page) and its browser client: at the
-# repository's top level in a checkout, inside the package in an installed
-# wheel (``bundled_templates``, ``bundled_static``: pyproject.toml maps them).
-# A project embedding the app adds these to TEMPLATES' DIRS and
-# STATICFILES_DIRS.
+# The app's pages and its browser client, each under a ``sessions_app/``
+# folder of their own (templates/sessions_app/, static/sessions_app/), so
+# they never shadow a project's base.html, login page or /static/js/. A
+# checkout keeps them at the repository's top; the wheel puts them inside the
+# package (sessions_app/templates, sessions_app/static: pyproject.toml maps
+# them), where APP_DIRS and staticfiles' app finder find them with no setting.
 _PACKAGE = Path(__file__).resolve().parent
 
 
-def _bundled(name: str, checkout: str) -> Path:
+def _bundled(name: str) -> Path:
     installed = _PACKAGE / name
-    return installed if installed.is_dir() else _PACKAGE.parent / checkout
+    return installed if installed.is_dir() else _PACKAGE.parent / name
 
 
-TEMPLATES_DIR = _bundled("bundled_templates", "templates")
-STATIC_DIR = _bundled("bundled_static", "static")
+TEMPLATES_DIR = _bundled("templates")
+STATIC_DIR = _bundled("static")
 
 
 DEFAULT_SYSTEM_PROMPT = (

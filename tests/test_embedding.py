@@ -26,8 +26,6 @@ from tests.harness import _LISTEN, ROOT, Process, WsClient, daphne_endpoint
 SETTINGS = """
 from pathlib import Path
 
-import sessions_app.conf
-
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = "host-project-secret-for-the-embedding-test"
 # startproject's own defaults, kept (the embedding-test's: localhost only)
@@ -69,8 +67,9 @@ ASGI_APPLICATION = "hostsite.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        # The project's own templates, and the app's (all under sessions_app/).
-        "DIRS": [BASE_DIR / "templates", sessions_app.conf.TEMPLATES_DIR],
+        # The project's own templates; the app's come with it (APP_DIRS), all
+        # under sessions_app/.
+        "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -100,8 +99,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
+# The app's static files come with it, under /static/sessions_app/.
 STATIC_URL = "/static/"
-STATICFILES_DIRS = [sessions_app.conf.STATIC_DIR]
 SERVE_STATIC = True
 LOGIN_URL = "/accounts/login/"
 # Where a sign-in lands (Django's default, /accounts/profile/, is no page).
@@ -231,7 +230,7 @@ def installed_wheel(tmp_path_factory) -> Path:
     # source, and the other profile's suite may be building at this moment.
     source = out / "source"
     junk = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("agentsite", "sessions_app", "static", "templates"):
+    for name in ("sessions_app", "static", "templates"):
         shutil.copytree(ROOT / name, source / name, ignore=junk)
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, source / name)
@@ -315,7 +314,7 @@ def host_project(tmp_path, installed_wheel):
     )
     assert where.stdout.split() == [
         str(installed_wheel / "sessions_app" / "conf.py"),
-        str(installed_wheel / "sessions_app" / "bundled_static"),
+        str(installed_wheel / "sessions_app" / "static"),
     ], where.stderr
     # Run from the project's directory: this checkout is not on the path.
     for args in (["-m", "django", "migrate", "--noinput"], ["-m", "django", "check"]):
@@ -363,7 +362,7 @@ async def test_a_second_project_runs_a_session_through_an_approval(host_project)
     assert "the shop's own sign-in page" in _get(http + "/accounts/login/")[1]
     status, page = _get(http + "/agents/", cookie)
     assert status == 200 and 'data-testid="new-session"' in page
-    assert "/static/js/list.js" in page and "/static/css/app.css" in page
+    assert "/static/sessions_app/js/list.js" in page and "/static/sessions_app/css/app.css" in page
     assert "the shop's base" not in page
     # The client's routes, as the page gives them: every one under the prefix.
     urls = json.loads(html.unescape(re.search(r'data-urls="([^"]*)"', page).group(1)))
@@ -374,8 +373,8 @@ async def test_a_second_project_runs_a_session_through_an_approval(host_project)
         "ws_sessions": "/agents/ws/sessions/",
         "ws_list": "/agents/ws/list/",
     }
-    assert _get(http + "/static/js/app.js")[0] == 200
-    assert _get(http + "/static/js/urls.js")[0] == 200
+    assert _get(http + "/static/sessions_app/js/app.js")[0] == 200
+    assert _get(http + "/static/sessions_app/js/urls.js")[0] == 200
     schema = json.loads(_get(http + "/agents/api/schema/?format=json", cookie)[1])
     # The app's own schema settings, with none in the host's: its title, the stream's path.
     assert schema["info"]["title"] == "Agent sessions API"

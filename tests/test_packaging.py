@@ -10,18 +10,34 @@ from tests.harness import ROOT
 
 def test_the_wheel_lists_every_package_and_maps_the_templates_and_static_files():
     """pyproject.toml lists its packages (the templates and static files are
-    mapped into the package, which discovery cannot do): the list is every
-    directory of agentsite and sessions_app with an __init__.py, and the two
-    mapped ones."""
+    mapped into the package, which discovery cannot do): every directory of
+    sessions_app with an __init__.py, the two mapped folders and every folder
+    under them (each with its files as package data; an unlisted one is a
+    setuptools warning at every build). agentsite, the demo site, is not in
+    the wheel."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     found = {
         ".".join(init.parent.relative_to(ROOT).parts)
-        for top in ("agentsite", "sessions_app")
-        for init in (ROOT / top).rglob("__init__.py")
+        for init in (ROOT / "sessions_app").rglob("__init__.py")
     }
-    mapped = {
-        "sessions_app.bundled_templates": "templates",
-        "sessions_app.bundled_static": "static",
+    mapped = {"sessions_app.templates": "templates", "sessions_app.static": "static"}
+    data = {
+        ".".join(("sessions_app", *folder.relative_to(ROOT).parts))
+        for top in mapped.values()
+        for folder in [ROOT / top, *(ROOT / top).rglob("*")]
+        if folder.is_dir() and any(f.is_file() for f in folder.iterdir())
     }
-    assert set(config["packages"]) == found | set(mapped)
+    data |= set(mapped)
+    assert set(config["packages"]) == found | data
     assert config["package-dir"] == mapped
+    assert set(config["package-data"]) == data - {"sessions_app.templates"}
+    assert config["dynamic"]["version"] == {"attr": "sessions_app.__version__"}
+
+
+def test_the_version_has_its_changelog_entry():
+    """``sessions_app.__version__`` (the wheel's version: pyproject.toml reads
+    it) has an entry in docs/changelog.md."""
+    import sessions_app
+
+    changelog = (ROOT / "docs" / "changelog.md").read_text()
+    assert f"\n## {sessions_app.__version__} (" in changelog

@@ -105,6 +105,8 @@ def test_check_deploy_is_clean_with_the_runbooks_env_file(tmp_path):
     settings that change checks; services and paths aside) reports nothing."""
     runbook = (ROOT / "docs" / "deploy.md").read_text()
     block = runbook.split("```sh\nDATABASE_URL=", 1)[1].split("```", 1)[0]
+    # Where the SQLite file lives: Django 6.1's checks open the database.
+    (tmp_path / "var").mkdir()
     env = {
         "SECRET_KEY": secrets.token_urlsafe(50),
         "AGENT_VAR_DIR": str(tmp_path / "var"),

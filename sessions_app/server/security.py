@@ -104,10 +104,10 @@ class SameOriginValidator:
         return await self.application(scope, receive, send)
 
 
-# The boot script (static/js/boot.js) is the one inline script: it must run
+# The boot script (static/sessions_app/js/boot.js) is the one inline script: it must run
 # even when the server died right after sending the page, so that no file of
 # its own has to load. It is allowed by its hash, nothing else inline is.
-BOOT_JS = (STATIC_DIR / "js" / "boot.js").read_text()
+BOOT_JS = (STATIC_DIR / "sessions_app" / "js" / "boot.js").read_text()
 BOOT_JS_HASH = base64.b64encode(hashlib.sha256(BOOT_JS.encode()).digest()).decode()
 
 # Same-origin ES modules and styles only: no inline script (but the boot

@@ -1,7 +1,7 @@
 """The pages: the session list, "New session" and the session page.
 
 The session page is a shell: the transcript is rendered by the client
-(``static/js/app.js``) from its per-tab cache and the WebSocket replay, so the
+(``static/sessions_app/js/app.js``) from its per-tab cache and the WebSocket replay, so the
 view passes only the session id, its title and whether the test hooks are on.
 """
 

@@ -47,7 +47,7 @@ def test_the_recipe_serves_the_app_over_https_through_restarts(deployment, brows
     cookies = {c["name"]: c for c in context.cookies()}
     assert cookies["sessionid"]["secure"] and cookies["csrftoken"]["secure"]
     # The static files come from collectstatic's output, served by nginx.
-    css = page.request.get(site.http + "/static/css/app.css")
+    css = page.request.get(site.http + "/static/sessions_app/css/app.css")
     assert css.ok and "text/css" in css.headers["content-type"]
     page.get_by_test_id("new-session").click()
     expect(page.get_by_test_id("connection-state")).to_have_attribute("data-state", "live")
@@ -128,7 +128,7 @@ def test_the_proxy_guards_the_operators_pages_and_the_throttle(throttled_deploym
         for i in range(6):
             spoofed = {"X-Forwarded-For": f"203.0.113.{i}"}
             codes.append(c.get("/api/schema/", headers=spoofed).status_code)
-        static = c.get("/static/css/app.css")
+        static = c.get("/static/sessions_app/css/app.css")
     assert codes == [200, 200, 200, 429, 429, 429], codes
     assert static.headers["x-content-type-options"] == "nosniff"
     assert static.headers["strict-transport-security"].startswith("max-age=")

@@ -74,9 +74,8 @@ async def _storm(site, sessions) -> dict:
         for attempt in range(20):
             if attempt:
                 seen["retries"] += 1
-                await asyncio.sleep(
-                    random.uniform(0, min(10, 0.25 * 2**attempt))
-                )  # sleep-ok: backoff
+                pause = random.uniform(0, min(10, 0.25 * 2**attempt))
+                await asyncio.sleep(pause)  # sleep-ok: the browser's backoff
             try:
                 async with websockets.connect(
                     site.ws,

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { FAILPOINTS, Failpoints, hooksEnabled, installTestHooks } from "../../static/js/hooks.js";
+import { FAILPOINTS, Failpoints, hooksEnabled, installTestHooks } from "../../static/sessions_app/js/hooks.js";
 
 test("failpoints are one-shot and named", () => {
   const fp = new Failpoints();

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { ago } from "../../static/js/list.js";
+import { ago } from "../../static/sessions_app/js/list.js";
 
 test("last activity reads as the server's template writes it", () => {
   const now = Date.parse("2026-12-03T12:00:00Z");

@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { SessionClient, TRANSITIONS } from "../../static/js/session.js";
-import { snapshotOf } from "../../static/js/view.js";
+import { SessionClient, TRANSITIONS } from "../../static/sessions_app/js/session.js";
+import { snapshotOf } from "../../static/sessions_app/js/view.js";
 import { assertDeclared, ev, FakeStorage } from "./helpers.mjs";
 import { makeHooks, range, SID, setup, userMsg } from "./session_rig.mjs";
 

@@ -160,15 +160,19 @@ def test_session_page_preloads_every_client_module(client_for, user):
 
     s = create_session(user)
     page = client_for(user).get(f"/s/{s.id}/").content.decode()
-    preloaded = set(re.findall(r'rel="modulepreload" href="/static/js/([\w-]+\.js)"', page))
-    modules = {p.name for p in (Path(__file__).resolve().parents[2] / "static" / "js").glob("*.js")}
+    preloaded = set(
+        re.findall(r'rel="modulepreload" href="/static/sessions_app/js/([\w-]+\.js)"', page)
+    )
+    js = Path(__file__).resolve().parents[2] / "static" / "sessions_app" / "js"
+    modules = {p.name for p in js.glob("*.js")}
     assert preloaded == modules - {"app.js", "boot.js", "list.js", "highlight.js"}
     # So are the vendored libraries the Markdown renderer imports; not the
     # highlighter's (loaded with the first code block).
-    js = Path(__file__).resolve().parents[2] / "static" / "js"
     vendored = set(re.findall(r'from "\.\./(vendor/[\w./-]+)"', (js / "markdown.js").read_text()))
     assert vendored == {"vendor/marked/marked.esm.js"}
-    preloads = re.findall(r'rel="modulepreload" href="/static/(vendor/[\w./-]+)"', page)
+    preloads = re.findall(
+        r'rel="modulepreload" href="/static/sessions_app/(vendor/[\w./-]+)"', page
+    )
     assert vendored == set(preloads)
     assert 'import("./highlight.js")' in (js / "markdown.js").read_text()
     # The boot script (reloads a page whose files failed) is inline, before

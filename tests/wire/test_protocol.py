@@ -11,7 +11,9 @@ import pytest
 
 from sessions_app.wire import protocol as p
 
-CONSTANTS_JS = Path(__file__).resolve().parents[2] / "static" / "js" / "constants.js"
+CONSTANTS_JS = (
+    Path(__file__).resolve().parents[2] / "static" / "sessions_app" / "js" / "constants.js"
+)
 
 
 def _python_constants() -> dict[str, object]:

@@ -1,0 +1,30 @@
+"""The embedded suite on each Django this project supports (pyproject.toml's
+range): 5.2 LTS and the current 6.x, which needs Python 3.12 or later.
+
+    .venv/bin/nox -s "embedded(django='6.1')"    # what ./scripts/test runs
+    .venv/bin/nox -s embedded                    # both
+
+./scripts/test runs the 5.2 suite in .venv itself (both profiles, Chromium);
+nox adds the 6.x one in a virtualenv of its own, without the browser tests.
+``python3.12`` must be on the PATH (./scripts/test puts pyenv's there).
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = True
+
+
+@nox.session(python="3.12")
+@nox.parametrize("django", ["5.2", "6.1"])
+def embedded(session: nox.Session, django: str) -> None:
+    """The embedded profile's server and runtime suite on Django ``django``."""
+    session.install("-e", ".[test]", f"django~={django}.0")
+    session.run("python", "-c", "import django; print('Django', django.get_version())")
+    if os.environ.get("DATABASE_URL") or os.environ.get("REDIS_URL"):
+        session.error("the embedded profile: run with DATABASE_URL and REDIS_URL unset")
+    session.run("pytest", "-m", "not browser", *session.posargs)
