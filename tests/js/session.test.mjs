@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { SessionClient, TRANSITIONS } from "../../static/sessions_app/js/session.js";
+import { NO_HOOKS, TRANSITIONS } from "../../static/sessions_app/js/session.js";
 import { snapshotOf } from "../../static/sessions_app/js/view.js";
 import { assertDeclared, ev, FakeStorage } from "./helpers.mjs";
 import { makeHooks, range, SID, setup, userMsg } from "./session_rig.mjs";
@@ -388,14 +388,38 @@ test("the session's state moves only along declared transitions; a refused one c
   assert.equal(client.state, "live");
 });
 
-test("failpoints cost nothing when off: the client's steps are its own methods", () => {
+test("failpoints cost nothing when off: a client given no hooks has the ones that let every step go on", () => {
   const { client } = setup();
-  assert.equal(client._onEvent, SessionClient.prototype._onEvent);
-  assert.equal(client._rendered, SessionClient.prototype._rendered);
-  assert.equal(Object.hasOwn(client.outbox, "written"), false);
-  assert.equal("hooks" in client, false);
+  assert.deepEqual(Object.keys(client.hooks).sort(), ["received", "rendered", "sent"]);
+  for (const name of ["received", "rendered", "sent"]) assert.equal(client.hooks[name], NO_HOOKS[name]);
   const { client: tested } = setup({ hooks: makeHooks() });
-  assert.notEqual(tested._onEvent, SessionClient.prototype._onEvent);
+  assert.notEqual(tested.hooks.received, NO_HOOKS.received);
+});
+
+test("hook points: received and rendered may stop a step, sent is told of each input written", () => {
+  const seen = [];
+  const { client, resume, sock } = setup();
+  client.hooks.received = (frame) => {
+    seen.push(["received", frame.seq]);
+    return frame.seq !== 3;
+  };
+  client.hooks.rendered = (seq) => {
+    seen.push(["rendered", seq]);
+  };
+  client.hooks.sent = (entry) => seen.push(["sent", entry.id]);
+  client.start();
+  resume(2, [ev(1, "session.created", {}, null), userMsg(2, "c0")]);
+  sock().receive(ev(3));
+  assert.equal(client.cursor, 2, "the event the hook stopped is not applied");
+  const sent = client.submit("more");
+  assert.deepEqual(seen, [
+    ["received", 1],
+    ["rendered", 1],
+    ["received", 2],
+    ["rendered", 2],
+    ["received", 3],
+    ["sent", sent.id],
+  ]);
 });
 
 test("the title the server has reaches the view by push, for this session only", () => {

@@ -1,7 +1,7 @@
 // The session client's test rig: a recorder view and a client on a fake
 // socket, clock and storage (shared by session.test.mjs and outbox.test.mjs).
 import { Backoff } from "../../static/sessions_app/js/backoff.js";
-import { Failpoints, wrapFailpoints } from "../../static/sessions_app/js/hooks.js";
+import { Failpoints, failpointHooks } from "../../static/sessions_app/js/hooks.js";
 import { SessionClient } from "../../static/sessions_app/js/session.js";
 import { Connection } from "../../static/sessions_app/js/socket.js";
 import { SessionStore } from "../../static/sessions_app/js/store.js";
@@ -61,6 +61,7 @@ export function setup({ storage = new FakeStorage(), clock = new FakeClock(), ho
     tabId: "t-1",
     store,
     view,
+    hooks: hooks ? failpointHooks(hooks, () => client) : undefined,
     timers: clock,
     now: clock.now,
     createConnection: (handlers) =>
@@ -73,7 +74,6 @@ export function setup({ storage = new FakeStorage(), clock = new FakeClock(), ho
         backoff: new Backoff({ random: () => 0 }),
       }),
   });
-  if (hooks) wrapFailpoints(client, hooks);
   const sock = () => sockets.at(-1);
   /** Open the next socket and answer its resume with resume_ok (head) and the events. */
   const resume = (head, events = [], epoch = "E1", features = undefined) => {

@@ -6,7 +6,7 @@
  */
 
 import { openEditor } from "./editor.js";
-import { Failpoints, hooksEnabled, installTestHooks, wrapFailpoints } from "./hooks.js";
+import { Failpoints, failpointHooks, hooksEnabled, installTestHooks } from "./hooks.js";
 import { attachRename } from "./rename.js";
 import { SessionClient } from "./session.js";
 import { attachBrowserSignals, Connection, socketUrl } from "./socket.js";
@@ -49,16 +49,14 @@ export function startSessionPage() {
     tabId,
     store,
     view,
+    hooks: failpoints ? failpointHooks(failpoints, () => client) : undefined,
     createConnection: (handlers) => {
       const conn = new Connection({ url: socketUrl(window.location, urlFor(pageUrls(document), "ws_sessions")), handlers });
       detachSignals = attachBrowserSignals(conn, window, document);
       return conn;
     },
   });
-  if (failpoints) {
-    wrapFailpoints(client, failpoints);
-    installTestHooks(window, client, failpoints);
-  }
+  if (failpoints) installTestHooks(window, client, failpoints);
 
   // --- composer -------------------------------------------------------------------
   const composer = view.el.composer;

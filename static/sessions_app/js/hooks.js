@@ -2,8 +2,8 @@
  * Fault injection for browser tests. Installed only when the page's body has
  * data-test-hooks="1" (rendered only when settings.AGENT_TEST_HOOKS is on);
  * otherwise nothing here runs, `window.__test` does not exist, and the client
- * has no failpoint to consult: they are wrapped around its methods
- * (`wrapFailpoints`) only when hooks are on, so they cost nothing otherwise.
+ * has no failpoint to consult: they are the client's hooks (`failpointHooks`,
+ * given to `SessionClient` only when hooks are on), so they cost nothing otherwise.
  *
  * window.__test:
  *   dropSocket()      close the current socket as if the network dropped;
@@ -68,35 +68,32 @@ export function hooksEnabled(doc) {
 }
 
 /**
- * Put the failpoints around `client`'s steps: each fires once when armed.
+ * The client's hooks (session.js, `SessionHooks`) that fire the failpoints,
+ * each once when armed; pass them as `new SessionClient({hooks})`.
  *
  * - "after-receive": an event frame arrives; the socket drops before it is applied
  * - "after-render": an event is shown and the cursor moved; the socket drops before the ack
  * - "after-send": an input's `send` was written; the socket drops before its send_ok
- * @param {import("./session.js").SessionClient} client
  * @param {Failpoints} failpoints
+ * @param {() => import("./session.js").SessionClient} client the client they are given to
+ * @returns {import("./session.js").SessionHooks}
  */
-export function wrapFailpoints(client, failpoints) {
-  const onEvent = client._onEvent.bind(client);
-  client._onEvent = (frame) => {
-    if (client._following && failpoints.take("after-receive")) {
-      client.conn.drop("test failpoint after-receive");
-      return;
-    }
-    onEvent(frame);
-  };
-  const rendered = client._rendered.bind(client);
-  client._rendered = (seq) => {
-    if (failpoints.take("after-render")) {
-      client.conn.drop("test failpoint after-render");
-      return;
-    }
-    rendered(seq);
-  };
-  const written = client.outbox.written.bind(client.outbox);
-  client.outbox.written = (entry) => {
-    written(entry);
-    if (failpoints.take("after-send")) client.conn.drop("test failpoint after-send");
+export function failpointHooks(failpoints, client) {
+  const drop = (name) => client().conn.drop(`test failpoint ${name}`);
+  return {
+    received() {
+      if (!failpoints.take("after-receive")) return true;
+      drop("after-receive");
+      return false;
+    },
+    rendered() {
+      if (!failpoints.take("after-render")) return true;
+      drop("after-render");
+      return false;
+    },
+    sent() {
+      if (failpoints.take("after-send")) drop("after-send");
+    },
   };
 }
 
@@ -104,7 +101,7 @@ export function wrapFailpoints(client, failpoints) {
  * Expose window.__test for `client`.
  * @param {Window} win
  * @param {import("./session.js").SessionClient} client
- * @param {Failpoints} failpoints the ones `wrapFailpoints` put around it
+ * @param {Failpoints} failpoints the ones its `failpointHooks` fire
  */
 export function installTestHooks(win, client, failpoints) {
   const api = {

@@ -78,9 +78,11 @@ export class Outbox {
    * @param {() => object} options.model the transcript model (for the view)
    * @param {() => void} options.onSyncError a sync failed (the apply loop's)
    * @param {import("./timers.js").Timers} options.timers
+   * @param {(entry: {id: string}) => void} [options.onWritten] an input's frame was written
    */
-  constructor({ send, requestId, live, ledger, view, model, onSyncError, timers }) {
+  constructor({ send, requestId, live, ledger, view, model, onSyncError, timers, onWritten = () => {} }) {
     this._onSyncError = onSyncError;
+    this._onWritten = onWritten;
     this._send = send;
     this._requestId = requestId;
     this._live = live;
@@ -262,12 +264,13 @@ export class Outbox {
   }
 
   /**
-   * An input's frame was written (test failpoints wrap this).
+   * An input's frame was written: marked sent, then told to `onWritten`.
    * @param {{id: string}} entry
    */
   written(entry) {
     this.ledger.markSent(entry.id);
     this._showLedger();
+    this._onWritten(entry);
   }
 
   // --- commands -------------------------------------------------------------------

@@ -17,6 +17,15 @@
  * None of this touches the DOM: the display is a `view` object (ui.js in the
  * browser, a recorder in tests).
  *
+ * Hook points (`options.hooks`, see `NO_HOOKS`): a caller may watch, and stop,
+ * three steps of the client; the browser tests' failpoints (hooks.js) are
+ * built on them, and nothing else of the client is replaced:
+ * - `received(frame)`: an event frame for this session arrived; `false`
+ *   stops it before it is applied;
+ * - `rendered(seq)`: the event at `seq` is shown and the cursor moved; `false`
+ *   stops before it is acked and stored;
+ * - `sent(entry)`: an input's `send` frame was written (its ledger entry).
+ *
  * @module session
  */
 
@@ -33,6 +42,16 @@ import { completeView, NULL_VIEW, STATE, shownState, TRANSITIONS } from "./view.
 export { NULL_VIEW, STATE, TRANSITIONS };
 
 /**
+ * @typedef {object} SessionHooks
+ * @property {(frame: object) => (boolean|void)} [received]
+ * @property {(seq: number) => (boolean|void)} [rendered]
+ * @property {(entry: {id: string}) => void} [sent]
+ */
+
+/** The hooks of a client given none: every step goes on. */
+export const NO_HOOKS = Object.freeze({ received() {}, rendered() {}, sent() {} });
+
+/**
  * One tab's view of one session: the cursor and transcript (restored from the
  * store), the send ledger, the handshake and everything after it.
  */
@@ -47,9 +66,11 @@ export class SessionClient {
    * @param {typeof realTimers} [options.timers]
    * @param {() => number} [options.now]
    * @param {number} [options.persistDelayMs=250]
+   * @param {SessionHooks} [options.hooks] see the module's hook points
    */
-  constructor({ sessionId, tabId, store, createConnection, view = NULL_VIEW, timers = realTimers, now = Date.now, persistDelayMs = 250 }) {
+  constructor({ sessionId, tabId, store, createConnection, view = NULL_VIEW, timers = realTimers, now = Date.now, persistDelayMs = 250, hooks = NO_HOOKS }) {
     this.sessionId = sessionId;
+    this.hooks = { ...NO_HOOKS, ...hooks };
     this.tabId = tabId;
     this.store = store;
     this.view = completeView(view);
@@ -100,6 +121,7 @@ export class SessionClient {
       view: this.view,
       model: () => this.model,
       onSyncError: () => this.loop.onSyncError(),
+      onWritten: (entry) => this.hooks.sent(entry),
       timers,
     });
     this.persister = new Persister({
@@ -355,6 +377,7 @@ export class SessionClient {
   _onEvent(frame) {
     if (!this._following) return;
     if (frame.session_id && frame.session_id !== this.sessionId) return;
+    if (this.hooks.received(frame) === false) return;
     if (this.firstReplayedSeq === null) this.firstReplayedSeq = frame.seq;
     this.loop.receive(frame);
   }
@@ -388,8 +411,9 @@ export class SessionClient {
     this._rendered(seq);
   }
 
-  /** The event at `seq` is shown: ack it, store it (test failpoints wrap this). */
+  /** The event at `seq` is shown: ack it, store it (unless the `rendered` hook stops it). */
   _rendered(seq) {
+    if (this.hooks.rendered(seq) === false) return;
     this.acker.note(seq);
     this.persister.soon();
     if (this.state === STATE.REPLAYING && seq >= this.replayHead) this._goLive();
