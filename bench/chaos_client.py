@@ -29,7 +29,7 @@ from typing import Any
 
 import websockets
 
-# Closes the browser client never comes back from (static/sessions_app/js/socket.js).
+# Closes the browser client never comes back from (static/sessions_app/js/client/socket.js).
 FATAL_CLOSES = {4400, 4401}
 CUT_MODES = ("random", "mid_replay", "after_frame", "mid_send", "after_decide")
 

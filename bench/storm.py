@@ -107,7 +107,7 @@ class StormClient:
             await asyncio.sleep(self.backoff(failures))
 
     def backoff(self, failures: int) -> float:
-        """The browser client's delay (static/sessions_app/js/backoff.js): full jitter over
+        """The browser client's delay (static/sessions_app/js/client/backoff.js): full jitter over
         [0, min(10 s, 0.25 s * 2^(n-1))) before the n-th retry."""
         return self.rng.uniform(0, min(10.0, 0.25 * 2 ** min(failures - 1, 10)))
 

@@ -22,7 +22,7 @@ def test_the_package_root_keeps_only_entry_points():
 
 
 # Not the project's own text: environments, tools, outputs, vendored code.
-SKIPPED = {".git", ".venv", ".tools", "node_modules", "var", "test-results", "vendor"}
+SKIPPED = {".git", ".venv", ".nox", ".tools", "node_modules", "var", "test-results", "vendor"}
 TEXT = {".py", ".js", ".mjs", ".css", ".html", ".md", ".toml", ".sh", ".json", ".txt", ""}
 
 

@@ -374,7 +374,7 @@ async def test_a_second_project_runs_a_session_through_an_approval(host_project)
         "ws_list": "/agents/ws/list/",
     }
     assert _get(http + "/static/sessions_app/js/app.js")[0] == 200
-    assert _get(http + "/static/sessions_app/js/urls.js")[0] == 200
+    assert _get(http + "/static/sessions_app/js/client/urls.js")[0] == 200
     schema = json.loads(_get(http + "/agents/api/schema/?format=json", cookie)[1])
     # The app's own schema settings, with none in the host's: its title, the stream's path.
     assert schema["info"]["title"] == "Agent sessions API"

@@ -24,7 +24,7 @@ def boot_script():
 @register.simple_tag
 def client_urls():
     """``data-urls`` for ``<body>``: where the browser client finds the app's
-    routes (static/sessions_app/js/urls.js), from Django's routing and
+    routes (static/sessions_app/js/client/urls.js), from Django's routing and
     ``AGENT_WEBSOCKET_PREFIX``, so the app can be mounted under any prefix.
     A route the project did not include (the API) is left out."""
     placeholder = "SESSION_ID"

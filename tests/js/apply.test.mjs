@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Acker, ApplyLoop, compactedItem } from "../../static/sessions_app/js/apply.js";
+import { Acker, ApplyLoop, compactedItem } from "../../static/sessions_app/js/model/apply.js";
 import { ev, FakeClock } from "./helpers.mjs";
 
 function make(cursor = 0, extra = {}) {

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Backoff } from "../../static/sessions_app/js/backoff.js";
+import { Backoff } from "../../static/sessions_app/js/client/backoff.js";
 
 test("ceilings double from 250 ms and stop at 10 s", () => {
   const b = new Backoff();

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { CONFIRMED, FAILED, Ledger, PREPARED, SENT } from "../../static/sessions_app/js/ledger.js";
+import { CONFIRMED, FAILED, Ledger, PREPARED, SENT } from "../../static/sessions_app/js/client/ledger.js";
 
 function make(entries = []) {
   const saved = [];
@@ -129,7 +129,7 @@ test("restored entries keep their state and ids; junk is skipped", () => {
 });
 
 test("default ids are unique strings within the protocol's limit", async () => {
-  const { newClientMessageId } = await import("../../static/sessions_app/js/ledger.js");
+  const { newClientMessageId } = await import("../../static/sessions_app/js/client/ledger.js");
   const ids = new Set(Array.from({ length: 500 }, () => newClientMessageId()));
   assert.equal(ids.size, 500);
   for (const id of ids) assert.ok(id.length <= 128);

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { decodeEntities, isPlain, lex, safeHref } from "../../static/sessions_app/js/markdown.js";
+import { decodeEntities, isPlain, lex, safeHref } from "../../static/sessions_app/js/view/markdown.js";
 
 test("links keep only absolute http(s) and mailto destinations", () => {
   assert.equal(safeHref("https://example.com/a?b=1"), "https://example.com/a?b=1");
@@ -89,7 +89,7 @@ test("plain text is one paragraph of itself: the lexer agrees wherever the fast 
   }
 });
 
-import { chunks, linkDefinitions, MAX_NESTING, MarkdownView, nestingDepth, renderChunk } from "../../static/sessions_app/js/markdown.js";
+import { chunks, linkDefinitions, MAX_NESTING, MarkdownView, nestingDepth, renderChunk } from "../../static/sessions_app/js/view/markdown.js";
 
 /** Just enough of a DOM for the renderer: elements with attributes, children and text. */
 class FakeNode {

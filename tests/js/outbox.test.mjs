@@ -1,4 +1,4 @@
-// What the tab sends (static/sessions_app/js/outbox.js) through the session client: inputs
+// What the tab sends (static/sessions_app/js/client/outbox.js) through the session client: inputs
 // refused or retried, decisions and cancels remembered across sockets, one
 // Push per request, stop and send.
 import assert from "node:assert/strict";

@@ -1,12 +1,12 @@
-// The conversation's tree in the transcript model (static/sessions_app/js/transcript.js)
-// and what the active path shows (static/sessions_app/js/paths.js, branchview.js via
+// The conversation's tree in the transcript model (static/sessions_app/js/model/transcript.js)
+// and what the active path shows (static/sessions_app/js/model/paths.js, branchview.js via
 // ui.js against the fake DOM).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { activePath, branchControls, isShown } from "../../static/sessions_app/js/paths.js";
-import { applyEvent, emptyModel } from "../../static/sessions_app/js/transcript.js";
-import { SessionView } from "../../static/sessions_app/js/ui.js";
+import { activePath, branchControls, isShown } from "../../static/sessions_app/js/model/paths.js";
+import { applyEvent, emptyModel } from "../../static/sessions_app/js/model/transcript.js";
+import { SessionView } from "../../static/sessions_app/js/view/ui.js";
 import { fakeDocument } from "./fakedom.mjs";
 import { ev, FakeClock } from "./helpers.mjs";
 

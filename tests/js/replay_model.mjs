@@ -4,8 +4,8 @@
 // client's own ApplyLoop and transcript reducer, and prints
 // {"results": [{"cursor", "model"}, ...]}.
 
-import { ApplyLoop, compactedItem } from "../../static/sessions_app/js/apply.js";
-import { applyCompacted, applyEvent, emptyModel } from "../../static/sessions_app/js/transcript.js";
+import { ApplyLoop, compactedItem } from "../../static/sessions_app/js/model/apply.js";
+import { applyCompacted, applyEvent, emptyModel } from "../../static/sessions_app/js/model/transcript.js";
 
 const chunks = [];
 for await (const chunk of process.stdin) chunks.push(chunk);

@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { NO_HOOKS, TRANSITIONS } from "../../static/sessions_app/js/session.js";
-import { snapshotOf } from "../../static/sessions_app/js/view.js";
+import { NO_HOOKS, TRANSITIONS } from "../../static/sessions_app/js/client/session.js";
+import { snapshotOf } from "../../static/sessions_app/js/client/view.js";
 import { assertDeclared, ev, FakeStorage } from "./helpers.mjs";
 import { makeHooks, range, SID, setup, userMsg } from "./session_rig.mjs";
 

@@ -1,10 +1,10 @@
 // The session client's test rig: a recorder view and a client on a fake
 // socket, clock and storage (shared by session.test.mjs and outbox.test.mjs).
-import { Backoff } from "../../static/sessions_app/js/backoff.js";
+import { Backoff } from "../../static/sessions_app/js/client/backoff.js";
+import { SessionClient } from "../../static/sessions_app/js/client/session.js";
+import { Connection } from "../../static/sessions_app/js/client/socket.js";
+import { SessionStore } from "../../static/sessions_app/js/client/store.js";
 import { Failpoints, failpointHooks } from "../../static/sessions_app/js/hooks.js";
-import { SessionClient } from "../../static/sessions_app/js/session.js";
-import { Connection } from "../../static/sessions_app/js/socket.js";
-import { SessionStore } from "../../static/sessions_app/js/store.js";
 import { ev, FakeClock, FakeStorage, makeFakeWebSocket } from "./helpers.mjs";
 
 export const SID = "s_1";

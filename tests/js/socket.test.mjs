@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Backoff } from "../../static/sessions_app/js/backoff.js";
-import { attachBrowserSignals, Connection, SOCKET_STATE, SOCKET_TRANSITIONS, socketUrl } from "../../static/sessions_app/js/socket.js";
+import { Backoff } from "../../static/sessions_app/js/client/backoff.js";
+import { attachBrowserSignals, Connection, SOCKET_STATE, SOCKET_TRANSITIONS, socketUrl } from "../../static/sessions_app/js/client/socket.js";
 import { assertDeclared, FakeClock, makeFakeWebSocket } from "./helpers.mjs";
 
 function make({ random = () => 0.5, config = {} } = {}) {

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { SessionStore } from "../../static/sessions_app/js/store.js";
+import { SessionStore } from "../../static/sessions_app/js/client/store.js";
 import { FakeStorage } from "./helpers.mjs";
 
 test("commit and load round-trip epoch, cursor and transcript in ONE key", () => {

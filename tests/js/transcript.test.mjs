@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { activeRun, applyEvent, emptyModel, hasUserMessage, isModel, queuedRuns } from "../../static/sessions_app/js/transcript.js";
+import { activeRun, applyEvent, emptyModel, hasUserMessage, isModel, queuedRuns } from "../../static/sessions_app/js/model/transcript.js";
 import { ev } from "./helpers.mjs";
 
 function build(events) {

@@ -1,11 +1,11 @@
-// The session page's view (static/sessions_app/js/ui.js) against a fake DOM: it projects
+// The session page's view (static/sessions_app/js/view/ui.js) against a fake DOM: it projects
 // what the client says (live, busy) and what it is told (rows, ledger,
 // connection), with injected timers and animation frames.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { applyEvent, emptyModel } from "../../static/sessions_app/js/transcript.js";
-import { SessionView } from "../../static/sessions_app/js/ui.js";
+import { applyEvent, emptyModel } from "../../static/sessions_app/js/model/transcript.js";
+import { SessionView } from "../../static/sessions_app/js/view/ui.js";
 import { fakeDocument } from "./fakedom.mjs";
 import { ev, FakeClock } from "./helpers.mjs";
 

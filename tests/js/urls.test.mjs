@@ -1,9 +1,9 @@
-// Where the client finds the app's routes (static/sessions_app/js/urls.js): from the page,
+// Where the client finds the app's routes (static/sessions_app/js/client/urls.js): from the page,
 // under whatever prefix the project mounted the app.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { DEFAULT_URLS, pageUrls, urlFor } from "../../static/sessions_app/js/urls.js";
+import { DEFAULT_URLS, pageUrls, urlFor } from "../../static/sessions_app/js/client/urls.js";
 
 const docWith = (urls) => ({ body: { dataset: urls === undefined ? {} : { urls } } });
 

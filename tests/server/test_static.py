@@ -26,13 +26,13 @@ async def _get(path: str, method: str = "GET", headers=()) -> tuple[int, dict, b
 
 async def test_a_module_is_served_with_its_type_and_an_etag():
     """A client module comes back whole, as JavaScript, revalidated by ETag (304)."""
-    status, headers, body = await _get("/static/sessions_app/js/apply.js")
+    status, headers, body = await _get("/static/sessions_app/js/model/apply.js")
     assert status == 200 and body.startswith(b"/**")
     assert headers[b"content-type"] == b"text/javascript; charset=utf-8"
     assert headers[b"cache-control"] == b"no-cache" and headers[b"x-content-type-options"]
     assert int(headers[b"content-length"]) == len(body)
     again, headers2, empty = await _get(
-        "/static/sessions_app/js/apply.js", headers=[(b"if-none-match", headers[b"etag"])]
+        "/static/sessions_app/js/model/apply.js", headers=[(b"if-none-match", headers[b"etag"])]
     )
     assert (again, empty, headers2[b"etag"]) == (304, b"", headers[b"etag"])
     head, _, nothing = await _get("/static/sessions_app/css/app.css", method="HEAD")
@@ -61,7 +61,7 @@ async def test_nothing_outside_the_static_files_is_served(path):
 async def test_other_paths_and_methods():
     """Other paths go to the app; a POST to /static/ is 405."""
     assert (await _get("/s/x/"))[0] == 299
-    assert (await _get("/static/sessions_app/js/apply.js", method="POST"))[0] == 405
+    assert (await _get("/static/sessions_app/js/model/apply.js", method="POST"))[0] == 405
 
 
 def test_vendored_libraries_are_pinned_and_licensed():

@@ -160,21 +160,18 @@ def test_session_page_preloads_every_client_module(client_for, user):
 
     s = create_session(user)
     page = client_for(user).get(f"/s/{s.id}/").content.decode()
-    preloaded = set(
-        re.findall(r'rel="modulepreload" href="/static/sessions_app/js/([\w-]+\.js)"', page)
-    )
+    static = r'rel="modulepreload" href="/static/sessions_app/'
+    preloaded = set(re.findall(static + r'js/([\w/-]+\.js)"', page))
     js = Path(__file__).resolve().parents[2] / "static" / "sessions_app" / "js"
-    modules = {p.name for p in js.glob("*.js")}
-    assert preloaded == modules - {"app.js", "boot.js", "list.js", "highlight.js"}
+    modules = {p.relative_to(js).as_posix() for p in js.rglob("*.js")}
+    assert preloaded == modules - {"app.js", "boot.js", "list.js", "view/highlight.js"}
     # So are the vendored libraries the Markdown renderer imports; not the
     # highlighter's (loaded with the first code block).
-    vendored = set(re.findall(r'from "\.\./(vendor/[\w./-]+)"', (js / "markdown.js").read_text()))
+    markdown = (js / "view" / "markdown.js").read_text()
+    vendored = set(re.findall(r'from "\.\./\.\./(vendor/[\w./-]+)"', markdown))
     assert vendored == {"vendor/marked/marked.esm.js"}
-    preloads = re.findall(
-        r'rel="modulepreload" href="/static/sessions_app/(vendor/[\w./-]+)"', page
-    )
-    assert vendored == set(preloads)
-    assert 'import("./highlight.js")' in (js / "markdown.js").read_text()
+    assert vendored == set(re.findall(static + r'(vendor/[\w./-]+)"', page))
+    assert 'import("./highlight.js")' in markdown
     # The boot script (reloads a page whose files failed) is inline, before
     # them, and allowed by its hash only.
     from sessions_app.server.security import BOOT_JS, BOOT_JS_HASH

@@ -12,7 +12,12 @@ import pytest
 from sessions_app.wire import protocol as p
 
 CONSTANTS_JS = (
-    Path(__file__).resolve().parents[2] / "static" / "sessions_app" / "js" / "constants.js"
+    Path(__file__).resolve().parents[2]
+    / "static"
+    / "sessions_app"
+    / "js"
+    / "client"
+    / "constants.js"
 )
 
 

@@ -5,14 +5,14 @@
  * @module app
  */
 
-import { openEditor } from "./editor.js";
+import { SessionClient } from "./client/session.js";
+import { attachBrowserSignals, Connection, socketUrl } from "./client/socket.js";
+import { MemoryStorage, SessionStore } from "./client/store.js";
+import { pageUrls, urlFor } from "./client/urls.js";
 import { Failpoints, failpointHooks, hooksEnabled, installTestHooks } from "./hooks.js";
-import { attachRename } from "./rename.js";
-import { SessionClient } from "./session.js";
-import { attachBrowserSignals, Connection, socketUrl } from "./socket.js";
-import { MemoryStorage, SessionStore } from "./store.js";
-import { SessionView } from "./ui.js";
-import { pageUrls, urlFor } from "./urls.js";
+import { openEditor } from "./view/editor.js";
+import { attachRename } from "./view/rename.js";
+import { SessionView } from "./view/ui.js";
 
 /** @returns {Storage} this tab's sessionStorage, or a memory stand-in if it is unusable */
 function tabStorage() {

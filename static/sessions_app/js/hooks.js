@@ -25,7 +25,7 @@
  * @module hooks
  */
 
-import { snapshotOf } from "./view.js";
+import { snapshotOf } from "./client/view.js";
 
 export const FAILPOINTS = ["after-receive", "after-render", "after-send"];
 
@@ -75,8 +75,8 @@ export function hooksEnabled(doc) {
  * - "after-render": an event is shown and the cursor moved; the socket drops before the ack
  * - "after-send": an input's `send` was written; the socket drops before its send_ok
  * @param {Failpoints} failpoints
- * @param {() => import("./session.js").SessionClient} client the client they are given to
- * @returns {import("./session.js").SessionHooks}
+ * @param {() => import("./client/session.js").SessionClient} client the client they are given to
+ * @returns {import("./client/session.js").SessionHooks}
  */
 export function failpointHooks(failpoints, client) {
   const drop = (name) => client().conn.drop(`test failpoint ${name}`);
@@ -100,7 +100,7 @@ export function failpointHooks(failpoints, client) {
 /**
  * Expose window.__test for `client`.
  * @param {Window} win
- * @param {import("./session.js").SessionClient} client
+ * @param {import("./client/session.js").SessionClient} client
  * @param {Failpoints} failpoints the ones its `failpointHooks` fire
  */
 export function installTestHooks(win, client, failpoints) {

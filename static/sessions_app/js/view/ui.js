@@ -12,12 +12,12 @@
  * @module ui
  */
 
+import { realTimers } from "../client/timers.js";
+import { STATE } from "../client/view.js";
+import { activeRun, queuedRuns } from "../model/transcript.js";
 import { BranchView } from "./branchview.js";
 import { rejectionBadge, showRejection } from "./rejection.js";
 import { buildApproval, buildRow, pendingItem, queueItem, renderText } from "./rows.js";
-import { realTimers } from "./timers.js";
-import { activeRun, queuedRuns } from "./transcript.js";
-import { STATE } from "./view.js";
 
 const STATE_LABELS = {
   connecting: "Connecting…",
@@ -42,7 +42,7 @@ export class SessionView {
    * @param {Document} doc
    * @param {object} [options]
    * @param {() => number} [options.now]
-   * @param {import("./timers.js").Timers} [options.timers]
+   * @param {import("../client/timers.js").Timers} [options.timers]
    * @param {{request: (fn: Function) => number, cancel: (id: number) => void}|null} [options.frames] animation frames
    */
   constructor(doc, { now = Date.now, timers = realTimers, frames = windowFrames(doc) } = {}) {

@@ -2,10 +2,29 @@
  * The interface `SessionClient` drives its display through: ui.js's
  * `SessionView` in the browser, a recorder in tests, `NULL_VIEW` when none.
  * The view reads the client's state through `attach(client)` (`isLive`,
- * `isBusy`); the calls below tell it what changed.
+ * `isBusy`); the calls below tell it what changed. Also the client's hook
+ * points (`SessionHooks`, `NO_HOOKS`).
  *
  * @module view
  */
+
+/**
+ * Steps of a `SessionClient` a caller may watch, and stop (the browser
+ * tests' failpoints, hooks.js, are built on them; nothing of the client is
+ * ever replaced). Each is optional:
+ * - `received(frame)`: an event frame of the session arrived; `false` stops
+ *   it before it is applied;
+ * - `rendered(seq)`: the event at `seq` is shown and the cursor moved;
+ *   `false` stops before it is acked and stored;
+ * - `sent(entry)`: an input's `send` frame was written (its ledger entry).
+ * @typedef {object} SessionHooks
+ * @property {(frame: object) => (boolean|void)} [received]
+ * @property {(seq: number) => (boolean|void)} [rendered]
+ * @property {(entry: {id: string}) => void} [sent]
+ */
+
+/** The hooks of a client given none: every step goes on. */
+export const NO_HOOKS = Object.freeze({ received() {}, rendered() {}, sent() {} });
 
 /** Connection states shown to the person (and in `data-state`). */
 export const STATE = Object.freeze({

@@ -5,7 +5,7 @@
  * @module rejection
  */
 
-import * as P from "./constants.js";
+import * as P from "../client/constants.js";
 
 /**
  * What each rejection says and which actions it offers. (`epoch_mismatch` is

@@ -15,41 +15,23 @@
  * the server (from 0, or from the first event it still keeps).
  *
  * None of this touches the DOM: the display is a `view` object (ui.js in the
- * browser, a recorder in tests).
- *
- * Hook points (`options.hooks`, see `NO_HOOKS`): a caller may watch, and stop,
- * three steps of the client; the browser tests' failpoints (hooks.js) are
- * built on them, and nothing else of the client is replaced:
- * - `received(frame)`: an event frame for this session arrived; `false`
- *   stops it before it is applied;
- * - `rendered(seq)`: the event at `seq` is shown and the cursor moved; `false`
- *   stops before it is acked and stored;
- * - `sent(entry)`: an input's `send` frame was written (its ledger entry).
+ * browser, a recorder in tests). Three hook points (`options.hooks`: view.js's
+ * `SessionHooks`) let a caller watch, and stop, steps of the client.
  *
  * @module session
  */
 
-import { Acker, ApplyLoop, compactedItem } from "./apply.js";
+import { Acker, ApplyLoop, compactedItem } from "../model/apply.js";
+import { activeRun, applyCompacted, applyEvent, emptyModel, isModel } from "../model/transcript.js";
 import * as P from "./constants.js";
 import { Ledger } from "./ledger.js";
 import { Outbox } from "./outbox.js";
 import { Persister } from "./store.js";
 import { checkTransition, realTimers } from "./timers.js";
-import { activeRun, applyCompacted, applyEvent, emptyModel, isModel } from "./transcript.js";
 import * as V from "./view.js";
-import { completeView, NULL_VIEW, STATE, shownState, TRANSITIONS } from "./view.js";
+import { completeView, NO_HOOKS, NULL_VIEW, STATE, shownState, TRANSITIONS } from "./view.js";
 
-export { NULL_VIEW, STATE, TRANSITIONS };
-
-/**
- * @typedef {object} SessionHooks
- * @property {(frame: object) => (boolean|void)} [received]
- * @property {(seq: number) => (boolean|void)} [rendered]
- * @property {(entry: {id: string}) => void} [sent]
- */
-
-/** The hooks of a client given none: every step goes on. */
-export const NO_HOOKS = Object.freeze({ received() {}, rendered() {}, sent() {} });
+export { NO_HOOKS, NULL_VIEW, STATE, TRANSITIONS };
 
 /**
  * One tab's view of one session: the cursor and transcript (restored from the
@@ -66,7 +48,7 @@ export class SessionClient {
    * @param {typeof realTimers} [options.timers]
    * @param {() => number} [options.now]
    * @param {number} [options.persistDelayMs=250]
-   * @param {SessionHooks} [options.hooks] see the module's hook points
+   * @param {import("./view.js").SessionHooks} [options.hooks] see view.js
    */
   constructor({ sessionId, tabId, store, createConnection, view = NULL_VIEW, timers = realTimers, now = Date.now, persistDelayMs = 250, hooks = NO_HOOKS }) {
     this.sessionId = sessionId;

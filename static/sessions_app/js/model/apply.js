@@ -11,8 +11,8 @@
  * @module apply
  */
 
-import * as P from "./constants.js";
-import { realTimers } from "./timers.js";
+import * as P from "../client/constants.js";
+import { realTimers } from "../client/timers.js";
 
 /**
  * Applies events (and skipped stretches) in seq order, exactly once each.

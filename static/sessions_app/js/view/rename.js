@@ -6,9 +6,9 @@
  * @module rename
  */
 
-import * as P from "./constants.js";
+import * as P from "../client/constants.js";
+import { pageUrls, urlFor } from "../client/urls.js";
 import { h } from "./dom.js";
-import { pageUrls, urlFor } from "./urls.js";
 
 /**
  * The CSRF token Django set in its cookie (for the API's session auth).

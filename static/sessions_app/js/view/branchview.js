@@ -7,7 +7,7 @@
  * @module branchview
  */
 
-import { activePath, branchControls, extendsPath, isShown } from "./paths.js";
+import { activePath, branchControls, extendsPath, isShown } from "../model/paths.js";
 import { branchNav, regenerateButton } from "./rows.js";
 
 export class BranchView {
@@ -18,7 +18,7 @@ export class BranchView {
   constructor(doc, rows) {
     this.doc = doc;
     this.rows = rows;
-    /** @type {import("./paths.js").Path|null} the path the rows show */
+    /** @type {import("../model/paths.js").Path|null} the path the rows show */
     this.path = null;
     /** the control elements in the rows now */
     this.controls = [];

@@ -21,7 +21,7 @@
  * @module markdown
  */
 
-import { Lexer } from "../vendor/marked/marked.esm.js";
+import { Lexer } from "../../vendor/marked/marked.esm.js";
 import { chunks, FENCE, linkDefinitions, MAX_CHUNK_CHARS, MAX_CODE_CHARS, MAX_NESTING, nestingDepth, STREAM_LEX_CHARS } from "./chunks.js";
 
 // The cutting and its bounds, for the renderer's users and tests.

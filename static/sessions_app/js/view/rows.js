@@ -6,9 +6,9 @@
  * @module rows
  */
 
-import * as P from "./constants.js";
+import * as P from "../client/constants.js";
+import { CONFIRMED, FAILED, SENT } from "../client/ledger.js";
 import { h } from "./dom.js";
-import { CONFIRMED, FAILED, SENT } from "./ledger.js";
 import { MarkdownView } from "./markdown.js";
 
 /**
@@ -334,7 +334,7 @@ export function pendingItem(d, e, live) {
  * The "‹ i/n ›" of a message with siblings (paths.js `branchControls`); its
  * buttons name the run to switch to. The "i/n" is CSS (attr), not text.
  * @param {Document} d
- * @param {import("./paths.js").Control} c
+ * @param {import("../model/paths.js").Control} c
  * @returns {HTMLElement}
  */
 export function branchNav(d, c) {

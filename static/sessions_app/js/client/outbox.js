@@ -19,8 +19,8 @@
  * @module outbox
  */
 
+import { hasUserMessage } from "../model/transcript.js";
 import * as P from "./constants.js";
-import { hasUserMessage } from "./transcript.js";
 
 /** How long after an `internal_error` a send, decide or cancel goes again. */
 export const RETRY_AFTER_INTERNAL_ERROR_MS = 1000;
