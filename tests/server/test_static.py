@@ -48,8 +48,8 @@ async def test_a_module_is_served_with_its_type_and_an_etag():
         "/static//etc/passwd",
         "/static/sessions_app/js/nope.js",
         "/static/",
-        "/static/js",
-        "/static/js\\apply.js",
+        "/static/sessions_app/js/model",
+        "/static/sessions_app/js/model\\apply.js",
     ],
 )
 async def test_nothing_outside_the_static_files_is_served(path):

@@ -29,7 +29,7 @@ import { snapshotOf } from "./client/view.js";
 
 export const FAILPOINTS = ["after-receive", "after-render", "after-send"];
 
-/** One-shot failpoints, armed by tests and taken by the wrappers below. */
+/** One-shot failpoints, armed by tests and taken by `failpointHooks` below. */
 export class Failpoints {
   constructor() {
     this._armed = new Set();
@@ -68,7 +68,7 @@ export function hooksEnabled(doc) {
 }
 
 /**
- * The client's hooks (session.js, `SessionHooks`) that fire the failpoints,
+ * The client's hooks (client/view.js, `SessionHooks`) that fire the failpoints,
  * each once when armed; pass them as `new SessionClient({hooks})`.
  *
  * - "after-receive": an event frame arrives; the socket drops before it is applied
@@ -76,7 +76,7 @@ export function hooksEnabled(doc) {
  * - "after-send": an input's `send` was written; the socket drops before its send_ok
  * @param {Failpoints} failpoints
  * @param {() => import("./client/session.js").SessionClient} client the client they are given to
- * @returns {import("./client/session.js").SessionHooks}
+ * @returns {import("./client/view.js").SessionHooks}
  */
 export function failpointHooks(failpoints, client) {
   const drop = (name) => client().conn.drop(`test failpoint ${name}`);

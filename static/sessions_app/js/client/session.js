@@ -48,11 +48,12 @@ export class SessionClient {
    * @param {typeof realTimers} [options.timers]
    * @param {() => number} [options.now]
    * @param {number} [options.persistDelayMs=250]
-   * @param {import("./view.js").SessionHooks} [options.hooks] see view.js
+   * @param {import("./view.js").SessionHooks} [options.hooks] see view.js (each bound to the object given)
    */
   constructor({ sessionId, tabId, store, createConnection, view = NULL_VIEW, timers = realTimers, now = Date.now, persistDelayMs = 250, hooks = NO_HOOKS }) {
     this.sessionId = sessionId;
-    this.hooks = { ...NO_HOOKS, ...hooks };
+    const bound = (name) => (typeof hooks[name] === "function" && hooks !== NO_HOOKS ? hooks[name].bind(hooks) : NO_HOOKS[name]);
+    this.hooks = Object.fromEntries(Object.keys(NO_HOOKS).map((name) => [name, bound(name)]));
     this.tabId = tabId;
     this.store = store;
     this.view = completeView(view);
