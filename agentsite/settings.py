@@ -217,6 +217,8 @@ IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
 # channels_redis's ``hosts`` does); the throttles' cache lives on the first.
 REDIS_URL = _env_url("REDIS_URL")
 REDIS_URLS = [url.strip() for url in REDIS_URL.split(",") if url.strip()]
+if REDIS_URL and not REDIS_URLS:
+    raise ImproperlyConfigured(f"REDIS_URL={REDIS_URL!r} names no Redis URL")
 # How long a channel-layer group membership lives unless its socket renews it
 # (every third of this): the bound on what a killed process leaves in Redis.
 CHANNEL_GROUP_EXPIRY = _env_int("CHANNEL_GROUP_EXPIRY", 300 if REDIS_URL else 86400)
@@ -226,7 +228,13 @@ if REDIS_URL:
             # channels_redis's layer, receiving a server's messages in batches.
             "BACKEND": "sessions_app.fanout.layers.BatchReceiveRedisChannelLayer",
             "CONFIG": {
-                "hosts": REDIS_URLS,
+                # A host that stops answering fails its calls after these
+                # (seconds) instead of stalling the process's publisher; the
+                # read timeout is above the layer's 5 s blocking pop.
+                "hosts": [
+                    {"address": url, "socket_connect_timeout": 2, "socket_timeout": 15}
+                    for url in REDIS_URLS
+                ],
                 "prefix": os.environ.get("CHANNELS_PREFIX", "asgi"),
                 # A socket that falls behind a fast stream loses group messages
                 # past this; the consumer refills holes from the log.

@@ -256,7 +256,7 @@ def test_redis_url_may_name_several_hosts_and_memberships_expire_in_minutes(tmp_
     a killed process leaves expires in minutes), without it a day."""
     urls = "redis://127.0.0.1:6379/0,redis://127.0.0.1:6380/0"
     expr = (
-        "settings.CHANNEL_LAYERS['default']['CONFIG'].get('hosts'),"
+        "[h['address'] for h in settings.CHANNEL_LAYERS['default']['CONFIG'].get('hosts')],"
         "settings.CHANNEL_LAYERS['default']['CONFIG']['group_expiry'],"
         "settings.CACHES['default']['LOCATION']"
     )
@@ -267,3 +267,5 @@ def test_redis_url_may_name_several_hosts_and_memberships_expire_in_minutes(tmp_
     expr = "settings.CHANNEL_LAYERS['default']['CONFIG']['group_expiry']"
     out = _settings_value(tmp_path, expr, SECRET_KEY="k" * 50, REDIS_URL="")
     assert out.stdout.strip() == "86400", out.stderr
+    out = _settings_value(tmp_path, expr, SECRET_KEY="k" * 50, REDIS_URL=",")
+    assert out.returncode != 0 and "names no Redis URL" in out.stderr

@@ -23,8 +23,10 @@ class Membership:
 
     async def join(self, *groups: str) -> None:
         for group in groups:
-            await self.layer.group_add(group, self.channel)
+            # Kept before the join succeeds: one that fails is tried again at
+            # each renewal, and left at the end all the same.
             self.groups.append(group)
+            await self.layer.group_add(group, self.channel)
         if self.renewing is None:
             self.renewing = asyncio.ensure_future(self._renew())
 

@@ -110,17 +110,11 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
         by_host: dict[int, list[tuple[str, dict]]] = collections.defaultdict(list)
         for group, message in items:
             by_host[self.consistent_hash(group)].append((group, message))
-        # With several hosts, one that fails loses only its own groups'
-        # messages (their readers refill from the log); the others are sent.
-        failed: BaseException | None = None
-        for index, entries in by_host.items():
-            try:
-                await self._send_many_on(index, entries)
-            except Exception as exc:  # noqa: BLE001 (raised below, after the other hosts)
-                log.warning("group messages for Redis host %s failed: %r", index, exc)
-                failed = failed or exc
-        if failed is not None:
-            raise failed
+        # With several hosts, all at once: one that fails (or hangs until its
+        # timeout) loses only its own groups' messages (their readers refill
+        # from the log); the others are sent meanwhile.
+        sends = [self._send_many_on(index, entries) for index, entries in by_host.items()]
+        _raise_first(await asyncio.gather(*sends, return_exceptions=True), "group messages")
 
     async def _send_many_on(self, index: int, entries: list[tuple[str, dict]]) -> None:
         connection = self.connection(index)
@@ -157,19 +151,15 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
                     repr(score),
                 ]
         self._last_score = score
-        failed: BaseException | None = None
+        evals = []
         for host, (keys, args) in calls.items():
             args += [self.expiry, int(time.time()) - int(self.expiry)]
-            try:
-                over = await self.connection(host).eval(_SEND_MANY, len(keys), *keys, *args)
-            except Exception as exc:  # noqa: BLE001 (raised below, after the other hosts)
-                log.warning("messages for processes on Redis host %s failed: %r", host, exc)
-                failed = failed or exc
-                continue
-            if over:
+            evals.append(self.connection(host).eval(_SEND_MANY, len(keys), *keys, *args))
+        results = await asyncio.gather(*evals, return_exceptions=True)
+        for over, (keys, _) in zip(results, calls.values(), strict=True):
+            if isinstance(over, int) and over:
                 log.info("%s of %s group messages over capacity", over, len(keys))
-        if failed is not None:
-            raise failed
+        _raise_first(results, "messages for processes")
 
     async def receive(self, channel):
         """The next message for ``channel``. A process's own channels are fed
@@ -269,6 +259,15 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
             if now - read_at > INBOX_IDLE_SECONDS and channel not in self._waiting:
                 self._inboxes.pop(channel, None)
                 del self._read_at[channel]
+
+
+def _raise_first(results: list, what: str) -> None:
+    """Log each host's failure among ``results`` (of ``gather``), then raise the first."""
+    failures = [r for r in results if isinstance(r, BaseException)]
+    for failure in failures:
+        log.warning("%s for a Redis host failed: %r", what, failure)
+    if failures:
+        raise failures[0]
 
 
 class _Failed:

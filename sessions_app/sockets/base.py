@@ -251,8 +251,10 @@ class AppSocket(AsyncWebsocketConsumer):
     # --- groups ----------------------------------------------------------
 
     async def join(self, group: str) -> None:
-        await self.channel_layer.group_add(group, self.channel_name)
+        # Kept before the join succeeds: a join that fails (a Redis host down)
+        # is tried again at each renewal, and left at the close all the same.
         self.groups_in.add(group)
+        await self.channel_layer.group_add(group, self.channel_name)
 
     async def leave(self, group: str) -> None:
         self.groups_in.discard(group)
@@ -313,13 +315,16 @@ class AppSocket(AsyncWebsocketConsumer):
             self.renewing = asyncio.ensure_future(self._renew_groups())
 
     async def _renew_groups(self) -> None:
-        try:
-            for group in list(self.groups_in):
-                if self.closing:
-                    return  # never joined again after the close
+        failed = []
+        for group in list(self.groups_in):
+            if self.closing:
+                return  # never joined again after the close
+            try:  # each on its own: a Redis host down costs only its groups
                 await self.channel_layer.group_add(group, self.channel_name)
-        except Exception:
-            self.log.exception("connection %s: renewing groups failed", self.connection_id)
+            except Exception as exc:  # noqa: BLE001 (logged; tried again at the next renewal)
+                failed.append(f"{group}: {exc!r}")
+        if failed:
+            self.log.warning("connection %s: renewing %s failed", self.connection_id, failed)
         if not self.closing:
             self._schedule_group_renewal()
 

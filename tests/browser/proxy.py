@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.harness import ROOT, Process, server_env
+from tests.harness import ROOT, Process, server_env, wait_for
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 RECIPE = ROOT / "deploy" / "nginx" / "agent-sessions.conf"
@@ -154,13 +154,17 @@ def deploy(daphnes, tmp_path, **extra_env):
         "nginx",
         tmp_path,
     ).start()
-    deadline = datetime.datetime.now() + datetime.timedelta(seconds=10)
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert datetime.datetime.now() < deadline, nginx.log_text()
-            assert nginx.proc.poll() is None, nginx.log_text()
-    yield Proxied(port, tmp_path), (one, two)
-    nginx.stop()
+    try:
+        wait_for(lambda: _listening(port) or nginx.proc.poll() is not None, timeout=10)
+        assert nginx.proc.poll() is None, nginx.log_text()
+        yield Proxied(port, tmp_path), (one, two)
+    finally:
+        nginx.stop()
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True

@@ -115,6 +115,7 @@ async def _storm(site, sessions) -> dict:
     return seen
 
 
+@pytest.mark.timeout(300)  # the storm's own limit is 120 s, and setting up takes some
 def test_a_storm_of_2000_sockets_through_the_proxy_drops_and_fails_none(deployment):
     """2,000 sockets resume at once through nginx (TLS, the runbook's
     worker_connections, worker_rlimit_nofile and listen backlog) onto two

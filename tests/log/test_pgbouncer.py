@@ -80,9 +80,11 @@ class PgBouncer(Process):
 def bouncer(tmp_path):
     if shutil.which("pgbouncer") is None or shutil.which("psql") is None:
         pytest.skip("PGBOUNCER NOT INSTALLED: the transaction-mode pooler is not under test")
-    proc = PgBouncer(tmp_path).start()
-    yield proc
-    proc.stop()
+    proc = PgBouncer(tmp_path)
+    try:
+        yield proc.start()
+    finally:
+        proc.stop()
 
 
 def _ours(rows: list[dict[str, str]]) -> list[dict[str, str]]:

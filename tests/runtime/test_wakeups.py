@@ -74,3 +74,14 @@ def test_notify_wakes_a_waiter_listening_on_another_connection():
         waiter.wait(LONG)
         assert time.monotonic() - started < LONG / 3
         thread.join()
+
+
+def test_behind_a_transaction_pooler_a_waiter_does_not_listen(monkeypatch):
+    """PostgreSQL behind a transaction-mode pooler (DATABASE_POOL_MODE=transaction,
+    Django's DISABLE_SERVER_SIDE_CURSORS): no LISTEN, whose connection the pooler
+    would hand to others between statements; the waiter is woken by its re-read."""
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN is PostgreSQL's: the production profile runs this")
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
+    with wakeups.listening("ap_pooled") as waiter:
+        assert waiter.listener is None
