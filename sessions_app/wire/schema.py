@@ -4,8 +4,8 @@
 ``docs/protocol.schema.json`` is this, written out (``manage.py
 protocol_schema``); ``tests/wire/test_schema.py`` holds the file to it, the
 parsers to the client frames' schemas, and a live server's frames to the
-server frames' schemas. The event kinds' ``data`` are described in
-``docs/protocol.md``; here an event's ``data`` is an object.
+server frames' schemas. Each event kind's ``data``, the list socket's
+frames and the SSE stream's own events are ``schema_data``'s.
 """
 
 from __future__ import annotations
@@ -13,36 +13,27 @@ from __future__ import annotations
 from typing import Any
 
 from sessions_app.wire import protocol as p
+from sessions_app.wire.schema_data import (
+    ID,
+    REPLY_ID,
+    REQUEST_ID,
+    RUN_ID,
+    SEQ,
+    event_data_schemas,
+    frame_of,
+    list_frames,
+    sse_events,
+)
 
-ID = {"type": "string", "minLength": 1, "maxLength": p.MAX_ID_CHARS}
-RUN_ID = {"type": "string", "minLength": 1, "maxLength": p.MAX_RUN_ID_CHARS}
-SEQ = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
-REQUEST_ID = {
-    "description": "echoed in the reply; a string of at most 128 characters or an integer",
-    "oneOf": [{"type": "string", "maxLength": p.MAX_ID_CHARS}, {"type": "integer"}],
-}
-REPLY_ID = {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}
 FEATURES = {"type": "array", "items": {"type": "string"}, "maxItems": p.MAX_FEATURES}
 KINDS = sorted(v for k, v in vars(p).items() if k.startswith("K_"))
-
-
-def _frame(
-    kind: str, required: dict[str, Any], optional: dict[str, Any] | None = None, **more: Any
-) -> dict[str, Any]:
-    props = {"type": {"const": kind}, **required, **(optional or {})}
-    return {
-        "type": "object",
-        "properties": props,
-        "required": ["type", *required],
-        **more,
-    }
 
 
 def client_frames() -> dict[str, dict[str, Any]]:
     """What a client may send, by type (unknown fields are ignored by the server)."""
     text = {"type": "string", "minLength": 1, "maxLength": p.MAX_TEXT_CHARS, "pattern": r"\S"}
     return {
-        p.START: _frame(
+        p.START: frame_of(
             p.START,
             {"protocol": {"const": p.PROTOCOL_VERSION}},
             {
@@ -52,7 +43,7 @@ def client_frames() -> dict[str, dict[str, Any]]:
                 "features": FEATURES,
             },
         ),
-        p.RESUME: _frame(
+        p.RESUME: frame_of(
             p.RESUME,
             {"protocol": {"const": p.PROTOCOL_VERSION}, "session_id": ID, "after": SEQ},
             {
@@ -66,8 +57,8 @@ def client_frames() -> dict[str, dict[str, Any]]:
                 "then": {"required": ["epoch"], "properties": {"epoch": {"minLength": 1}}},
             },
         ),
-        p.ACK: _frame(p.ACK, {"seq": SEQ}),
-        p.SEND: _frame(
+        p.ACK: frame_of(p.ACK, {"seq": SEQ}),
+        p.SEND: frame_of(
             p.SEND,
             {"client_message_id": ID},
             {
@@ -87,15 +78,15 @@ def client_frames() -> dict[str, dict[str, Any]]:
                 ]
             },
         ),
-        p.DECIDE: _frame(
+        p.DECIDE: frame_of(
             p.DECIDE,
             {"approval_id": ID, "decision": {"enum": list(p.DECISIONS)}},
             {"request_id": REQUEST_ID},
         ),
-        p.CANCEL: _frame(p.CANCEL, {"run_id": ID}, {"request_id": REQUEST_ID}),
-        p.SYNC: _frame(p.SYNC, {"after": SEQ}, {"request_id": REQUEST_ID}),
-        p.SWITCH: _frame(p.SWITCH, {"run_id": RUN_ID}, {"request_id": REQUEST_ID}),
-        p.PING: _frame(p.PING, {}, {"request_id": REQUEST_ID}),
+        p.CANCEL: frame_of(p.CANCEL, {"run_id": ID}, {"request_id": REQUEST_ID}),
+        p.SYNC: frame_of(p.SYNC, {"after": SEQ}, {"request_id": REQUEST_ID}),
+        p.SWITCH: frame_of(p.SWITCH, {"run_id": RUN_ID}, {"request_id": REQUEST_ID}),
+        p.PING: frame_of(p.PING, {}, {"request_id": REQUEST_ID}),
     }
 
 
@@ -104,7 +95,7 @@ def server_frames() -> dict[str, dict[str, Any]]:
     session = {"type": "string"}
     ok = {"request_id": REPLY_ID, "session_id": session, "connection_id": {"type": "string"}}
     head = {"epoch": {"type": "string"}, "head": SEQ, "title": {"type": "string"}}
-    event = _frame(
+    event = frame_of(
         p.EVENT,
         {
             "session_id": session,
@@ -114,8 +105,17 @@ def server_frames() -> dict[str, dict[str, Any]]:
             "ts": {"type": "string"},
             "data": {"type": "object"},
         },
+        # Each known kind's data (#/$defs/data.<kind>); an unknown kind's is
+        # any object (a client ignores kinds it does not know).
+        allOf=[
+            {
+                "if": {"properties": {"kind": {"const": kind}}},
+                "then": {"properties": {"data": {"$ref": f"#/$defs/data.{kind}"}}},
+            }
+            for kind in KINDS
+        ],
     )
-    compacted = _frame(
+    compacted = frame_of(
         p.COMPACTED,
         {
             "session_id": session,
@@ -125,9 +125,9 @@ def server_frames() -> dict[str, dict[str, Any]]:
         },
     )
     return {
-        p.START_OK: _frame(p.START_OK, {**ok, **head}, {"features": FEATURES}),
-        p.RESUME_OK: _frame(p.RESUME_OK, {**ok, **head, "after": SEQ}, {"features": FEATURES}),
-        p.RESUME_REJECTED: _frame(
+        p.START_OK: frame_of(p.START_OK, {**ok, **head}, {"features": FEATURES}),
+        p.RESUME_OK: frame_of(p.RESUME_OK, {**ok, **head, "after": SEQ}, {"features": FEATURES}),
+        p.RESUME_REJECTED: frame_of(
             p.RESUME_REJECTED,
             {
                 "request_id": REPLY_ID,
@@ -148,11 +148,11 @@ def server_frames() -> dict[str, dict[str, Any]]:
         ),
         p.EVENT: event,
         p.COMPACTED: compacted,
-        p.BATCH: _frame(
+        p.BATCH: frame_of(
             p.BATCH,
             {"frames": {"type": "array", "items": {"oneOf": [event, compacted]}}},
         ),
-        p.SEND_OK: _frame(
+        p.SEND_OK: frame_of(
             p.SEND_OK,
             {
                 "request_id": REPLY_ID,
@@ -162,7 +162,7 @@ def server_frames() -> dict[str, dict[str, Any]]:
                 "status": {"enum": [p.SEND_STARTED, p.SEND_QUEUED, p.SEND_DUPLICATE]},
             },
         ),
-        p.DECIDE_OK: _frame(
+        p.DECIDE_OK: frame_of(
             p.DECIDE_OK,
             {
                 "request_id": REPLY_ID,
@@ -170,9 +170,9 @@ def server_frames() -> dict[str, dict[str, Any]]:
                 "decision": {"enum": list(p.DECISIONS)},
             },
         ),
-        p.CANCEL_OK: _frame(p.CANCEL_OK, {"request_id": REPLY_ID, "run_id": {"type": "string"}}),
-        p.SYNC_OK: _frame(p.SYNC_OK, {"request_id": REPLY_ID, "after": SEQ, "head": SEQ}),
-        p.SWITCH_OK: _frame(
+        p.CANCEL_OK: frame_of(p.CANCEL_OK, {"request_id": REPLY_ID, "run_id": {"type": "string"}}),
+        p.SYNC_OK: frame_of(p.SYNC_OK, {"request_id": REPLY_ID, "after": SEQ, "head": SEQ}),
+        p.SWITCH_OK: frame_of(
             p.SWITCH_OK,
             {
                 "request_id": REPLY_ID,
@@ -180,8 +180,8 @@ def server_frames() -> dict[str, dict[str, Any]]:
                 "leaf_run_id": {"type": "string"},
             },
         ),
-        p.PONG: _frame(p.PONG, {"request_id": REPLY_ID}),
-        p.PRESENCE: _frame(
+        p.PONG: frame_of(p.PONG, {"request_id": REPLY_ID}),
+        p.PRESENCE: frame_of(
             p.PRESENCE,
             {
                 "session_id": session,
@@ -190,8 +190,8 @@ def server_frames() -> dict[str, dict[str, Any]]:
             },
             {"head": {"type": ["integer", "null"]}},
         ),
-        p.TITLE: _frame(p.TITLE, {"session_id": session, "title": {"type": "string"}}),
-        p.ERROR: _frame(
+        p.TITLE: frame_of(p.TITLE, {"session_id": session, "title": {"type": "string"}}),
+        p.ERROR: frame_of(
             p.ERROR,
             {"request_id": REPLY_ID, "code": {"type": "string"}, "message": {"type": "string"}},
         ),
@@ -201,19 +201,33 @@ def server_frames() -> dict[str, dict[str, Any]]:
 def document() -> dict[str, Any]:
     """The whole schema: every frame under ``$defs``, and the two unions."""
     client, server = client_frames(), server_frames()
+    listing = list_frames()
     defs = {f"client.{k}": v for k, v in client.items()}
     defs |= {f"server.{k}": v for k, v in server.items()}
+    defs |= {f"data.{k}": v for k, v in event_data_schemas().items()}
+    defs |= {f"list.client.{k}": v for k, v in listing["client"].items()}
+    defs |= {f"list.server.{k}": v for k, v in listing["server"].items()}
+    defs |= {f"sse.{k}": v for k, v in sse_events().items()}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://agent-sessions.invalid/protocol/1/frames.schema.json",
         "title": f"Session protocol, version {p.PROTOCOL_VERSION}: every frame",
         "description": (
             "Generated from sessions_app/wire/protocol.py (manage.py protocol_schema); the "
-            "normative text is docs/protocol.md. Use #/$defs/client or #/$defs/server."
+            "normative text is docs/protocol.md. Use #/$defs/client or #/$defs/server "
+            "(the session socket), #/$defs/list.client or #/$defs/list.server (the list "
+            "socket); data.<kind> is each event kind's data, sse.<event> the SSE "
+            "stream's own events."
         ),
         "$defs": {
             **defs,
             "client": {"oneOf": [{"$ref": f"#/$defs/client.{k}"} for k in client]},
             "server": {"oneOf": [{"$ref": f"#/$defs/server.{k}"} for k in server]},
+            "list.client": {
+                "oneOf": [{"$ref": f"#/$defs/list.client.{k}"} for k in listing["client"]]
+            },
+            "list.server": {
+                "oneOf": [{"$ref": f"#/$defs/list.server.{k}"} for k in listing["server"]]
+            },
         },
     }

@@ -4,15 +4,18 @@ server's frames."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from jsonschema import Draft202012Validator
 
 from sessions_app.management.commands.protocol_schema import render
+from sessions_app.models import AgentSession
 from sessions_app.wire import protocol as p
 from sessions_app.wire.schema import document
 from tests.harness import ROOT, WsClient
+from tests.web.test_stream import client_for, finished, post, read_until, wait_db
 
 SCHEMA = document()
 Draft202012Validator.check_schema(SCHEMA)
@@ -158,3 +161,84 @@ async def test_every_frame_a_live_server_sends_fits_the_schema(server, cookie):
         *("start_ok", "resume_ok", "resume_rejected", "event", "send_ok", "decide_ok"),
         *("sync_ok", "switch_ok", "pong", "presence", "title", "error", "batch"),
     }, kinds
+
+
+def test_every_event_kind_has_its_data_schema():
+    """Each kind protocol.py names has ``data.<kind>``, and the event frame
+    holds each known kind's data to it."""
+    kinds = {v for k, v in vars(p).items() if k.startswith("K_")}
+    assert {k.removeprefix("data.") for k in SCHEMA["$defs"] if k.startswith("data.")} == kinds
+    bad = {"type": "event", "session_id": "s_1", "seq": 2, "kind": p.K_RUN_FINISHED}
+    bad |= {"run_id": "run_1", "ts": "2026-01-01T00:00:00Z", "data": {"stop_reason": "nope"}}
+    assert not SERVER.is_valid(bad)
+    assert SERVER.is_valid({**bad, "data": {"stop_reason": p.STOP_END_TURN}})
+    assert SERVER.is_valid({**bad, "kind": "some.future_kind"}), "an unknown kind: any data"
+
+
+def test_the_wire_copies_of_other_stages_constants_agree():
+    """The schema's copies of what the wire may not import (the list's
+    statuses and length, a tool card's display kinds) equal the originals."""
+    from sessions_app.log.sessions import MAX_LISTED
+    from sessions_app.models import AgentSession
+    from sessions_app.runtime.registry import DISPLAY_AS
+    from sessions_app.wire import schema_data
+
+    assert schema_data.MAX_LISTED == MAX_LISTED
+    assert schema_data.DISPLAY_AS == DISPLAY_AS
+    assert list(schema_data.STATUSES) == list(AgentSession.Status.values)
+    assert list(schema_data.STATUS_LABELS) == list(AgentSession.Status.labels)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_list_sockets_frames_fit_the_schema(server, cookie, django_user_model):
+    """The list socket's frames (the list, a session's change, its removal,
+    pong, an error) fit ``list.server``; what a client sends, ``list.client``."""
+    listing = validator("list.server")
+    c = await WsClient.connect(server.ws.replace("/ws/sessions/", "/ws/list/"), cookie)
+    await c.wait(lambda f: f["type"] == p.LIST_SESSIONS)
+    tab = await WsClient.connect(server.ws, cookie)
+    sid = (await tab.start(title="listed"))["session_id"]
+    await c.wait(lambda f: f["type"] == p.LIST_SESSION and f["session"]["id"] == sid)
+    await tab.close()
+    ping = {"type": "ping", "request_id": "r1"}
+    assert validator("list.client").is_valid(ping)
+    await c.request(ping)
+    await c.request({"type": "nope"})
+    from tests.runtime.test_runtime import _admin_post
+
+    admin = await asyncio.to_thread(
+        django_user_model.objects.create_superuser, "root", password="root-pass-1"
+    )
+    delete = {"action": "delete_selected", "_selected_action": sid, "post": "yes"}
+    await asyncio.to_thread(_admin_post, server, admin, "/admin/sessions_app/agentsession/", delete)
+    await c.wait(lambda f: f["type"] == p.LIST_SESSION_GONE)
+    for frame in c.frames:
+        assert listing.is_valid(frame), (frame, list(listing.iter_errors(frame))[:1])
+    assert {f["type"] for f in c.frames} >= {"sessions", "session", "session_gone", "pong", "error"}
+    await c.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sse_streams_own_events_fit_the_schema(server, user):
+    """The SSE stream's opening ``stream`` event, a ``compacted`` one and the
+    terminal ``reset`` fit ``sse.<event>``; its logged events, the server's
+    ``event`` frame."""
+    from httpx_sse import connect_sse
+
+    from sessions_app.log.sessions import create_session
+
+    sid = create_session(user, "sse").id
+    with client_for(server, user) as c:
+        sent = post(c, sid, "m1", "/stream 3 0")
+        wait_db(finished(sent["run_id"]))
+        head = AgentSession.objects.get(id=sid).head
+        with connect_sse(c, "GET", f"/api/sessions/{sid}/stream/?after=0&compact=1") as source:
+            got = read_until(source.iter_sse(), lambda e: e.id == str(head))
+        with connect_sse(c, "GET", f"/api/sessions/{sid}/stream/?after={head + 5}") as source:
+            got += read_until(source.iter_sse(), lambda e: e.event == "reset")
+    names = {e.event for e in got}
+    assert {"stream", "compacted", "reset"} <= names, names
+    for sse in got:
+        data = json.loads(sse.data)
+        schema = validator(f"sse.{sse.event}") if f"sse.{sse.event}" in SCHEMA["$defs"] else SERVER
+        assert schema.is_valid(data), (sse.event, data, list(schema.iter_errors(data))[:1])
