@@ -432,3 +432,21 @@ test("the title the server has reaches the view by push, for this session only",
   sock().receive({ type: "title", session_id: "s_other", title: "not this one" });
   assert.deepEqual(titles, ["Plan the trip"]);
 });
+
+test("the state is one value: its name, its detail and what the socket's handshake set, replaced whole", () => {
+  const { client, resume, sock } = setup();
+  client.start();
+  resume(3, range(1, 3));
+  const live = client.current;
+  assert.ok(Object.isFrozen(live));
+  assert.equal(live.name, "live");
+  assert.deepEqual([live.resumeAfter, live.replayHead, live.firstReplayedSeq], [0, 3, 1]);
+  assert.equal(client.lastResumeAfter, 0, "the client's fields read the value");
+  sock().serverClose(1006);
+  assert.notEqual(client.current, live, "a move makes a new value");
+  assert.equal(client.state, "reconnecting");
+  assert.equal(client.replayHead, null, "a closed socket's replay head goes with it");
+  const r = resume(5, range(4, 5), "E1");
+  assert.equal(r.after, 3);
+  assert.deepEqual([client.lastResumeAfter, client.firstReplayedSeq, client.replayHead], [3, 4, 5]);
+});

@@ -7,8 +7,10 @@
  *   and `Acker`; what the tab sends (inputs, decisions, cancels, one `Push`
  *   each) is outbox.js's `Outbox`.
  *
- * Its connection state is one field, `state`, written only by `_setState`,
- * which refuses any move view.js's `TRANSITIONS` does not declare.
+ * Its connection state is one value, `current`: the state's name and detail,
+ * and what the socket's handshake set (`NO_SOCKET`), replaced whole by
+ * `_setState` (which refuses any move view.js's `TRANSITIONS` does not
+ * declare) and `_socketState` only; `state`, `replayHead`, … read it.
  *
  * `epoch_mismatch` and `cursor_expired` are recovered from, on the same
  * socket, with a notice: the cache is dropped and the session reloaded from
@@ -32,6 +34,9 @@ import * as V from "./view.js";
 import { completeView, NO_HOOKS, NULL_VIEW, STATE, shownState, TRANSITIONS } from "./view.js";
 
 export { NO_HOOKS, NULL_VIEW, STATE, TRANSITIONS };
+
+/** A state value's socket part before any handshake (see the module). */
+const NO_SOCKET = Object.freeze({ resumeRequestId: null, resumeAfter: null, replayHead: null, firstReplayedSeq: null, presenceHead: null });
 
 /**
  * One tab's view of one session: the cursor and transcript (restored from the
@@ -81,19 +86,12 @@ export class SessionClient {
     });
     this.acker = new Acker({ send: (frame) => this._send(frame), timers, now });
 
-    this.state = STATE.CONNECTING;
-    this.stateDetail = {};
-    /** the head of the replay under way (state replaying) */
-    this.replayHead = null;
+    /** The connection state and what the current socket's handshake set (see the module). */
+    this.current = Object.freeze({ name: STATE.CONNECTING, detail: {}, ...NO_SOCKET });
     this.presence = { viewers: 0, running: false };
-    /** @type {number|null} head of the newest presence applied */
-    this.presenceHead = null;
     this.framesSent = {};
     /** events skipped as superseded in compacted replays */
     this.stats = { compacted: 0 };
-    this.lastResumeAfter = null;
-    this.firstReplayedSeq = null;
-    this.resumeRequestId = null;
     /** the handshake features the server said it uses */
     this.serverFeatures = [];
     this.outbox = new Outbox({
@@ -185,9 +183,13 @@ export class SessionClient {
     checkTransition(TRANSITIONS, this.state, state, "session");
     // Resuming and replaying look the same: the display hears of it once.
     const quiet = this.state === STATE.RESUMING && state === STATE.REPLAYING;
-    this.state = state;
-    this.stateDetail = detail;
+    this.current = Object.freeze({ ...this.current, name: state, detail });
     if (!quiet) this.view.setConnection(shownState(state), detail);
+  }
+
+  /** What the current socket's handshake set, changed (the state's name stays). */
+  _socketState(changes) {
+    this.current = Object.freeze({ ...this.current, ...changes });
   }
 
   /** The handshake was accepted on this socket (replaying or live). */
@@ -197,7 +199,7 @@ export class SessionClient {
 
   /** Everything that belongs to one socket, forgotten (a new socket, a close, a rejection, a reload). */
   _resetSocket() {
-    this.replayHead = null;
+    this._socketState({ replayHead: null });
     this.loop.reset();
     this.acker.reset();
     this.outbox.detach();
@@ -216,9 +218,7 @@ export class SessionClient {
       features: [P.FEATURE_COMPACT, P.FEATURE_BATCH, P.FEATURE_INTERRUPT, P.FEATURE_BRANCHES],
     };
     if (after > 0) frame.epoch = this.epoch;
-    this.resumeRequestId = frame.request_id;
-    this.lastResumeAfter = after;
-    this.firstReplayedSeq = null;
+    this._socketState({ ...NO_SOCKET, resumeRequestId: frame.request_id, resumeAfter: after });
     this._send(frame);
   }
 
@@ -276,8 +276,9 @@ export class SessionClient {
         // Presence carries the head it was computed at: an older one that
         // arrives late (from another server) must not undo a newer "running".
         const head = Number.isInteger(frame.head) ? frame.head : null;
-        if (head !== null && this.presenceHead !== null && head < this.presenceHead) return;
-        if (head !== null) this.presenceHead = head;
+        const newest = this.current.presenceHead;
+        if (head !== null && newest !== null && head < newest) return;
+        if (head !== null) this._socketState({ presenceHead: head });
         this.presence = { viewers: Number(frame.viewers) || 0, running: !!frame.running };
         return this.view.setPresence(this.presence);
       }
@@ -294,12 +295,12 @@ export class SessionClient {
   _onResumeOk(frame) {
     if (this.state !== STATE.RESUMING) return;
     if (frame.session_id && frame.session_id !== this.sessionId) return;
-    this.presenceHead = null; // a new socket: its presence frames start afresh
+    this._socketState({ presenceHead: null }); // a new socket: its presence frames start afresh
     this.serverFeatures = Array.isArray(frame.features) ? frame.features : [];
     if (typeof frame.title === "string") this.view.setTitle(frame.title);
     this.conn.setReady();
     if (typeof frame.epoch === "string" && frame.epoch) this.epoch = frame.epoch;
-    this.replayHead = Number.isInteger(frame.head) ? frame.head : this.loop.cursor;
+    this._socketState({ replayHead: Number.isInteger(frame.head) ? frame.head : this.loop.cursor });
     this.persistNow();
     if (this.loop.cursor >= this.replayHead) this._goLive();
     else this._setState(STATE.REPLAYING, {});
@@ -361,7 +362,7 @@ export class SessionClient {
     if (!this._following) return;
     if (frame.session_id && frame.session_id !== this.sessionId) return;
     if (this.hooks.received(frame) === false) return;
-    if (this.firstReplayedSeq === null) this.firstReplayedSeq = frame.seq;
+    if (this.firstReplayedSeq === null) this._socketState({ firstReplayedSeq: frame.seq });
     this.loop.receive(frame);
   }
 
@@ -370,7 +371,7 @@ export class SessionClient {
     if (frame.session_id && frame.session_id !== this.sessionId) return;
     const item = compactedItem(frame);
     if (item === null) return;
-    if (this.firstReplayedSeq === null) this.firstReplayedSeq = item.seq;
+    if (this.firstReplayedSeq === null) this._socketState({ firstReplayedSeq: item.seq });
     this.loop.receive(item);
   }
 
@@ -424,10 +425,7 @@ export class SessionClient {
     return this.outbox.submit(text, options);
   }
 
-  /**
-   * Remove a failed input from the ledger.
-   * @param {string} id
-   */
+  /** Remove the failed input `id` (its client_message_id) from the ledger. */
   discard(id) {
     this.outbox.discard(id);
   }
@@ -443,22 +441,12 @@ export class SessionClient {
     return this.outbox.command({ type: P.DECIDE, approval_id: approvalId, decision }, approvalId);
   }
 
-  /**
-   * Answer run `runId`'s message again (a sibling answer, then shown): an
-   * input of the ledger like any other, sent once by its id.
-   * @param {string} runId
-   * @returns {{ok: true, id: string}|{ok: false, error: string}}
-   */
+  /** Answer run `runId`'s message again (a sibling answer, then shown): an input like any other, as `submit`. */
   regenerate(runId) {
     return this.submit("", { regenerate: runId });
   }
 
-  /**
-   * Send `text` as a new version of run `runId`'s message (a new branch).
-   * @param {string} runId
-   * @param {string} text
-   * @returns {{ok: true, id: string}|{ok: false, error: string}}
-   */
+  /** Send `text` as a new version of run `runId`'s message (a new branch), as `submit`. */
   edit(runId, text) {
     return this.submit(text, { editOf: runId });
   }
@@ -497,4 +485,14 @@ export class SessionClient {
     this._setState(STATE.CONNECTING, {});
     this.conn.start();
   }
+}
+
+// The state value's parts, read as the client's own fields (the view, snapshotOf, tests).
+const READS = { state: "name", stateDetail: "detail", replayHead: "replayHead", lastResumeAfter: "resumeAfter", firstReplayedSeq: "firstReplayedSeq" };
+for (const [name, key] of Object.entries(READS)) {
+  Object.defineProperty(SessionClient.prototype, name, {
+    get() {
+      return this.current[key];
+    },
+  });
 }
