@@ -113,6 +113,10 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
         # With several hosts, all at once: one that fails (or hangs until its
         # timeout) loses only its own groups' messages (their readers refill
         # from the log); the others are sent meanwhile.
+        if len(by_host) == 1:  # one host: no task to spare
+            [(index, entries)] = by_host.items()
+            await self._send_many_on(index, entries)
+            return
         sends = [self._send_many_on(index, entries) for index, entries in by_host.items()]
         _raise_first(await asyncio.gather(*sends, return_exceptions=True), "group messages")
 
@@ -155,7 +159,10 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
         for host, (keys, args) in calls.items():
             args += [self.expiry, int(time.time()) - int(self.expiry)]
             evals.append(self.connection(host).eval(_SEND_MANY, len(keys), *keys, *args))
-        results = await asyncio.gather(*evals, return_exceptions=True)
+        if len(evals) == 1:  # one host: no task to spare
+            results = [await evals[0]]
+        else:
+            results = await asyncio.gather(*evals, return_exceptions=True)
         for over, (keys, _) in zip(results, calls.values(), strict=True):
             if isinstance(over, int) and over:
                 log.info("%s of %s group messages over capacity", over, len(keys))
