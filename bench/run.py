@@ -26,12 +26,12 @@ from pathlib import Path
 import django_setup  # noqa: E402, F401 (sets up Django)
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.utils import timezone  # noqa: E402
 
 from sessions_app.log.events import append_event  # noqa: E402
 from sessions_app.log.sessions import create_session  # noqa: E402
-from sessions_app.models import AgentSession, Event  # noqa: E402
+from sessions_app.models import AgentSession  # noqa: E402
 from tests.harness import Daphne, Worker, WsClient, session_cookie  # noqa: E402
+from tests.logs_made import session_with_deltas  # noqa: E402
 
 LOG_LENGTHS = (1_000, 10_000, 100_000)
 RESUMES = 30
@@ -48,17 +48,7 @@ def _user():
 
 def _session_with_log(user, length: int) -> AgentSession:
     """A session whose log holds ``length`` events (bulk-written: setup, not measured)."""
-    s = create_session(user, f"bench {length}")
-    now = timezone.now()
-    batch = 5_000
-    for start in range(2, length + 1, batch):
-        Event.objects.bulk_create(
-            Event(session=s, seq=seq, kind="assistant.delta", data={"text": "x"}, created_at=now)
-            for seq in range(start, min(start + batch, length + 1))
-        )
-    AgentSession.objects.filter(id=s.id).update(head=length)
-    s.refresh_from_db()
-    return s
+    return session_with_deltas(user, length, f"bench {length}", text=lambda seq: "x")
 
 
 def bench_append() -> None:

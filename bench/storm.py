@@ -49,11 +49,10 @@ import websockets  # noqa: E402
 from common import emit, percentile, profile_line  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.utils import timezone  # noqa: E402
 
-from sessions_app.log.sessions import create_session  # noqa: E402
-from sessions_app.models import AgentSession, Event  # noqa: E402
+from sessions_app.models import AgentSession  # noqa: E402
 from tests.harness import LISTEN_BACKLOG, Daphne, listen_overflows, session_cookie  # noqa: E402
+from tests.logs_made import session_with_deltas  # noqa: E402
 
 FINAL = {4400, 4401}
 BEHIND = 3  # events each socket missed
@@ -63,27 +62,13 @@ def _sessions(n: int, length: int):
     """``n`` sessions (one user each) with ``length`` events; their cookies."""
     User = get_user_model()
     out = []
-    now = timezone.now()
     for i in range(n):
         user, _ = User.objects.get_or_create(username=f"storm{i}")
         done = AgentSession.objects.filter(owner=user, title=f"storm {i}", head=length).first()
         if done:  # built before in this database (bench/ab.py keeps it across runs)
             out.append((done, session_cookie(user)))
             continue
-        s = create_session(user, f"storm {i}")
-        Event.objects.bulk_create(
-            Event(
-                session=s,
-                seq=seq,
-                kind="assistant.delta",
-                data={"text": f"t{seq} "},
-                created_at=now,
-            )
-            for seq in range(2, length + 1)
-        )
-        AgentSession.objects.filter(id=s.id).update(head=length)
-        s.refresh_from_db()
-        out.append((s, session_cookie(user)))
+        out.append((session_with_deltas(user, length, f"storm {i}"), session_cookie(user)))
     return out
 
 

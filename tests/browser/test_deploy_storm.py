@@ -33,29 +33,14 @@ FINAL_CLOSES = {4400, 4401, 4403}
 def _storm_sessions() -> list[tuple[object, str]]:
     """A session per user, five events long, and the user's cookie."""
     from django.contrib.auth import get_user_model
-    from django.utils import timezone
 
-    from sessions_app.log.sessions import create_session
-    from sessions_app.models import AgentSession, Event
     from tests.harness import session_cookie
+    from tests.logs_made import session_with_deltas
 
     out = []
     for i in range(STORM_USERS):
         user = get_user_model().objects.create_user(f"storm{i}")
-        session = create_session(user, f"storm {i}")
-        Event.objects.bulk_create(
-            Event(
-                session=session,
-                seq=seq,
-                kind="assistant.delta",
-                data={"text": f"t{seq} "},
-                created_at=timezone.now(),
-            )
-            for seq in range(2, 6)
-        )
-        AgentSession.objects.filter(id=session.id).update(head=5)
-        session.refresh_from_db()
-        out.append((session, session_cookie(user)))
+        out.append((session_with_deltas(user, 5, f"storm {i}"), session_cookie(user)))
     return out
 
 

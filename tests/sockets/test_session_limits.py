@@ -10,8 +10,7 @@ import json
 import pytest
 import websockets
 
-from sessions_app.log.sessions import create_session
-from sessions_app.models import AgentSession, Connection, Event
+from sessions_app.models import AgentSession, Connection
 from tests.harness import (
     WsClient,
     client_frame,
@@ -20,6 +19,7 @@ from tests.harness import (
     session_cookie,
     wait_until,
 )
+from tests.logs_made import session_with_deltas
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -128,19 +128,8 @@ async def test_rate_limit_closes_4429_after_burst(server, cookie):
 
 def _big_log(user, events: int, size: int) -> AgentSession:
     """A session whose log holds ``events`` deltas of ``size`` characters each."""
-    from django.utils import timezone
-
-    s = create_session(user)
-    now = timezone.now()
     text = "x" * size
-    for start in range(2, events + 2, 2000):
-        Event.objects.bulk_create(
-            Event(session=s, seq=seq, kind="assistant.delta", data={"text": text}, created_at=now)
-            for seq in range(start, min(start + 2000, events + 2))
-        )
-    AgentSession.objects.filter(id=s.id).update(head=events + 1)
-    s.refresh_from_db()
-    return s
+    return session_with_deltas(user, events + 1, text=lambda seq: text)
 
 
 async def test_a_client_that_stops_reading_is_closed_4408_with_bounded_memory(
