@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import threading
@@ -34,7 +35,7 @@ from datetime import datetime
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
-from common import emit, percentile, profile_line  # noqa: E402
+from common import SHIPPED_ARGS, emit, percentile, profile_line, py_spy  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
@@ -188,6 +189,9 @@ async def main() -> None:
     parser.add_argument("--stream", default="200 30", help="N MS for /stream")
     parser.add_argument("--workers", type=int, default=2, help="run workers (production)")
     parser.add_argument("--concurrency", type=int, default=None, help="AGENT_WORKER_CONCURRENCY")
+    parser.add_argument(
+        "--py-spy", metavar="OUT", help="record the daphne (OUT) and each worker (OUT.worker-N)"
+    )
     args = parser.parse_args()
 
     call_command("migrate", verbosity=0)
@@ -199,7 +203,7 @@ async def main() -> None:
     procs = []
     if settings.AGENT_RUNNER == "worker":
         procs += [Worker(log_dir, **env).start() for _ in range(args.workers)]
-    server = Daphne(log_dir, **env).start()
+    server = Daphne(log_dir, args=SHIPPED_ARGS, **env).start()
     procs.append(server)
     names = {f"{p.name}-{i}": p.proc.pid for i, p in enumerate(procs)}
     try:
@@ -207,7 +211,12 @@ async def main() -> None:
         alone = await _scenario(server, pairs[-1:], 1, args.stream, "alone")
         sampler = Sampler(names)
         sampler.start()
-        many = await _scenario(server, pairs[:-1], args.runs, args.stream, "many")
+        with contextlib.ExitStack() as profiles:
+            if args.py_spy:
+                for i, p in enumerate(procs[:-1]):
+                    profiles.enter_context(py_spy(p.proc.pid, f"{args.py_spy}.worker-{i}"))
+            profiles.enter_context(py_spy(server.proc.pid, args.py_spy))
+            many = await _scenario(server, pairs[:-1], args.runs, args.stream, "many")
         sampler.stopped.set()
         sampler.join()
     finally:

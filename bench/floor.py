@@ -1,13 +1,14 @@
-"""Serve ``bench/floor_app.py`` (the floor for the resume comparison) on daphne.
+"""Serve ``bench/floor_app.py`` (the floor: a bare daphne application) on daphne.
 
     .venv/bin/python bench/floor.py [--port N]
 
-prints the ``--url`` to give the resume kit's ``run_side_by_side.sh`` (the kit
-that came with the project brief; no cookie, any origin) and keeps one daphne
-process up until Ctrl-C or SIGTERM. Run the kit against it and against the
-product (``bench/serve.py``) back to back: the floor's ratio to Socket.IO is
-the best any server on daphne sending plain v1 frames can reach.
-``bench/storm.py --floor`` starts it through ``start``.
+keeps one daphne process up until Ctrl-C or SIGTERM and prints its URL, for a
+client of your own. The benches start it themselves through ``start``, and
+measure it beside the product in the same run: ``bench/resume.py --floor``
+(resume after K missed events, as a ratio to Socket.IO), ``bench/storm.py
+--floor`` (2,000 sockets resuming at once) and ``bench/idle.py --floor``
+(memory per idle socket). What the floor reaches is the best any server on
+daphne sending plain v1 frames can reach on that machine.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ A bare ASGI application, no Django, no database, no channel layer, no auth:
 sessions live in a dict, each event's frame is encoded once when it is made,
 and a resume sends ``resume_ok`` and then the stored text of every event after
 the cursor, one WebSocket message each, exactly as the product's v1 replay
-does. It speaks just enough of protocol v1 for ``../shared/perf``'s
-``resume_bench.py`` (``start``, ``send`` of ``/stream N 0``, ``resume``), and
-for ``bench/storm.py --floor``: a resume of a session it does not know makes
-one whose last three events follow the cursor.
+does. It speaks just enough of protocol v1 for ``bench/resume.py --floor``
+(``start``, ``send`` of ``/stream N 0``, ``resume``), and for
+``bench/storm.py --floor`` and ``bench/idle.py --floor``: a resume of a
+session it does not know makes one whose last three events follow the cursor.
 
 What it measures: the cost of daphne and autobahn themselves, the upgrade and
 one frame per event, for the same bytes the product sends. Whatever ratio to

@@ -10,7 +10,12 @@ answers a ping at the end (none was dropped while idle).
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentbench \\
     REDIS_URL=redis://127.0.0.1:6379/6 .venv/bin/python bench/idle.py --sockets 5000
 
-Target (fast-path issue): 5,000 idle sockets under 1 GiB RSS in one daphne.
+``--floor`` opens the same sockets on ``bench/floor_app.py`` (a bare daphne
+application, no Django): what daphne, autobahn and asyncio cost a socket, which
+no application on daphne can go below.
+
+Targets: 5,000 idle sockets under 1 GiB RSS in one daphne (fast-path issue);
+in 150 MiB (performance issue 31).
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ import json
 import resource
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
+import floor as floor_server  # noqa: E402
 import websockets  # noqa: E402
-from common import emit, profile_line  # noqa: E402
+from common import SHIPPED_ARGS, emit, profile_line  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from storm import _sessions  # noqa: E402
 
@@ -89,14 +96,31 @@ async def main() -> None:
     parser.add_argument("--sockets", type=int, default=5000)
     parser.add_argument("--per-session", type=int, default=4)
     parser.add_argument("--idle", type=float, default=10.0, help="seconds to stay idle")
+    parser.add_argument("--floor", action="store_true", help="against bench/floor_app.py")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    call_command("migrate", verbosity=0)
-    print(profile_line(), flush=True)
-    pairs = _sessions(max(1, args.sockets // args.per_session), 20)
-    log_dir = Path(tempfile.mkdtemp(prefix="agent-idle-"))
-    server = Daphne(log_dir, AGENT_TEST_HOOKS="0", AGENT_USER_MAX_SOCKETS="100000").start()
+    n = max(1, args.sockets // args.per_session)
+    if args.floor:
+        print("floor: bench/floor_app.py on one daphne", flush=True)
+        pairs = [
+            (types.SimpleNamespace(id=f"storm-{i}", head=20, epoch="floor"), "") for i in range(n)
+        ]
+        proc, port = await asyncio.to_thread(floor_server.start, 0, 0)
+        server = types.SimpleNamespace(
+            proc=proc,
+            ws=f"ws://127.0.0.1:{port}/ws/sessions/",
+            http=f"http://127.0.0.1:{port}",
+            stop=lambda: (proc.terminate(), proc.wait()),
+        )
+    else:
+        call_command("migrate", verbosity=0)
+        print(profile_line(), flush=True)
+        pairs = _sessions(n, 20)
+        log_dir = Path(tempfile.mkdtemp(prefix="agent-idle-"))
+        server = Daphne(
+            log_dir, args=SHIPPED_ARGS, AGENT_TEST_HOOKS="0", AGENT_USER_MAX_SOCKETS="100000"
+        ).start()
     pid = server.proc.pid
     sockets = []
     try:
@@ -124,7 +148,13 @@ async def main() -> None:
         f"all open: +{per:.1f} KiB per socket; {sum(alive)} of {args.sockets} answered a ping "
         f"after idling"
     )
-    emit("idle", sockets=args.sockets, kib_per_socket=per, rss_mib=after, alive=sum(alive))
+    emit(
+        "idle_floor" if args.floor else "idle",
+        sockets=args.sockets,
+        kib_per_socket=per,
+        rss_mib=after,
+        alive=sum(alive),
+    )
 
 
 if __name__ == "__main__":

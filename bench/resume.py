@@ -19,6 +19,11 @@ checked: contiguous, no repeat). The missed events are the tail of a log of
 Python (``websockets``), Socket.IO's is Node (``socket.io-client``): the
 comparison the project has always recorded. Socket.IO's packages are
 installed into ``.tools/socketio`` (ignored by git) on first use.
+
+``--floor`` adds ``bench/floor_app.py`` (a bare daphne application: no
+Django, no database, no auth, the log in a dict) to the rotation, measured
+with our client, plain frames: the least any server on daphne can take, so
+the ratio that ours could at best reach on this machine (``floor_k…_ratio``).
 """
 
 from __future__ import annotations
@@ -31,11 +36,13 @@ import statistics
 import subprocess
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
+import floor as floor_server  # noqa: E402
 import websockets  # noqa: E402
-from common import emit, profile_line, start_servers  # noqa: E402
+from common import emit, profile_line, py_spy, start_servers  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from fresh_open import TURN_EVENTS, build_session  # noqa: E402
@@ -140,6 +147,23 @@ async def trial(server, cookie: str, session: dict, k: int, features, settle_ms:
         await ws.close()
 
 
+async def floor_session(server, events: int) -> dict:
+    """A session of ``events`` events on the floor's daphne (``/stream`` turns
+    of 100 deltas, as ours)."""
+    async with websockets.connect(server.ws, max_size=1 << 24, ping_interval=None) as ws:
+        await ws.send(json.dumps({"type": "start", "protocol": 1, "request_id": "s"}))
+        started = json.loads(await ws.recv())
+        head = 0
+        while head < events:
+            await ws.send(json.dumps({"type": "send", "text": "/stream 100 0", "request_id": "t"}))
+            while True:
+                frame = json.loads(await ws.recv())
+                if frame.get("kind") == "run.finished":
+                    head = frame["seq"]
+                    break
+    return {"id": started["session_id"], "head": head, "epoch": started["epoch"]}
+
+
 async def measure_ours(server, cookie, session, k, features, reps, warmup, settle_ms):
     out = []
     for i in range(warmup + reps):
@@ -157,6 +181,8 @@ async def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed trials before each batch")
     parser.add_argument("--settle-ms", type=float, default=20.0)
     parser.add_argument("--modes", default="plain,batch", help="ours: plain, batch or both")
+    parser.add_argument("--py-spy", metavar="OUT", help="record the daphne (bench/stacks.py)")
+    parser.add_argument("--floor", action="store_true", help="add bench/floor_app.py")
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     modes = args.modes.split(",")
@@ -168,45 +194,62 @@ async def main() -> None:
     log_dir = Path(tempfile.mkdtemp(prefix="agent-bench-resume-"))
     server, procs = start_servers(log_dir, AGENT_TEST_HOOKS="0", AGENT_USER_MAX_SOCKETS="10000")
     sio = SocketIO(log_dir)
+    floor = None
     cookie = session_cookie(user)
     jsonl = log_dir / "socketio.jsonl"
     print(profile_line())
     times: dict[tuple[str, int], list[float]] = {}
     try:
+        if args.floor:
+            proc, port = await asyncio.to_thread(floor_server.start, 0, 0)
+            floor = types.SimpleNamespace(
+                proc=proc, ws=f"ws://127.0.0.1:{port}/ws/sessions/", http=f"http://127.0.0.1:{port}"
+            )
+            floor.session = await floor_session(floor, head)
         for mode in modes:  # pre-warm: pools, caches, the first replay's imports
             await measure_ours(server, cookie, session, min(1000, head), MODES[mode], 3, 0, 0)
-        impls = ["socketio", *modes]
+        impls = ["socketio", *modes, *(["floor"] if floor else [])]
         batch = 0
-        for _ in range(args.rounds):
-            for k in ks:
-                order = impls[batch % len(impls) :] + impls[: batch % len(impls)]
-                batch += 1
-                for impl in order:
-                    if impl == "socketio":
-                        got = sio.measure(k, args.reps, args.warmup, args.settle_ms, jsonl)
-                    else:
-                        got = await measure_ours(
-                            server,
-                            cookie,
-                            session,
-                            k,
-                            MODES[impl],
-                            args.reps,
-                            args.warmup,
-                            args.settle_ms,
-                        )
-                    times.setdefault((impl, k), []).extend(got)
+        with py_spy(server.proc.pid, args.py_spy):
+            for _ in range(args.rounds):
+                for k in ks:
+                    order = impls[batch % len(impls) :] + impls[: batch % len(impls)]
+                    batch += 1
+                    for impl in order:
+                        if impl == "socketio":
+                            got = sio.measure(k, args.reps, args.warmup, args.settle_ms, jsonl)
+                        elif impl == "floor":
+                            got = await measure_ours(
+                                floor, "", floor.session, k, [], args.reps, args.warmup,
+                                args.settle_ms,
+                            )  # fmt: skip
+                        else:
+                            got = await measure_ours(
+                                server,
+                                cookie,
+                                session,
+                                k,
+                                MODES[impl],
+                                args.reps,
+                                args.warmup,
+                                args.settle_ms,
+                            )
+                        times.setdefault((impl, k), []).extend(got)
     finally:
         sio.stop()
+        if floor is not None:
+            floor.proc.terminate()
+            floor.proc.wait(10)
         for proc in procs:
             proc.stop()
     print(f"resume after K missed events, median ms over {args.rounds} rounds x {args.reps}")
-    print(f"{'K':>6} {'socket.io':>10} " + " ".join(f"{m:>8} {'ratio':>6}" for m in modes))
+    shown = [*modes, *(["floor"] if floor else [])]
+    print(f"{'K':>6} {'socket.io':>10} " + " ".join(f"{m:>8} {'ratio':>6}" for m in shown))
     figures = {}
     for k in ks:
         sio_ms = statistics.median(times[("socketio", k)])
         cells = []
-        for mode in modes:
+        for mode in shown:
             ms = statistics.median(times[(mode, k)])
             figures[f"{mode}_k{k}_ratio"] = ms / sio_ms
             figures[f"{mode}_k{k}_ms"] = ms

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
+from common import SHIPPED_ARGS  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
@@ -127,7 +128,7 @@ async def main() -> None:
     procs = []
     if settings.AGENT_RUNNER == "worker":
         procs.append(Worker(log_dir).start())
-    server = Daphne(log_dir, AGENT_TEST_HOOKS="0").start()
+    server = Daphne(log_dir, args=SHIPPED_ARGS, AGENT_TEST_HOOKS="0").start()
     procs.append(server)
     try:
         cookie = session_cookie(user)

@@ -1,9 +1,8 @@
 """Start the server for an outside load tool, print how to reach it, keep it up.
 
-Used for the resume comparison with Socket.IO (the measuring kit that came with
-the project brief, not part of this repository: give its run_side_by_side.sh
-the printed ``--url``, ``--cookie`` and ``--origin``). One daphne, plus one run
-worker in the production profile, as the comparison specifies:
+For a load tool of your own (the benches of this folder start their servers
+themselves): give it the printed ``--url``, ``--cookie`` and ``--origin``. One
+daphne, plus one run worker in the production profile:
 
     .venv/bin/python bench/serve.py                      # embedded profile
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentbench \\

@@ -46,7 +46,7 @@ from pathlib import Path
 import django_setup  # noqa: E402, F401 (sets up Django)
 import floor as floor_server  # noqa: E402
 import websockets  # noqa: E402
-from common import emit, percentile, profile_line  # noqa: E402
+from common import SHIPPED_ARGS, emit, percentile, profile_line, py_spy  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
@@ -295,6 +295,7 @@ async def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--restart", action="store_true", help="SIGTERM and restart the server")
     parser.add_argument("--floor", action="store_true", help="against bench/floor_app.py")
+    parser.add_argument("--py-spy", metavar="OUT", help="record the daphne (bench/stacks.py)")
     parser.add_argument(
         "--backlog",
         type=int,
@@ -321,6 +322,7 @@ async def main() -> None:
         log_dir,
         connect_timeout=args.connect_timeout,
         backlog=args.backlog,
+        args=SHIPPED_ARGS,
         AGENT_TEST_HOOKS="0",
         AGENT_USER_MAX_SOCKETS="100000",
     ).start()
@@ -343,7 +345,8 @@ async def main() -> None:
         return
     overflows = listen_overflows()
     try:
-        result = await storm(server, pairs, args.sockets, args.seed, args.timeout)
+        with py_spy(server.proc.pid, args.py_spy):
+            result = await storm(server, pairs, args.sockets, args.seed, args.timeout)
     finally:
         server.stop()
     overflows = listen_overflows() - overflows

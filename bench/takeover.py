@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
-from common import emit, percentile, profile_line  # noqa: E402
+from common import SHIPPED_ARGS, emit, percentile, profile_line  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
@@ -225,7 +225,7 @@ async def main() -> None:
     env = {"AGENT_TEST_HOOKS": "0", "AGENT_USER_MAX_RUNS": "0"}
     log_dir = Path(tempfile.mkdtemp(prefix="agent-bench-logs-"))
     workers = [Worker(log_dir, **env).start() for _ in range(2)]
-    server = Daphne(log_dir, **env).start()
+    server = Daphne(log_dir, args=SHIPPED_ARGS, **env).start()
     try:
         killed = await _kill(server, workers, log_dir, env, args)
         deployed = await _deploy(server, workers, log_dir, env, args)
