@@ -58,6 +58,19 @@ def test_a_check_fails_when_its_patch_has_no_effect(monkeypatch):
     assert "hltype" in patches.check_hltype()
 
 
+def test_autobahn_formats_no_debug_text_with_debug_off(monkeypatch):
+    """A connection's options, logged at debug level, are not pretty-printed
+    when debug is off (``repr`` instead), and the check notices if they are."""
+    import daphne.server  # noqa: F401
+    from autobahn.websocket import protocol
+
+    patches.install()
+    assert protocol.pformat is repr
+    assert protocol.WebSocketProtocol.__dict__["_connectionMade"].__code__.co_names.count("pformat")
+    monkeypatch.setattr(protocol, "pformat", __import__("pprint").pformat)
+    assert "pformat" in patches.check_hltype()
+
+
 def test_a_missing_member_of_channels_redis_is_reported(monkeypatch, settings):
     """The Redis layer's private members are checked; one gone refuses start-up."""
     from channels_redis.core import RedisChannelLayer
