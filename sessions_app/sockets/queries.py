@@ -8,6 +8,7 @@ keeps one persistent connection.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from django.db import connection
@@ -43,12 +44,45 @@ def start_session(user, start: p.Start) -> dict[str, Any]:
     return {"id": session.id, "epoch": session.epoch, "head": session.head, "title": session.title}
 
 
-@reading_in_db_pool
-def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
+# Reads of ``check_resume`` that have not begun on the pool yet, by what they
+# read: see ``check_resume``.
+_queued: dict[tuple, tuple[asyncio.Future, list[bool]]] = {}
+
+
+async def check_resume(user_id: int, resume: p.Resume) -> dict[str, Any]:
     """The session's epoch, head and earliest, in one read, and the replay's
     first page (``page``) and, for a client that compacts, what the replay
     skips (``plan``), if this user may resume it at this cursor;
-    ``protocol.Rejection`` otherwise (another user's session is not_found)."""
+    ``protocol.Rejection`` otherwise (another user's session is not_found).
+
+    The socket has joined the session's group before it calls this, so the
+    read must begin after that join. Resumes with the same arguments (a
+    user's tabs of one session, all back at once after a restart) share a
+    read that is still queued for the pool: it begins after each of them
+    joined, as a read of its own would. A read already under way is never
+    shared. (What the read answers depends on these arguments and on
+    whether the client compacts, nothing else: they are its key.)"""
+    compact = p.FEATURE_COMPACT in resume.features
+    key = (user_id, resume.session_id, resume.after, resume.epoch, compact)
+    queued = _queued.get(key)
+    loop = asyncio.get_running_loop()
+    if queued is None or queued[1][0] or queued[0].get_loop() is not loop:
+        begun = [False]
+        read = asyncio.ensure_future(_check_resume(user_id, resume, begun))
+        queued = _queued[key] = (read, begun)
+        read.add_done_callback(
+            lambda done: _queued.get(key, (None,))[0] is done and _queued.pop(key)
+        )
+        # Retrieved: a read whose sockets all left must not log "never retrieved".
+        read.add_done_callback(lambda done: done.cancelled() or done.exception())
+    # Shielded: one socket that closes does not cancel the others' read.
+    row = await asyncio.shield(queued[0])
+    return {**row, "page": list(row["page"]), "plan": list(row["plan"])}
+
+
+@reading_in_db_pool
+def _check_resume(user_id: int, resume: p.Resume, begun: list[bool]) -> dict[str, Any]:
+    begun[0] = True  # from here on, a later socket's join may come after the read
     found = None
     if p.is_session_id(resume.session_id):
         with connection.cursor() as cursor:
