@@ -84,6 +84,9 @@ async def user_of(scope):
     lookup = scope.get(_LOOKUP)
     if lookup is not None:
         await asyncio.shield(lookup)
+        # Done: the scope keeps the user, not the finished task (an idle
+        # socket's memory; the middleware's own copy lets go of it too).
+        scope.pop(_LOOKUP, None)
     return scope.get("user")
 
 
@@ -104,8 +107,12 @@ class PooledAuthMiddleware(AuthMiddleware):
         self.populate_scope(scope)
         lookup = scope[_LOOKUP] = asyncio.ensure_future(self.resolve_scope(scope))
         # Retrieved here too: an application that fails before it awaits the
-        # lookup must not leave "exception never retrieved" behind.
-        lookup.add_done_callback(lambda done: done.cancelled() or done.exception())
+        # lookup must not leave "exception never retrieved" behind. Once it
+        # succeeded, this scope keeps the user, not the finished task.
+        lookup.add_done_callback(
+            lambda done: done.cancelled() or done.exception() or scope.pop(_LOOKUP, None)
+        )
+        del lookup  # this frame lives as long as the socket: it keeps no finished task
         return await self.inner(scope, receive, send)
 
     async def resolve_scope(self, scope):

@@ -349,6 +349,11 @@ class SessionConsumer(AppSocket):
             return  # closed while answering the handshake (a reader that stopped)
         self.to(Phase.REPLAYING)
         self.replay_task = asyncio.ensure_future(self._replay(after, head, first_page, plan))
+        self.replay_task.add_done_callback(self._replay_done)
+
+    def _replay_done(self, task: asyncio.Task) -> None:
+        if self.replay_task is task:  # an idle socket keeps no finished task
+            self.replay_task = None
 
     async def _replay(self, after: int, head: int, first_page=None, plan=None) -> None:
         began = asyncio.get_running_loop().time()

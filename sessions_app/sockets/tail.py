@@ -92,6 +92,11 @@ class TailCheck:
             return
         if self.task is None or self.task.done():
             self.task = asyncio.ensure_future(self._check())
+            self.task.add_done_callback(self._checked)
+
+    def _checked(self, task: asyncio.Task) -> None:
+        if self.task is task:  # an idle socket keeps no finished task
+            self.task = None
 
     async def _check(self) -> None:
         """Refill events that were committed but whose publication never came."""
