@@ -4,9 +4,14 @@ still works and still shows the transcript after a refresh."""
 
 from __future__ import annotations
 
+from django.db import transaction
+from django.utils import timezone
 from playwright.sync_api import expect
 
-from sessions_app.models import AgentSession
+from sessions_app.log.events import NewEvent, append_events
+from sessions_app.log.sessions import create_session
+from sessions_app.models import AgentSession, Run
+from sessions_app.wire import protocol as p
 from tests.browser.helpers import (
     TIMEOUT,
     assert_shows_log,
@@ -16,6 +21,7 @@ from tests.browser.helpers import (
     open_tab,
     send,
     settle,
+    wait_cursor,
 )
 
 FILL_STORAGE_JS = """() => {
@@ -58,6 +64,64 @@ def test_epoch_rotation_reloads_every_open_tab(server, ctx, django_user_model):
     drop their cache, reload from the start and end with the server's transcript;
     the session goes on."""
     epoch_rotation(ctx, server, server, django_user_model)
+
+
+AT_BOTTOM_JS = """() => {
+  const s = document.querySelector(".transcript-scroll");
+  const answers = [...document.querySelectorAll("[data-testid=assistant-message]")];
+  const last = answers[answers.length - 1].getBoundingClientRect();
+  const view = s.getBoundingClientRect();
+  return {
+    gap: s.scrollHeight - s.scrollTop - s.clientHeight,
+    lastInView: last.bottom <= view.bottom + 1 && last.bottom > view.top,
+    answers: answers.length,
+  };
+}"""
+
+
+def _turns(user, turns: int) -> str:
+    """A session of ``turns`` finished turns, each answer several lines tall."""
+    session = create_session(user, "long")
+    now = timezone.now()
+    answer = "\n\n".join(f"Paragraph {i} of a long answer." for i in range(6))
+    for t in range(turns):
+        run = Run.objects.create(
+            session=session,
+            client_message_id=f"m{t}",
+            text=f"question {t}",
+            message_seq=session.head + 1,
+            status=Run.Status.FINISHED,
+            stop_reason=p.STOP_END_TURN,
+            started_at=now,
+            finished_at=now,
+        )
+        events = [
+            NewEvent(p.K_USER_MESSAGE, {"client_message_id": f"m{t}", "text": run.text}, run.id),
+            NewEvent(p.K_RUN_STARTED, {"client_message_id": f"m{t}"}, run.id),
+            NewEvent(p.K_ASSISTANT_MESSAGE, {"text": f"{answer} Turn {t}."}, run.id),
+            NewEvent(p.K_RUN_FINISHED, {"stop_reason": p.STOP_END_TURN}, run.id),
+        ]
+        with transaction.atomic():
+            append_events(session.id, events)
+        session.head += len(events)
+    return session.id
+
+
+def test_a_long_session_opens_at_its_last_answer(server, ctx, user):
+    """A fresh tab and a refresh of a session of 120 turns (rows off screen
+    are not rendered) both land at the bottom: the scroller is at its end and
+    the last answer is in view."""
+    session_id = _turns(user, 120)
+    page = open_tab(ctx, server, session_id)
+    wait_cursor(page, AgentSession.objects.get(id=session_id).head)
+    page.wait_for_function(f"() => ({AT_BOTTOM_JS})().gap <= 1", timeout=TIMEOUT)
+    seen = page.evaluate(AT_BOTTOM_JS)
+    assert seen["answers"] == 120 and seen["lastInView"], seen
+    page.reload()
+    expect_live(page)
+    page.wait_for_function(f"() => ({AT_BOTTOM_JS})().gap <= 1", timeout=TIMEOUT)
+    seen = page.evaluate(AT_BOTTOM_JS)
+    assert seen["answers"] == 120 and seen["lastInView"], seen
 
 
 def epoch_rotation(ctx, server_a, server_b, django_user_model) -> None:
