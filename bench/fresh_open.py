@@ -44,6 +44,7 @@ from sessions_app.log.sessions import create_session  # noqa: E402
 from sessions_app.models import AgentSession, Run  # noqa: E402
 from sessions_app.wire import protocol as p  # noqa: E402
 from tests.harness import session_cookie  # noqa: E402
+from tests.logs_made import session_with_turns  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 TURN_DELTAS = 100
@@ -79,31 +80,15 @@ def build_session(user, turns: int) -> tuple[str, int]:
     ).first()
     if done:
         return done.id, done.head
-    session = create_session(user, f"{turns} turns")
-    now = timezone.now()
-    for t in range(turns):
-        run = Run.objects.create(
-            session=session,
-            client_message_id=f"m{t}",
-            text=f"/stream {TURN_DELTAS} 0",
-            message_seq=session.head + 1,
-            status=Run.Status.FINISHED,
-            stop_reason=p.STOP_END_TURN,
-            started_at=now,
-            finished_at=now,
-        )
-        text = "".join(f"tok{i} " for i in range(TURN_DELTAS))
-        new = [
-            NewEvent(p.K_USER_MESSAGE, {"client_message_id": f"m{t}", "text": run.text}, run.id),
-            NewEvent(p.K_RUN_STARTED, {"client_message_id": f"m{t}"}, run.id),
-            *(NewEvent(p.K_ASSISTANT_DELTA, {"text": f"tok{i} "}, run.id) for i in range(100)),
-            NewEvent(p.K_ASSISTANT_MESSAGE, {"text": text}, run.id),
-            NewEvent(p.K_RUN_FINISHED, {"stop_reason": p.STOP_END_TURN}, run.id),
-        ]
-        with transaction.atomic():
-            append_events(session.id, new)
-        session.head += len(new)
-    return session.id, AgentSession.objects.get(id=session.id).head
+    session = session_with_turns(
+        user,
+        turns,
+        f"{turns} turns",
+        question=lambda t: f"/stream {TURN_DELTAS} 0",
+        answer=lambda t: [f"tok{i} " for i in range(TURN_DELTAS)],
+        streamed=True,
+    )
+    return session.id, session.head
 
 
 def _turn_events(run: Run, first: NewEvent | None, started: dict) -> list[NewEvent]:

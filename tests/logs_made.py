@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.db import transaction
 from django.utils import timezone
 
+from sessions_app.log.events import NewEvent, append_events
 from sessions_app.log.sessions import create_session
-from sessions_app.models import AgentSession, Event
+from sessions_app.models import AgentSession, Event, Run
+from sessions_app.wire import protocol as p
 
 
 def session_with_deltas(
@@ -30,5 +33,46 @@ def session_with_deltas(
             for seq in range(start, min(start + 5_000, head + 1))
         )
     AgentSession.objects.filter(id=session.id).update(head=head)
+    session.refresh_from_db()
+    return session
+
+
+def session_with_turns(
+    user,
+    turns: int,
+    title: str = "",
+    *,
+    question: Callable[[int], str] = lambda t: f"question {t}",
+    answer: Callable[[int], list[str]] = lambda t: [f"answer {t}"],
+    streamed: bool = False,
+) -> AgentSession:
+    """A new session of ``user`` with ``turns`` finished turns, turn T asking
+    ``question(T)``: a user message, ``run.started``, the pieces of
+    ``answer(T)`` as deltas when ``streamed``, the whole answer as the
+    message, ``run.finished``."""
+    session = create_session(user, title)
+    now = timezone.now()
+    for t in range(turns):
+        run = Run.objects.create(
+            session=session,
+            client_message_id=f"m{t}",
+            text=question(t),
+            message_seq=session.head + 1,
+            status=Run.Status.FINISHED,
+            stop_reason=p.STOP_END_TURN,
+            started_at=now,
+            finished_at=now,
+        )
+        pieces = answer(t)
+        events = [
+            NewEvent(p.K_USER_MESSAGE, {"client_message_id": f"m{t}", "text": run.text}, run.id),
+            NewEvent(p.K_RUN_STARTED, {"client_message_id": f"m{t}"}, run.id),
+            *(NewEvent(p.K_ASSISTANT_DELTA, {"text": x}, run.id) for x in pieces if streamed),
+            NewEvent(p.K_ASSISTANT_MESSAGE, {"text": "".join(pieces)}, run.id),
+            NewEvent(p.K_RUN_FINISHED, {"stop_reason": p.STOP_END_TURN}, run.id),
+        ]
+        with transaction.atomic():
+            append_events(session.id, events)
+        session.head += len(events)
     session.refresh_from_db()
     return session

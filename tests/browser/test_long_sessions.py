@@ -4,14 +4,9 @@ still works and still shows the transcript after a refresh."""
 
 from __future__ import annotations
 
-from django.db import transaction
-from django.utils import timezone
 from playwright.sync_api import expect
 
-from sessions_app.log.events import NewEvent, append_events
-from sessions_app.log.sessions import create_session
-from sessions_app.models import AgentSession, Run
-from sessions_app.wire import protocol as p
+from sessions_app.models import AgentSession
 from tests.browser.helpers import (
     TIMEOUT,
     assert_shows_log,
@@ -23,6 +18,7 @@ from tests.browser.helpers import (
     settle,
     wait_cursor,
 )
+from tests.logs_made import session_with_turns
 
 FILL_STORAGE_JS = """() => {
   // Leave sessionStorage almost full: what the tab writes next does not fit.
@@ -79,39 +75,12 @@ AT_BOTTOM_JS = """() => {
 }"""
 
 
-def _turns(user, turns: int) -> str:
-    """A session of ``turns`` finished turns, each answer several lines tall."""
-    session = create_session(user, "long")
-    now = timezone.now()
-    answer = "\n\n".join(f"Paragraph {i} of a long answer." for i in range(6))
-    for t in range(turns):
-        run = Run.objects.create(
-            session=session,
-            client_message_id=f"m{t}",
-            text=f"question {t}",
-            message_seq=session.head + 1,
-            status=Run.Status.FINISHED,
-            stop_reason=p.STOP_END_TURN,
-            started_at=now,
-            finished_at=now,
-        )
-        events = [
-            NewEvent(p.K_USER_MESSAGE, {"client_message_id": f"m{t}", "text": run.text}, run.id),
-            NewEvent(p.K_RUN_STARTED, {"client_message_id": f"m{t}"}, run.id),
-            NewEvent(p.K_ASSISTANT_MESSAGE, {"text": f"{answer} Turn {t}."}, run.id),
-            NewEvent(p.K_RUN_FINISHED, {"stop_reason": p.STOP_END_TURN}, run.id),
-        ]
-        with transaction.atomic():
-            append_events(session.id, events)
-        session.head += len(events)
-    return session.id
-
-
 def test_a_long_session_opens_at_its_last_answer(server, ctx, user):
     """A fresh tab and a refresh of a session of 120 turns (rows off screen
     are not rendered) both land at the bottom: the scroller is at its end and
     the last answer is in view."""
-    session_id = _turns(user, 120)
+    paragraphs = [f"Paragraph {i} of a long answer.\n\n" for i in range(6)]
+    session_id = session_with_turns(user, 120, answer=lambda t: [*paragraphs, f"Turn {t}."]).id
     page = open_tab(ctx, server, session_id)
     wait_cursor(page, AgentSession.objects.get(id=session_id).head)
     page.wait_for_function(f"() => ({AT_BOTTOM_JS})().gap <= 1", timeout=TIMEOUT)
