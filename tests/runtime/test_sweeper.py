@@ -4,6 +4,7 @@ sockets stop counting."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -16,9 +17,25 @@ from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import ApprovalRequest, Connection, Run
 from sessions_app.runtime import durable, runs, turns
-from sessions_app.runtime.sweeper import take_over_expired
+from sessions_app.runtime.sweeper import Sweeper, take_over_expired
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_sweeper_thread():
+    """A sweeper an earlier test started in this process (an in-process
+    runtime's) is stopped for these tests, and started again after: its
+    sweep would take over a test's expired run before the test's own call
+    does (CI: ``take_over_expired()`` found nothing left)."""
+    running = [t for t in threading.enumerate() if isinstance(t, Sweeper)]
+    for thread in running:
+        thread.stopped.set()
+    for thread in running:
+        thread.join(30)
+    yield
+    for thread in running:
+        Sweeper(thread.interval).start()
 
 
 def _expire(run_id: str, worker: str = "dead:1:x") -> None:

@@ -97,7 +97,9 @@ def test_a_fresh_page_resumes_the_run_from_the_log_exactly_once(server, user):
     key = api_key(user)
     first = chat(server, key, "chatCut1", "turn", "/echo One finished turn first")
     assert first["status"] == "ready"
-    cut = chat(server, key, "chatCut1", "cut", "/stream 30 40")
+    # Long enough (4.8 s) that the run still goes while a second Node client
+    # starts on a loaded machine (CI: at 1.2 s it had ended, loaded == 4).
+    cut = chat(server, key, "chatCut1", "cut", "/stream 40 120")
     assert cut["steps"][0]["cut_after"], "the cut came before any text"
     run = Run.objects.order_by("-created_at")[0]
     assert run.status in ("running", "queued")
@@ -108,7 +110,7 @@ def test_a_fresh_page_resumes_the_run_from_the_log_exactly_once(server, user):
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
     assert texts(messages[1]) == "One finished turn first"
     assert messages[3]["id"] == run.id
-    whole = "".join(f"tok{i} " for i in range(30))
+    whole = "".join(f"tok{i} " for i in range(40))
     assert texts(messages[3]) == whole
     assert [m["text"] for m in logged("chatCut1", "assistant.message")][-1] == whole
 
