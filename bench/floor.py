@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +48,24 @@ def start(port: int = 0, verbosity: int = 1) -> tuple[subprocess.Popen, int]:
             time.sleep(0.05)  # sleep-ok: a bench, waiting for a port
     proc.kill()
     raise SystemExit("the floor's daphne did not start")
+
+
+def serve() -> types.SimpleNamespace:
+    """``start`` on a free port, quiet (``-v 0``, as the product's benches run
+    daphne): a handle as the benches use a server (``proc``, ``ws``,
+    ``http``, ``stop()``)."""
+    proc, port = start(0, 0)
+
+    def stop() -> None:
+        proc.terminate()
+        proc.wait(10)
+
+    return types.SimpleNamespace(
+        proc=proc,
+        ws=f"ws://127.0.0.1:{port}/ws/sessions/",
+        http=f"http://127.0.0.1:{port}",
+        stop=stop,
+    )
 
 
 def main() -> None:

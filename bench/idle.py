@@ -106,13 +106,7 @@ async def main() -> None:
         pairs = [
             (types.SimpleNamespace(id=f"storm-{i}", head=20, epoch="floor"), "") for i in range(n)
         ]
-        proc, port = await asyncio.to_thread(floor_server.start, 0, 0)
-        server = types.SimpleNamespace(
-            proc=proc,
-            ws=f"ws://127.0.0.1:{port}/ws/sessions/",
-            http=f"http://127.0.0.1:{port}",
-            stop=lambda: (proc.terminate(), proc.wait()),
-        )
+        server = await asyncio.to_thread(floor_server.serve)
     else:
         call_command("migrate", verbosity=0)
         print(profile_line(), flush=True)

@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-import types
 from pathlib import Path
 
 import django_setup  # noqa: E402, F401 (sets up Django)
@@ -201,10 +200,7 @@ async def main() -> None:
     times: dict[tuple[str, int], list[float]] = {}
     try:
         if args.floor:
-            proc, port = await asyncio.to_thread(floor_server.start, 0, 0)
-            floor = types.SimpleNamespace(
-                proc=proc, ws=f"ws://127.0.0.1:{port}/ws/sessions/", http=f"http://127.0.0.1:{port}"
-            )
+            floor = await asyncio.to_thread(floor_server.serve)
             floor.session = await floor_session(floor, head)
         for mode in modes:  # pre-warm: pools, caches, the first replay's imports
             await measure_ours(server, cookie, session, min(1000, head), MODES[mode], 3, 0, 0)
@@ -238,8 +234,7 @@ async def main() -> None:
     finally:
         sio.stop()
         if floor is not None:
-            floor.proc.terminate()
-            floor.proc.wait(10)
+            floor.stop()
         for proc in procs:
             proc.stop()
     print(f"resume after K missed events, median ms over {args.rounds} rounds x {args.reps}")

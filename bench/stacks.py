@@ -16,8 +16,9 @@ import argparse
 import collections
 import re
 
-# A sample whose innermost frame is one of these is a thread with nothing to do.
+# The line number py-spy appends to a frame's name.
 LINE = re.compile(r":\d+\)$")
+# A sample whose innermost frame is one of these is a thread with nothing to do.
 IDLE = re.compile(r"^(select|poll|epoll|_worker|wait|Condition\.wait|EpollSelector\.select)\b")
 
 

@@ -269,15 +269,11 @@ async def floor(args) -> None:
     pairs = [
         (types.SimpleNamespace(id=f"storm-{i}", head=args.log, epoch="floor"), "") for i in range(n)
     ]
-    proc, port = await asyncio.to_thread(floor_server.start, 0, 0)
-    server = types.SimpleNamespace(
-        ws=f"ws://127.0.0.1:{port}/ws/sessions/", http=f"http://127.0.0.1:{port}"
-    )
+    server = await asyncio.to_thread(floor_server.serve)
     try:
         result = await storm(server, pairs, args.sockets, args.seed, args.timeout)
     finally:
-        proc.terminate()
-        await asyncio.to_thread(proc.wait)
+        await asyncio.to_thread(server.stop)
     print(
         f"floor: {args.sockets} sockets over {n} sessions resume at once, {BEHIND} events "
         f"behind: all caught up in {result['all']:.2f} s ({result['caught_up']} of "
