@@ -300,6 +300,7 @@ AGENT_RUN_MAX_CRASHES = _app("AGENT_RUN_MAX_CRASHES")
 # How long a run handed to the task framework may wait for an executor before
 # the sweeper hands it over again (all workers busy counts as waiting).
 AGENT_PICKUP_SECONDS = _app("AGENT_PICKUP_SECONDS")
+AGENT_TEST_PICKUP_HOLD = _app("AGENT_TEST_PICKUP_HOLD")
 # Runs one process executes at once (threads of its run pool), in a worker and
 # in the embedded server alike. Each executing run holds one database
 # connection while it works: see docs/deployment.md on sizing.

@@ -80,6 +80,9 @@ DEFAULTS: dict[str, object] = {
     # A run whose step took its worker down this many times finishes "error".
     "AGENT_RUN_MAX_CRASHES": 3,
     "AGENT_PICKUP_SECONDS": 120.0,
+    # Tests only: a worker holds a task it took while this file exists (the
+    # window between taking a task and driving its run; run_agent_worker).
+    "AGENT_TEST_PICKUP_HOLD": "",
     "AGENT_WORKER_CONCURRENCY": 32,
     "AGENT_GROUP_COMMIT": True,
     "AGENT_USER_MAX_RUNS": 8,

@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from django.db import close_old_connections
 
@@ -112,11 +113,35 @@ def hand_over_all(
     return [r for r, ctx in flagged.items() if ctx.handed_over or r in stuck]
 
 
-def execute_run(run_id: str) -> None:
-    """Start or continue a run, if it is still there to be run."""
-    worker = worker_id()
+# The run this thread's task claimed when a worker took it (``leases.Picked``).
+_picked = threading.local()
+
+
+@contextmanager
+def picked(pick: leases.Picked | None) -> Iterator[None]:
+    """Around a worker's task that claimed its run at the pickup: its
+    ``execute_run`` drives the run it holds, and the pickup's lease is
+    forgotten when the task ends."""
+    _picked.run = pick
     try:
-        if leases.claim(run_id, worker):
+        yield
+    finally:
+        _picked.run = None
+        if pick is not None:
+            pick.done()
+
+
+def execute_run(run_id: str) -> None:
+    """Start or continue a run, if it is still there to be run: claimed now,
+    or held since its worker took the task (and not taken over since)."""
+    worker = worker_id()
+    pick = getattr(_picked, "run", None)
+    try:
+        if pick is not None and pick.run_id == run_id:
+            mine = leases.holds(run_id, worker)
+        else:
+            mine = leases.claim(run_id, worker)
+        if mine:
             _drive(run_id, worker)
     finally:
         close_old_connections()

@@ -45,6 +45,40 @@ def claim(run_id: str, worker: str) -> bool:
     )
 
 
+def holds(run_id: str, worker: str) -> bool:
+    """Does ``worker`` hold the running run (claimed with its task, ``pick``)?"""
+    return Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker).exists()
+
+
+class Picked:
+    """A run claimed by a worker in the transaction that took its task, so
+    that no moment passes in which a task is taken and its run held by
+    nobody: a worker that dies right after the pickup leaves a lease that
+    lapses (``AGENT_LEASE_SECONDS``), and the sweeper of another takes the
+    run over, as it would mid-step. Its lease is renewed by the keeper from
+    the pickup until its drive takes it over (``held``) or the task ends
+    (``done``)."""
+
+    def __init__(self, run_id: str, worker: str) -> None:
+        self.run_id, self.worker = run_id, worker
+        self.lost = threading.Event()
+
+    @classmethod
+    def claim(cls, run_id: str, worker: str) -> Picked | None:
+        """Claim the run for its task (inside the task's transaction); None
+        when it is not there to run (finished, cancelled, or someone's)."""
+        return cls(run_id, worker) if claim(run_id, worker) else None
+
+    def hold(self) -> None:
+        """After the pickup commits: the keeper renews its lease from now."""
+        keeper().hold(self.run_id, self.lost)
+
+    def done(self) -> None:
+        """The task ended: forget the pickup's lease (a drive that took the
+        run over renews it under its own entry)."""
+        keeper().release(self.run_id, self.lost)
+
+
 def renew(run_ids: Iterable[str], worker: str) -> set[str]:
     """Extend the leases ``worker`` still holds among ``run_ids``; returns those.
 

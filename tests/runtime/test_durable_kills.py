@@ -12,6 +12,7 @@ import os
 import random
 import signal
 
+import pytest
 from django.conf import settings
 
 from sessions_app.models import ApprovalRequest, Run
@@ -104,3 +105,61 @@ def _noted_calls(sid: str) -> list[str]:
         for e in _events(sid)
         if e.kind == "approval.requested" and e.data.get("note") == UNKNOWN_NOTE
     ]
+
+
+PICKUP_ROUNDS = 20
+PICKUP_ENV = {"AGENT_LEASE_SECONDS": "1", "AGENT_SWEEP_SECONDS": "0.3"}
+
+
+def _taken_by(run_id: str) -> int | None:
+    """The pid of the worker that took the run's newest task (still running)."""
+    from django_tasks_db.models import DBTaskResult
+
+    taken = (
+        DBTaskResult.objects.filter(status="RUNNING", args_kwargs__args__0=run_id)
+        .order_by("-started_at")
+        .values_list("worker_ids", flat=True)
+        .first()
+    )
+    return int(taken[-1].split(":")[1]) if taken else None
+
+
+@pytest.mark.postgres
+async def test_a_kill_in_the_pickup_window_leaves_no_run_waiting(own_server, cookie, tmp_path):
+    """20 rounds: a worker takes a run's task (a new run's, or one going on
+    after its gate was approved) and is killed -9 before it drives the run
+    (the failpoint holds it there); the other worker goes on with the run
+    within 5 s, and it ends end_turn, its tool run once."""
+    if settings.AGENT_RUNNER != "worker":
+        pytest.skip("the embedded profile has no worker to kill in its pickup window")
+    hold = tmp_path / "hold-pickup"
+    env = {**PICKUP_ENV, "AGENT_TEST_PICKUP_HOLD": str(hold)}
+    start, procs = own_server
+    server = start(**env)
+    c, sid = await open_session(server, cookie)
+    waits = []
+    for i in range(PICKUP_ROUNDS):
+        if i % 2:
+            hold.touch()
+            run_id = (await send_text(c, f"hello {i}", f"m{i}"))["run_id"]
+        else:
+            run_id = (await send_text(c, f"/write w.txt line{i}", f"m{i}"))["run_id"]
+            approval = await wait_until(lambda r=run_id: _pending(r), timeout=30)
+            hold.touch()
+            await c.request({"type": "decide", "approval_id": approval, "decision": "approve"})
+        pid = await wait_until(lambda r=run_id: _taken_by(r), timeout=30)
+        os.kill(pid, signal.SIGKILL)
+        killed = asyncio.get_running_loop().time()
+        hold.unlink()
+        procs.remove(next(p for p in procs if p.proc.pid == pid))
+        fresh = asyncio.create_task(asyncio.to_thread(_fresh_worker, procs, env))
+        end = await c.wait_event(
+            lambda f, r=run_id: f["kind"] == "run.finished" and f["run_id"] == r, timeout=30
+        )
+        waits.append(asyncio.get_running_loop().time() - killed)
+        assert end["data"] == {"stop_reason": "end_turn"}
+        procs.insert(0, await fresh)
+    await c.close()
+    assert max(waits) < 5, waits
+    written = (workspace_for(sid) / "w.txt").read_text().splitlines()
+    assert written == [f"line{i}" for i in range(0, PICKUP_ROUNDS, 2)]

@@ -21,6 +21,8 @@ run is lost to a rolling deploy.
 import logging
 import signal
 import threading
+import time
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -31,9 +33,10 @@ from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from sessions_app import fanout
-from sessions_app.runtime import executor, mcp
+from sessions_app.runtime import executor, leases, mcp
 from sessions_app.runtime.pool import run_pool
 from sessions_app.runtime.sweeper import Sweeper
+from sessions_app.runtime.tasks import run_agent
 from sessions_app.server import probes
 from sessions_app.server.heap import freeze_startup_objects
 from sessions_app.server.identity import worker_id
@@ -77,24 +80,32 @@ class ConcurrentWorker(Worker):
         self.stopping.set()
         self.running = False
 
-    def take_one(self) -> DBTaskResult | None:
-        """Claim the next ready task of our queue, or None."""
+    def take_one(self) -> tuple[DBTaskResult, leases.Picked | None] | None:
+        """Claim the next ready task of our queue and, in the same transaction,
+        the run it starts (``leases.Picked``); None when there is none."""
         close_old_connections()
         tasks = DBTaskResult.objects.ready().filter(backend_name=BACKEND, queue_name=QUEUE)
+        pick = None
         with exclusive_transaction(tasks.db):
             try:
                 task_result = tasks.get_locked()
-                if task_result is not None:
-                    task_result.claim(self.worker_id)
+                if task_result is None:
+                    return None
+                task_result.claim(self.worker_id)
+                pick = _pick(task_result)
             except OperationalError as exc:
                 if is_locked_database_exception(exc):
                     return None
                 raise
-        return task_result
+        if pick is not None:
+            pick.hold()
+        return task_result, pick
 
-    def run_task(self, db_task_result) -> None:
+    def run_task(self, db_task_result, pick: leases.Picked | None = None) -> None:
         try:
-            super().run_task(db_task_result)
+            _pickup_failpoint()
+            with executor.picked(pick):
+                super().run_task(db_task_result)
         except DatabaseError:
             log.warning("could not record the result of task %s", db_task_result.id)
         finally:
@@ -118,7 +129,7 @@ class ConcurrentWorker(Worker):
                 self.pool.slots.release()
                 self.stopping.wait(self.interval)
                 continue
-            self.pool.submit(lambda t=task_result: self.run_task(t), slot_taken=True)
+            self.pool.submit(lambda t=task_result: self.run_task(*t), slot_taken=True)
 
     def drain(self, grace: float) -> list[str]:
         """Hand every run in flight to another worker at its next checkpoint
@@ -126,6 +137,27 @@ class ConcurrentWorker(Worker):
         handed = executor.hand_over_all(grace, self.hurry, busy=lambda: self.pool.busy > 0)
         self.pool.wait_idle(timeout=5)
         return handed
+
+
+def _pick(task_result: DBTaskResult) -> leases.Picked | None:
+    """The run a run task starts, claimed for this worker (None for another
+    task, or a run not there to be run)."""
+    if task_result.task_path != run_agent.module_path:
+        return None
+    args = (task_result.args_kwargs or {}).get("args") or []
+    if not args or not isinstance(args[0], str):
+        return None
+    return leases.Picked.claim(args[0], worker_id())
+
+
+def _pickup_failpoint() -> None:
+    """Tests only (``AGENT_TEST_PICKUP_HOLD``, a file's path): a task taken
+    waits while that file exists, so that a test can kill the worker in the
+    window between taking a task and driving its run, every time."""
+    hold = settings.AGENT_TEST_PICKUP_HOLD
+    if hold:
+        while Path(hold).exists():
+            time.sleep(0.02)
 
 
 class Command(BaseCommand):
