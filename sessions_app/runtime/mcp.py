@@ -3,7 +3,8 @@
 Each entry names a server, by a stdio ``command`` (a list: the program and
 its arguments; ``env`` adds variables) or a streamable HTTP ``url``
 (``headers`` sent with it), and may list tools to run without asking
-(``auto_approve``)::
+(``auto_approve``), and whom one connection serves (``scope``: ``shared``,
+``user`` or ``session``; every call names its caller in ``_meta``)::
 
     AGENT_MCP_SERVERS = {
         "files": {"command": ["python", "-m", "files_server"], "auto_approve": ["read"]},
@@ -31,7 +32,7 @@ Elicitation (a server asking the user something during a call) is a gate,
 a question (``runtime.questions``): approving accepts with the answer the
 card shows (the schema's defaults, ``true`` for a required yes/no), denying
 declines. A form that asks for input with no default, a URL elicitation,
-and one that cannot be told apart from another call's, are declined
+and one that is not tied to its call (``runtime.mcp_hub``), are declined
 (docs/integrations.md, "MCP"); the time a question waits does not count
 against ``AGENT_MCP_CALL_SECONDS``. Sampling and roots are not offered.
 """
@@ -49,13 +50,17 @@ from typing import Any
 from django.conf import settings
 from django.core.signals import setting_changed
 
+from sessions_app.models import AgentSession
 from sessions_app.runtime import questions
-from sessions_app.runtime.mcp_hub import McpUnavailable, hub
+from sessions_app.runtime.mcp_hub import Caller, McpUnavailable, hub
 from sessions_app.runtime.registry import Tool
 
 log = logging.getLogger("sessions_app.runtime.mcp")
 
 SEPARATOR = "__"
+# Who shares a server's connection (and, over stdio, its process): every
+# user, each user, or each session (docs/integrations.md, "MCP").
+SCOPES = ("shared", "user", "session")
 MAX_NAME = 64  # a tool's name column, and what the model APIs accept
 
 
@@ -81,10 +86,25 @@ class McpTool(Tool):
         return None
 
     def execute(self, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
+        asker = questions.current()
+        scope = servers().get(self.server, {}).get("scope", "shared")
         try:
-            return hub().call(self.server, self.remote, args, questions.current())
+            return hub().call(self.server, self.remote, args, asker, caller_of(asker), scope=scope)
         except McpUnavailable as exc:
             return False, f"MCP server {self.server!r} failed: {exc}"
+
+
+def caller_of(asker: questions.Asker | None) -> Caller:
+    """Who a call is made for: the run's session, and its owner."""
+    if asker is None:
+        return Caller()
+    session_id, run_id = asker.ctx.session_id, asker.ctx.run_id
+    owner = (
+        AgentSession.objects.filter(id=session_id)
+        .values_list("owner_id", "owner__username")
+        .first()
+    ) or (None, "")
+    return Caller(owner[0], owner[1], session_id, run_id)
 
 
 def servers() -> dict[str, dict[str, Any]]:
@@ -112,7 +132,9 @@ def problem_with(name: str, entry: Any) -> str | None:
     auto = entry.get("auto_approve", [])
     if not (isinstance(auto, list | tuple) and all(isinstance(t, str) for t in auto)):
         return "'auto_approve' must be a list of tool names"
-    unknown = set(entry) - {"command", "url", "env", "headers", "auto_approve"}
+    if entry.get("scope", "shared") not in SCOPES:
+        return f"'scope' must be one of {', '.join(SCOPES)}"
+    unknown = set(entry) - {"command", "url", "env", "headers", "auto_approve", "scope"}
     if unknown:
         return f"unknown keys: {', '.join(sorted(unknown))}"
     if SEPARATOR in name or not name.replace("_", "a").replace("-", "a").isalnum():
@@ -187,8 +209,8 @@ def refresh_in_background() -> None:
 
 def _reset(setting: str, **_: Any) -> None:
     if setting in ("AGENT_MCP_SERVERS", "AGENT_TOOLS"):
-        for name, (client, _stop) in list(hub().conns.items()):
-            hub().forget(name, client)
+        for key, (client, _stop) in list(hub().conns.items()):
+            hub().forget(key, client)
         _listed.clear()
         _failed.clear()
 
