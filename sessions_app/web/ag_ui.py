@@ -50,14 +50,16 @@ from sessions_app.wire import protocol as p
 @dialect_view("POST")
 async def run(request: HttpRequest, answer: Answer) -> HttpResponse:
     """``POST /api/ag-ui/`` (see the module's comment)."""
-    body = json_body(request)  # read first: the CSRF check may read the form
     who = await caller(request, spends=True)
     try:
-        asked = RunAgentInput.model_validate(body)
+        asked = RunAgentInput.model_validate(json_body(request))
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise Refused(400, p.E_BAD_FRAME, f"not a RunAgentInput: {where}: {first['msg']}") from None
+    if not (p.is_unicode(asked.run_id) and p.is_unicode(asked.thread_id or "")):
+        # Echoed in RUN_STARTED: text that cannot be encoded would end the stream.
+        raise Refused(400, p.E_BAD_FRAME, "threadId and runId must be text (no lone surrogates)")
     position = _position(request)
     answer.take_slot(who)
     session_id, thread_id, epoch, run_id, after, went_on = await sync_to_async(_act)(
@@ -129,10 +131,12 @@ def _act(who: Caller, asked: RunAgentInput, position) -> tuple:
             if session is None:
                 raise Refused(404, "not_found", "no such thread")
         else:
+            send = _new_input(asked)  # validated before the thread is made
             session = conversation.find_or_make(who.user, asked.thread_id)
     elif position is not None:
         raise Refused(400, p.E_BAD_FRAME, "a resume (Last-Event-ID) names its threadId")
     else:
+        send = _new_input(asked)
         session = create_session(who.user)
     thread_id = asked.thread_id or session.id
     _same_epoch(position, session.epoch)
@@ -149,18 +153,22 @@ def _act(who: Caller, asked: RunAgentInput, position) -> tuple:
             answers.append((entry.interrupt_id, approved))
         run_id, after = conversation.answer_gates(session, answers, by)
         return *ids, run_id, after, _went_on(session, run_id, after)
-    # The newest user input (what follows it is the client's copy of its answer).
+    run_id, after = conversation.send(session, send, by, "ag-ui")
+    return *ids, run_id, after, None
+
+
+def _new_input(asked: RunAgentInput) -> p.Send:
+    """The newest user input as a send (what follows it is the client's copy
+    of its answer), or ``Refused``."""
     last = next((m for m in reversed(asked.messages) if isinstance(m, UserMessage)), None)
     if last is None:
         raise Refused(400, p.E_BAD_FRAME, "nothing to run: no user message and no resume")
     content = last.content
     if not isinstance(content, str):
         content = "\n".join(getattr(part, "text", "") for part in content if part.type == "text")
-    send = p.parse_send(
+    return p.parse_send(
         {"type": p.SEND, "request_id": "ag-ui", "client_message_id": last.id, "text": content}
     )
-    run_id, after = conversation.send(session, send, by, "ag-ui")
-    return *ids, run_id, after, None
 
 
 def _went_on(session: AgentSession, run_id: str, after: int):

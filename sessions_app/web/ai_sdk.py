@@ -55,9 +55,8 @@ def _stream(response):
 @dialect_view("POST")
 async def chat(request: HttpRequest, answer: Answer) -> HttpResponse:
     """``POST /api/ai-sdk/chat`` (see the module's comment)."""
-    body = json_body(request)  # read first: the CSRF check may read the form
     who = await caller(request, spends=True)
-    asked = requests.parse_chat(body)
+    asked = requests.parse_chat(json_body(request))
     answer.take_slot(who)
     session_id, run_id, after = await sync_to_async(_act)(who, asked)
     encoder = ai_sdk.UiMessageStream(session_id, run_id)
@@ -67,24 +66,24 @@ async def chat(request: HttpRequest, answer: Answer) -> HttpResponse:
 def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
     """Do what the request asks; the session, the run to stream and the seq
     after which its response starts."""
+    by = who.user.get_username()
+    if asked.user is not None:
+        # Validated before anything is made: a refused message makes no chat.
+        frame = {"client_message_id": asked.user[0], "text": asked.user[1]}
+        send = p.parse_send({"type": p.SEND, "request_id": "ai-sdk", **frame})
+        session = conversation.find_or_make(who.user, asked.chat_id)
+        return (session.id, *conversation.send(session, send, by, "ai-sdk"))
     # Only a new message makes a conversation: an answer or a regenerate
     # names one that exists.
-    if asked.user is not None:
-        session = conversation.find_or_make(who.user, asked.chat_id)
-    else:
-        session = conversation.find(who.user, asked.chat_id)
-        if session is None:
-            raise Refused(404, "not_found", "no such chat")
-    by = who.user.get_username()
-    if asked.user is None and asked.trigger != requests.REGENERATE:
+    session = conversation.find(who.user, asked.chat_id)
+    if session is None:
+        raise Refused(404, "not_found", "no such chat")
+    if asked.trigger != requests.REGENERATE:
         return (session.id, *conversation.answer_gates(session, asked.answers, by))
-    if asked.trigger == requests.REGENERATE:
-        frame = {
-            "client_message_id": f"regenerate-{uuid.uuid4().hex}",
-            "regenerate": asked.message_id or session.leaf_run_id,
-        }
-    else:
-        frame = {"client_message_id": asked.user[0], "text": asked.user[1]}
+    frame = {
+        "client_message_id": f"regenerate-{uuid.uuid4().hex}",
+        "regenerate": asked.message_id or session.leaf_run_id,
+    }
     send = p.parse_send({"type": p.SEND, "request_id": "ai-sdk", **frame})
     return (session.id, *conversation.send(session, send, by, "ai-sdk"))
 

@@ -21,8 +21,9 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import generics, serializers, status
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.exceptions import Throttled
+from rest_framework.exceptions import ParseError, Throttled
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
@@ -35,7 +36,7 @@ from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import runs, turns
 from sessions_app.server import tracing
-from sessions_app.wire import frames
+from sessions_app.wire import bodies, frames
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionError
 from sessions_app.wire.frames import event_frame
@@ -50,6 +51,8 @@ def exception_handler(exc, context):
     if isinstance(exc, p.FrameError):
         # A body the protocol's parser refused: the socket's error, as a 400.
         return Response({"code": exc.code, "message": exc.message}, status=400)
+    if isinstance(exc, ParseError):
+        return Response({"code": p.E_BAD_JSON, "message": str(exc.detail)}, status=400)
     if isinstance(exc, Throttled):
         # The protocol's shape, as ``too_many_runs``' 429 has it.
         retry = int(exc.wait or 1)
@@ -63,6 +66,17 @@ def exception_handler(exc, context):
             headers={"Retry-After": str(retry)},
         )
     return drf_exception_handler(exc, context)
+
+
+class BoundedJSONParser(JSONParser):
+    """DRF's JSON parser through ``wire.bodies``: a body nested too deep is
+    a 400 with a JSON reason, never a 500."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            return bodies.loads(stream.read() if stream is not None else b"")
+        except p.FrameError as error:
+            raise ParseError(error.message) from None
 
 
 class SessionPagination(PageNumberPagination):
@@ -188,6 +202,7 @@ class AppView:
     authentication_classes = [SessionAuthentication, TokenAuthentication]
     permission_classes = [IsAuthenticated]
     throttle_classes = [ApiRateThrottle]
+    parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
 
     def get_throttles(self):
         throttles = [ApiRateThrottle()]

@@ -69,9 +69,27 @@ def send(session: AgentSession, send: p.Send, by: str, via: str) -> tuple[str, i
 def answer_gates(session: AgentSession, answers, by: str) -> tuple[str, int]:
     """Decide each gate answered, exactly once (a gate decided already, from
     another tab or the admin, keeps that decision: the stream says which);
-    the run and the seq after which it goes on (its ``run.paused``)."""
-    run_id, after = "", 0
+    the run and the seq after which it goes on (its ``run.paused``).
+
+    A request answers at most the gates the session has waiting (at least
+    one: a gate another tab decided meanwhile is still answered here), each
+    once: a repeated answer to a gate is dropped (the first stands), and
+    more answers than that are refused (400 ``too_many_answers``) before
+    any is decided."""
+    unique: dict[str, bool] = {}
     for approval_id, approved in answers:
+        unique.setdefault(approval_id, approved)
+    waiting = ApprovalRequest.objects.filter(
+        session_id=session.id, status=ApprovalRequest.Status.PENDING
+    ).count()
+    if len(unique) > max(waiting, 1):
+        raise Refused(
+            400,
+            "too_many_answers",
+            f"this request answers {len(unique)} gates; the conversation has {waiting} waiting",
+        )
+    run_id, after = "", 0
+    for approval_id, approved in unique.items():
         gate = (
             ApprovalRequest.objects.filter(id=approval_id, session_id=session.id)
             .values_list("run_id", flat=True)

@@ -15,7 +15,6 @@ revocation).
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,7 @@ from sessions_app.delivery.reader import StreamReader, owned_row
 from sessions_app.server.db_pool import in_db_pool
 from sessions_app.web.api import ApiRateThrottle, SendRateThrottle
 from sessions_app.web.stream import Slot, StreamResponse, request_user, slots
+from sessions_app.wire import bodies
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionError
 
@@ -85,11 +85,15 @@ def _throttled(request: HttpRequest, spends: bool) -> int | None:
 async def caller(request: HttpRequest, *, spends: bool = False, rates: bool = True) -> Caller:
     """The signed-in caller, checked: CSRF for a cookie's write, and the rates
     (``rates`` False: the view checks them itself, with ``check_rates`` in
-    the one trip to the database pool it makes anyway)."""
+    the one trip to the database pool it makes anyway). Nobody's body is
+    read before they are known: its size is checked after sign-in, before
+    the CSRF check (which may read a form), and ``json_body`` parses it."""
     user, token_id = await request_user(request)
     if user is None:
         raise Refused(403, "not_authenticated", "sign in, or send Authorization: Token …")
     request.user = user
+    if request.method == "POST":
+        _read_body(request)
     if token_id is None and request.method not in ("GET", "HEAD", "OPTIONS"):
         reason = await sync_to_async(_csrf_reason)(request)
         if reason:
@@ -110,20 +114,22 @@ def check_rates(request: HttpRequest, spends: bool = False) -> None:
         )
 
 
-def json_body(request: HttpRequest) -> Any:
-    """The request's JSON body (``Refused`` 413 past Django's upload limit, 400 if not JSON)."""
+def _read_body(request: HttpRequest) -> bytes:
+    """The request's body (``Refused`` 413 past Django's upload limit)."""
     try:
-        raw = request.body
+        return request.body
     except RequestDataTooBig:
         raise Refused(
             413,
             p.E_TOO_LARGE,
             "the body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE: send only the new message",
         ) from None
-    try:
-        return json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError):
-        raise Refused(400, p.E_BAD_JSON, "the body is not JSON") from None
+
+
+def json_body(request: HttpRequest) -> Any:
+    """The request's JSON body, read after ``caller``: 413 past Django's
+    upload limit, 400 if not JSON or nested too deep (``wire.bodies``)."""
+    return bodies.loads(_read_body(request))
 
 
 class Answer:

@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from sessions_app.models import ApprovalRequest, Event, Run
+from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
 from tests.harness import api_key, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -134,6 +134,75 @@ def test_bad_bodies_are_400_and_change_nothing(client, body):
     assert refused.status_code == 400
     assert refused.json()["code"] in ("bad_frame", "too_large")
     assert not Run.objects.exists()
+    assert not AgentSession.objects.exists()  # validated before the chat is made
+
+
+@pytest.mark.parametrize("thread", ["edge6", ""])
+def test_a_refused_ag_ui_input_makes_no_thread(client, thread):
+    """A blank message, or a runId holding a lone surrogate (it would be
+    echoed in RUN_STARTED): 400, and no thread made, named or new."""
+    blank = {
+        "threadId": thread,
+        "runId": "r",
+        "messages": [{"id": "u", "role": "user", "content": " "}],
+    }
+    assert client.post("/api/ag-ui/", json=blank).status_code == 400
+    raw = json.dumps({**blank, "messages": [{"id": "u", "role": "user", "content": "hi"}]})
+    lone = raw.replace('"runId": "r"', '"runId": "\\ud800"')
+    refused = client.post("/api/ag-ui/", content=lone, headers={"Content-Type": "application/json"})
+    assert refused.status_code == 400 and "surrogate" in refused.json()["message"]
+    assert not AgentSession.objects.exists()
+
+
+DEEP = b"[" * 200_000
+
+
+@pytest.mark.parametrize("path", ["/api/ai-sdk/chat", "/api/ag-ui/", "/api/sessions/"])
+def test_a_body_nested_too_deep_is_a_4xx_with_a_reason_signed_in_or_not(server, client, path):
+    """200,000 nested arrays: before sign-in a 403 (the body is not read),
+    after it a 400 bad_json; never a 500."""
+    anonymous = httpx.post(server.http + path, content=DEEP, timeout=30)
+    assert anonymous.status_code in (401, 403), anonymous.text[:200]
+    assert anonymous.headers["Content-Type"].startswith("application/json")
+    deep = client.post(path, content=DEEP, headers={"Content-Type": "application/json"})
+    assert deep.status_code == 400 and deep.json()["code"] == "bad_json", deep.text[:200]
+    seventy = b"[" * 70 + b"]" * 70  # under Python's limit, over the app's
+    too_deep = client.post(path, content=seventy, headers={"Content-Type": "application/json"})
+    assert too_deep.status_code == 400 and too_deep.json()["code"] == "bad_json"
+    assert not AgentSession.objects.exists()
+
+
+def test_one_request_answers_at_most_the_gates_waiting(client):
+    """2,000 copies of one approval decide it once (the rest dropped); a
+    request answering more gates than wait is 400 too_many_answers and
+    decides none."""
+    start = {"id": "edge8", "messages": [user_part("/write a.txt x", "u1")]}
+    chunks = data_lines(client.post("/api/ai-sdk/chat", json=start).text)
+    asked = next(c for c in chunks if c["type"] == "tool-approval-request")
+    approval = asked["approvalId"]
+
+    def answering(*ids: str) -> dict:
+        parts = [
+            {
+                "type": "tool-write_file",
+                "state": "approval-responded",
+                "toolCallId": asked["toolCallId"],
+                "approval": {"id": gate, "approved": True},
+            }
+            for gate in ids
+        ]
+        return {
+            "id": "edge8",
+            "messages": [start["messages"][0], {"id": "a1", "role": "assistant", "parts": parts}],
+        }
+
+    too_many = client.post("/api/ai-sdk/chat", json=answering(approval, "ap_other1", "ap_other2"))
+    assert too_many.status_code == 400 and too_many.json()["code"] == "too_many_answers"
+    assert ApprovalRequest.objects.get(id=approval).status == "pending"
+    once = client.post("/api/ai-sdk/chat", json=answering(*[approval] * 2000))
+    assert once.status_code == 200
+    assert ApprovalRequest.objects.get(id=approval).status == "approved"
+    assert [c["type"] for c in data_lines(once.text)].count("tool-output-available") == 1
 
 
 def test_a_cookie_without_its_csrf_header_is_refused(server, cookie):
