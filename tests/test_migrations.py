@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -125,6 +129,13 @@ def test_plain_text_keys_become_hashes_that_still_sign_in(user):
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM authtoken_token")
             assert cursor.fetchone()[0] == 0
+        # With the configured expiry, from the migration on (not for ever).
+        from sessions_app.models import ApiToken
+
+        (migrated,) = ApiToken.objects.filter(user=user)
+        left = migrated.expires_at - timezone.now()
+        assert timedelta(days=settings.AGENT_TOKEN_DAYS - 1) < left
+        assert left <= timedelta(days=settings.AGENT_TOKEN_DAYS)
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE authtoken_token")

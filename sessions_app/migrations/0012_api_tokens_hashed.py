@@ -5,6 +5,7 @@ import django.db.models.functions.datetime
 import django.utils.timezone
 import sessions_app.models
 from django.conf import settings
+import datetime
 import hashlib
 import secrets
 
@@ -19,6 +20,10 @@ def hash_plain_keys(apps, schema_editor):
     if "authtoken_token" not in connection.introspection.table_names():
         return
     ApiToken = apps.get_model("sessions_app", "ApiToken")
+    days = getattr(settings, "AGENT_TOKEN_DAYS", 90)
+    # The configured expiry, from now (the migration): no key lives for ever
+    # because it was made before keys were hashed.
+    expires = django.utils.timezone.now() + datetime.timedelta(days=days) if days else None
     with connection.cursor() as cursor:
         cursor.execute("SELECT key, user_id, created FROM authtoken_token")
         rows = cursor.fetchall()
@@ -30,6 +35,7 @@ def hash_plain_keys(apps, schema_editor):
                 prefix=key[:12],
                 digest=hashlib.sha256(key.encode()).hexdigest(),
                 created_at=created,
+                expires_at=expires,
             )
         cursor.execute("DELETE FROM authtoken_token")
 

@@ -23,6 +23,7 @@ import asyncio
 import functools
 import ipaddress
 import logging
+import re
 import time
 from typing import Any
 
@@ -112,7 +113,24 @@ class AccessLog:
             _write("http", line, started)
 
 
+# What a plain line never holds as it is: control characters (a line break
+# would start a line of the client's making), the Unicode line breaks, and
+# the backslash that escapes them.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\\\\]")
+
+
+def plain(value: Any) -> str:
+    """``value`` as one field of a plain-text line: ``\\xNN`` (``\\uNNNN``) for
+    each unsafe character."""
+    return _UNSAFE.sub(_escaped, str(value))
+
+
+def _escaped(found: re.Match) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def _write(what: str, line: dict[str, Any], started: float) -> None:
     fields = {**line, "ms": round((time.monotonic() - started) * 1000, 1)}
-    shown = " ".join(str(v) for v in fields.values())
+    shown = " ".join(plain(v) for v in fields.values())
     log.info("%s %s", what, shown, extra={"access": fields})

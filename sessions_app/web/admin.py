@@ -263,20 +263,25 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         made, key = tokens.issue(obj.user, obj.name, form.cleaned_data["days"])
         obj.pk = made.pk
-        self.message_user(
-            request,
-            f"The key for {made.user}: {key} (shown this once: copy it now).",
-            messages.WARNING,
-        )
+        # Shown by this response only: never a message (the default storage
+        # keeps messages in a cookie), never the session.
+        request.new_api_key = (made, key)
 
     def log_addition(self, request, obj, message):
         pass  # the row is ``tokens.issue``'s
 
     def response_add(self, request, obj, post_url_continue=None):
-        from django.http import HttpResponseRedirect
-        from django.urls import reverse
+        """The new key, on a page of its own that no cache keeps."""
+        from django.template.response import TemplateResponse
+        from django.utils.cache import add_never_cache_headers
 
-        return HttpResponseRedirect(reverse("admin:sessions_app_apitoken_changelist"))
+        made, key = request.new_api_key
+        context = {**self.admin_site.each_context(request), "token": made, "key": key}
+        response = TemplateResponse(
+            request, "admin/sessions_app/apitoken/key_made.html", context
+        ).render()
+        add_never_cache_headers(response)
+        return response
 
     @admin.action(description="Revoke the selected keys")
     def revoke_tokens(self, request, queryset):

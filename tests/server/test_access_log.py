@@ -123,3 +123,27 @@ async def test_a_response_the_app_failed_is_500_and_one_the_client_left_499(capl
         with pytest.raises(asyncio.CancelledError):
             await AccessLog(abandoned)(scope, None, None)
     assert [r.access["status"] for r in caplog.records] == [500, 499]
+
+
+async def test_a_path_with_a_line_break_cannot_forge_a_plain_line(caplog):
+    """A decoded path holding a line break (``%0a``) and a forged line after
+    it: the plain line is one line, its control characters escaped; the
+    JSON fields keep the path as it came."""
+    from sessions_app.server.access_log import AccessLog
+
+    async def ok(scope, receive, send):
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def sent(message):
+        pass
+
+    forged = "/x\n2026-12-07 04:00:00 INFO sessions_app.access http 10.9.9.9 GET /admin/ 200\u2028"
+    scope = {"type": "http", "method": "GET", "path": forged, "client": ("192.0.2.5", 1)}
+    with caplog.at_level(logging.INFO, logger="sessions_app.access"):
+        await AccessLog(ok)(scope, None, sent)
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert "\n" not in message and "\u2028" not in message
+    assert message.startswith("http 192.0.2.5 GET /x\\x0a2026-12-07 04:00:00 INFO ")
+    assert record.access["path"] == forged

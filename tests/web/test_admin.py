@@ -128,13 +128,18 @@ def test_superusers_see_a_prefix_a_new_key_once_and_revoke(user, admin_client):
     token, key = issue(user)
     page = admin_client.get("/admin/sessions_app/apitoken/").content.decode()
     assert token.prefix in page and key not in page
-    made = admin_client.post(
-        "/admin/sessions_app/apitoken/add/",
-        {"user": user.pk, "name": "ci", "days": 30},
-        follow=True,
-    ).content.decode()
-    new_key = next(w for w in made.split() if w.startswith("ast_"))
+    response = admin_client.post(
+        "/admin/sessions_app/apitoken/add/", {"user": user.pk, "name": "ci", "days": 30}
+    )
+    assert response.status_code == 200 and "no-store" in response["Cache-Control"]
+    made = response.content.decode()
+    new_key = next(
+        w for w in made.replace("<", " <").replace(">", "> ").split() if w.startswith("ast_")
+    )
     assert key_works(new_key)
+    # Never in a cookie: the messages' cookie (the default storage) or any other.
+    assert all(new_key not in morsel.value for morsel in response.cookies.values())
+    assert all(new_key not in morsel.value for morsel in admin_client.cookies.values())
     again = admin_client.get("/admin/sessions_app/apitoken/").content.decode()
     assert new_key not in again
     chosen = list(ApiToken.objects.filter(user=user).values_list("pk", flat=True))
