@@ -41,3 +41,19 @@ def test_the_version_has_its_changelog_entry():
 
     changelog = (ROOT / "docs" / "changelog.md").read_text()
     assert f"\n## {sessions_app.__version__} (" in changelog
+
+
+def test_the_runbooks_one_off_commands_read_the_env_file_as_systemd_does():
+    """agents-manage (docs/deploy.md) runs under systemd with the units'
+    EnvironmentFile=, never a shell sourcing it (where $, quotes and # in a
+    secret read differently)."""
+    runbook = (ROOT / "docs" / "deploy.md").read_text()
+    body = runbook[
+        runbook.index("agents-manage() {") : runbook.index(
+            "\n}", runbook.index("agents-manage() {")
+        )
+    ]
+    assert "--property=EnvironmentFile=/etc/agents/env" in body
+    assert ". /etc/agents/env" not in runbook and "source /etc/agents/env" not in runbook
+    for unit in ("agent-daphne@.service", "agent-worker@.service"):
+        assert "EnvironmentFile=/etc/agents/env" in (ROOT / "deploy" / "systemd" / unit).read_text()

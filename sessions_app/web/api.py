@@ -191,6 +191,22 @@ class SendRateThrottle(UserRateThrottle):
         return settings.AGENT_API_SEND_RATE
 
 
+class _View:
+    """What DRF's throttles read of a view (nothing here)."""
+
+
+def throttle_wait(request, spends: bool = False) -> int | None:
+    """For a view outside DRF (the streams, the dialects), with
+    ``request.user`` set: seconds to wait past the user's rates
+    (``AGENT_API_RATE``, and ``AGENT_API_SEND_RATE`` when it ``spends``);
+    None when allowed, and the request counted."""
+    throttles = [ApiRateThrottle()] + ([SendRateThrottle()] if spends else [])
+    for throttle in throttles:
+        if not throttle.allow_request(request, _View()):
+            return int(throttle.wait() or 1)
+    return None
+
+
 class AppView:
     """What every view of the API needs, whatever the project's REST_FRAMEWORK
     defaults are (a project embedding the app may allow anonymous access or

@@ -26,7 +26,7 @@ from rest_framework.authentication import CSRFCheck
 
 from sessions_app.delivery.reader import StreamReader, owned_row
 from sessions_app.server.db_pool import in_db_pool
-from sessions_app.web.api import ApiRateThrottle, SendRateThrottle
+from sessions_app.web.api import throttle_wait
 from sessions_app.web.stream import Slot, StreamResponse, request_user, slots
 from sessions_app.wire import bodies
 from sessions_app.wire import protocol as p
@@ -69,19 +69,6 @@ def _csrf_reason(request: HttpRequest) -> str | None:
     return check.process_view(request, None, (), {})
 
 
-class _View:
-    """What DRF's throttles read of a view (nothing here)."""
-
-
-def _throttled(request: HttpRequest, spends: bool) -> int | None:
-    """Seconds to wait, past the user's rates; None when allowed."""
-    throttles = [ApiRateThrottle()] + ([SendRateThrottle()] if spends else [])
-    for throttle in throttles:
-        if not throttle.allow_request(request, _View()):
-            return int(throttle.wait() or 1)
-    return None
-
-
 async def caller(request: HttpRequest, *, spends: bool = False, rates: bool = True) -> Caller:
     """The signed-in caller, checked: CSRF for a cookie's write, and the rates
     (``rates`` False: the view checks them itself, with ``check_rates`` in
@@ -107,7 +94,7 @@ def check_rates(request: HttpRequest, spends: bool = False) -> None:
     """``Refused`` 429 past the user's rates (sync: on the database pool; in
     a reading trip, which runs again after a stale connection, a request
     may then count twice against its own user's rate: rare, and harmless)."""
-    wait = _throttled(request, spends)
+    wait = throttle_wait(request, spends)
     if wait is not None:
         raise Refused(
             429, "throttled", f"too many requests: try again in {wait} s", Retry_After=str(wait)

@@ -37,7 +37,8 @@ from django.views.decorators.csrf import csrf_exempt
 from sessions_app.access.tokens import token_user
 from sessions_app.delivery.reader import StreamReader, owned_row
 from sessions_app.log.events import check_resume_cursor
-from sessions_app.server.db_pool import reading_in_db_pool
+from sessions_app.server.db_pool import in_db_pool, reading_in_db_pool
+from sessions_app.web.api import throttle_wait
 from sessions_app.wire import protocol as p
 from sessions_app.wire import sse
 
@@ -140,6 +141,12 @@ async def session_stream(request: HttpRequest, session_id: str):
     user, token_id = await request_user(request)
     if user is None:
         return _problem("not_authenticated", "sign in, or send Authorization: Token …", 403)
+    request.user = user
+    wait = await _throttle_in_pool(request)
+    if wait is not None:
+        response = _problem("throttled", f"too many requests: try again in {wait} s", 429)
+        response["Retry-After"] = str(wait)
+        return response
     row = await owned_row(session_id, user.pk) if p.is_session_id(session_id) else None
     if row is None:
         return _problem("not_found", "no such session", 404)
@@ -177,6 +184,9 @@ async def _once(body: bytes) -> AsyncIterator[bytes]:
 
 
 _token_user_in_pool = reading_in_db_pool(token_user)
+# The user's request rate (AGENT_API_RATE), as the REST API's: a stream
+# opened (or reconnected) counts as one request.
+_throttle_in_pool = in_db_pool(throttle_wait)
 
 
 async def request_user(request: HttpRequest) -> tuple[Any, str | None]:

@@ -359,3 +359,23 @@ def test_a_key_that_expires_ends_a_busy_stream(user, tmp_path):
             _ends_within(response, expire, 4.0)  # the answer alone takes 8 s
     finally:
         daphne.stop()
+
+
+def test_the_stream_has_the_apis_request_rate(user, cookie, tmp_path):
+    """Opening the stream counts against the user's AGENT_API_RATE like a
+    REST request: past it a 429 with Retry-After and a JSON reason, and no
+    stream (the stream had no rate at all)."""
+    daphne = Daphne(tmp_path, AGENT_API_RATE="3/minute").start()
+    try:
+        s = create_session(user)
+        path = f"/api/sessions/{s.id}/stream/"
+        name, value = cookie.split("=", 1)
+        with httpx.Client(base_url=daphne.http, cookies={name: value}, timeout=10) as c:
+            for _ in range(3):
+                with c.stream("GET", path) as opened:
+                    assert opened.status_code == 200
+            refused = c.get(path)
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) > 0
+        assert refused.json()["code"] == "throttled"
+    finally:
+        daphne.stop()
