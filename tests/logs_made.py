@@ -45,13 +45,16 @@ def session_with_turns(
     question: Callable[[int], str] = lambda t: f"question {t}",
     answer: Callable[[int], list[str]] = lambda t: [f"answer {t}"],
     streamed: bool = False,
+    linked: bool = False,
 ) -> AgentSession:
     """A new session of ``user`` with ``turns`` finished turns, turn T asking
     ``question(T)``: a user message, ``run.started``, the pieces of
     ``answer(T)`` as deltas when ``streamed``, the whole answer as the
-    message, ``run.finished``."""
+    message, ``run.finished``. ``linked``: the turns are one path (each
+    run's parent the one before, the last the session's leaf)."""
     session = create_session(user, title)
     now = timezone.now()
+    parent = None
     for t in range(turns):
         run = Run.objects.create(
             session=session,
@@ -62,7 +65,10 @@ def session_with_turns(
             stop_reason=p.STOP_END_TURN,
             started_at=now,
             finished_at=now,
+            parent_id=parent,
         )
+        if linked:
+            parent = run.id
         pieces = answer(t)
         events = [
             NewEvent(p.K_USER_MESSAGE, {"client_message_id": f"m{t}", "text": run.text}, run.id),
@@ -74,5 +80,7 @@ def session_with_turns(
         with transaction.atomic():
             append_events(session.id, events)
         session.head += len(events)
+    if linked and parent:
+        AgentSession.objects.filter(id=session.id).update(leaf_run_id=parent)
     session.refresh_from_db()
     return session

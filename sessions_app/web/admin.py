@@ -277,9 +277,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
         made, key = request.new_api_key
         context = {**self.admin_site.each_context(request), "token": made, "key": key}
-        response = TemplateResponse(
-            request, "sessions_app/admin_key_made.html", context
-        ).render()
+        response = TemplateResponse(request, "sessions_app/admin_key_made.html", context).render()
         add_never_cache_headers(response)
         return response
 

@@ -93,7 +93,7 @@ def _history_before(session_id: str, run_id: str, seq: int) -> list | None:
     session = AgentSession.objects.filter(id=session_id).first()
     if session is None:  # deleted under the stream: it ends with its reset
         return None
-    turns = conversation.path_turns(session, upto=seq - 1, leaf=run_id)
+    turns = conversation.path_turns(session, upto=seq - 1, leaf=run_id).turns
     return ag_ui_messages.history([_turn(turn) for turn in turns])
 
 
@@ -175,7 +175,7 @@ def _went_on(session: AgentSession, run_id: str, after: int):
     """What a response that goes on after a gate opens with: the conversation
     up to the gate (``MESSAGES_SNAPSHOT``), and how many text messages of
     the run came before it."""
-    turns = conversation.path_turns(session, upto=after)
+    turns = conversation.path_turns(session, upto=after).turns
     snapshot = ag_ui_messages.history([_turn(turn) for turn in turns])
     said = [t for t in turns if t.run_id == run_id]
     segments = sum(
@@ -225,6 +225,6 @@ def _joined(request: HttpRequest, who: Caller, thread_id: str):
     session = conversation.find(who.user, thread_id)
     if session is None:
         return None
-    turns = [_turn(turn) for turn in conversation.path_turns(session)]
+    turns = [_turn(turn) for turn in conversation.path_turns(session).turns]
     snapshot = ag_ui_messages.history(turns)
     return session.id, session.epoch, conversation.active_run(session), snapshot

@@ -123,35 +123,65 @@ def _to_resume(request: HttpRequest, who: Caller, chat_id: str, run_id: str | No
 
 @dialect_view("GET", "HEAD")
 async def messages(request: HttpRequest, answer: Answer, chat_id: str) -> HttpResponse:
-    """``GET /api/ai-sdk/chat/<id>/messages`` (see the module's comment)."""
+    """``GET /api/ai-sdk/chat/<id>/messages[?before=RUN&limit=N]`` (see the
+    module's comment)."""
     who = await caller(request, rates=False)
-    listed, left_out = await reading_in_db_pool(_messages)(request, who, chat_id)
+    before = request.GET.get("before")
+    if before is not None and not p.is_session_id(before):
+        raise Refused(400, p.E_BAD_FRAME, "before must be a run id (X-Agent-Older)")
+    limit = _limit(request.GET.get("limit"))
+    listed, left_out, older = await reading_in_db_pool(_messages)(
+        request, who, chat_id, before, limit
+    )
     response = JsonResponse(listed, safe=False)
     # What the page's reconnect passes as ?run=: the first run left out,
     # streamed then even if it finished in between.
     if left_out:
         response[RESUME_HEADER] = left_out
+    if older:
+        response[OLDER_HEADER] = older
     return response
 
 
 RESUME_HEADER = "X-Agent-Resume-Run"
+# The page holds the newest turns; this names the run to pass as ?before=
+# for the turns older than these (absent: these start the conversation).
+OLDER_HEADER = "X-Agent-Older"
 
 
-def _messages(request: HttpRequest, who: Caller, chat_id: str) -> tuple[list[dict], str]:
-    """The rates checked, then the chat's turns as ``UIMessage``s, and the
-    first run they leave out (not finished: the reconnect's); "" when none
-    is."""
+def _limit(value: str | None) -> int:
+    if value is None:
+        return conversation.PAGE_TURNS
+    if (
+        not (value.isascii() and value.isdigit())
+        or not 1 <= int(value) <= conversation.MAX_PAGE_TURNS
+    ):
+        raise Refused(400, p.E_BAD_FRAME, f"limit must be 1 to {conversation.MAX_PAGE_TURNS} turns")
+    return int(value)
+
+
+def _messages(
+    request: HttpRequest, who: Caller, chat_id: str, before: str | None, limit: int
+) -> tuple[list[dict], str, str]:
+    """The rates checked, then a page of the chat's turns as ``UIMessage``s
+    (``conversation.path_turns``), the first run they leave out (not
+    finished: the reconnect's; "" when none is), and the run to ask
+    ``before`` for older turns ("" when there are none)."""
     check_rates(request)
     session = conversation.find(who.user, chat_id)
     if session is None:
-        return [], ""
+        return [], "", ""
+    try:
+        page = conversation.path_turns(session, before=before, max_turns=limit)
+    except conversation.NoSuchTurn:
+        raise Refused(404, "not_found", "no such run in this chat") from None
     out = []
     left_out = ""
-    for turn in conversation.path_turns(session):
+    for turn in page.turns:
         out.append(requests.user_message(turn.message_id, turn.text))
         if turn.finished:
             logged = [(frames.dumps(frames.event_frame(e)), e.seq) for e in turn.events]
             out.append(requests.assistant_message(session.id, turn.run_id, logged))
-        elif not left_out:
+        elif not left_out and before is None:
             left_out = turn.run_id
-    return out, left_out
+    return out, left_out, page.before or ""

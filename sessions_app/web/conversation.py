@@ -11,6 +11,7 @@ through ``sync_to_async``).
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError
@@ -138,35 +139,54 @@ class Turn:
     events: list[Event] = field(default_factory=list)
 
 
+# A page of turns: at most this many, and about this many bytes of their
+# events (the newest turn is always whole). Older turns are fetched by
+# naming the oldest run of a page (``before``).
+PAGE_TURNS = 50
+MAX_PAGE_TURNS = 100
+PAGE_BYTES = 1024 * 1024
+
+
+@dataclass
+class Page:
+    """The newest turns of a path that fit a page, oldest first, and the run
+    to ask ``before`` for the turns older than these (None: none are)."""
+
+    turns: list[Turn]
+    before: str | None
+
+
+class NoSuchTurn(LookupError):
+    """``before`` names no run of the session."""
+
+
 def path_turns(
-    session: AgentSession, upto: int | None = None, leaf: str | None = None
-) -> list[Turn]:
-    """The turns of the session's active path (``leaf``: the path to that
-    run), oldest first: each finished run's events. With ``upto``, the
-    conversation as it stood then: the turns asked by then, each run's
-    events up to that seq (what a client was given of a run that parked at
-    a gate there, whatever happened since)."""
-    path = turns.ancestry(leaf or session.leaf_run_id or None)
-    rows = Run.objects.filter(id__in=path).values(
-        "id", "client_message_id", "text", "answers_id", "status", "message_seq"
-    )
-    by_id = {row["id"]: row for row in rows}
-    asked = {row["id"]: row["client_message_id"] for row in rows}
-    asked.update(
-        Run.objects.filter(id__in={row["answers_id"] for row in rows} - {None}).values_list(
-            "id", "client_message_id"
-        )
-    )
-    out = {
-        run_id: Turn(
-            asked[by_id[run_id]["answers_id"] or run_id],
-            by_id[run_id]["text"],
-            run_id,
-            by_id[run_id]["status"] == Run.Status.FINISHED,
-            by_id[run_id]["message_seq"],
-        )
-        for run_id in path
-    }
+    session: AgentSession,
+    upto: int | None = None,
+    leaf: str | None = None,
+    *,
+    before: str | None = None,
+    max_turns: int = PAGE_TURNS,
+    max_bytes: int = PAGE_BYTES,
+) -> Page:
+    """The newest page of the turns of the session's active path (``leaf``:
+    the path to that run; ``before``: the path to that run's parent), oldest
+    first: each finished run's events. At most ``max_turns`` turns, and
+    ``max_bytes`` of their events and messages, read newest first and never
+    past the page (a request reads a page, whatever the session holds).
+    With ``upto``, the conversation as it stood then: the turns asked by
+    then, each run's events up to that seq (what a client was given of a
+    run that parked at a gate there, whatever happened since)."""
+    if before is not None:
+        if not Run.objects.filter(session=session, id=before).exists():
+            raise NoSuchTurn(before)
+        path = turns.ancestry(before, max_turns + 2)[:-1]
+    else:
+        path = turns.ancestry(leaf or session.leaf_run_id or None, max_turns + 1)
+    older = len(path) > max_turns
+    path = path[-max_turns:]
+    out = _turns(session, path)
+    path = [run_id for run_id in path if run_id in out]
     if upto is not None:
         # The conversation as it stood at ``upto``: the turns that had begun
         # by then (a regenerate since shares its message's seq, not its
@@ -180,15 +200,81 @@ def path_turns(
         wanted = Q(run_id__in=path, seq__lte=upto)
     else:
         wanted = Q(run_id__in=[run_id for run_id in path if out[run_id].finished])
-    if path:
-        events = (
-            Event.objects.filter(wanted, session_id=session.id)
-            .exclude(kind=p.K_ASSISTANT_DELTA)
-            .order_by("seq")
+    kept = _fill(session, path, out, wanted, max_bytes)
+    older = older or kept < len(path)
+    path = path[len(path) - kept :]
+    return Page([out[run_id] for run_id in path], path[0] if older and path else None)
+
+
+def _turns(session: AgentSession, path: list[str]) -> dict[str, Turn]:
+    """The turns of these runs of the session (a run of another is none)."""
+    rows = Run.objects.filter(session=session, id__in=path).values(
+        "id", "client_message_id", "text", "answers_id", "status", "message_seq"
+    )
+    by_id = {row["id"]: row for row in rows}
+    asked = {row["id"]: row["client_message_id"] for row in rows}
+    asked.update(
+        Run.objects.filter(
+            session=session, id__in={row["answers_id"] for row in rows} - {None}
+        ).values_list("id", "client_message_id")
+    )
+    return {
+        run_id: Turn(
+            asked.get(row["answers_id"] or run_id, ""),
+            row["text"],
+            run_id,
+            row["status"] == Run.Status.FINISHED,
+            row["message_seq"],
         )
-        for event in events:
-            out[event.run_id].events.append(event)
-    return [out[run_id] for run_id in path]
+        for run_id, row in by_id.items()
+    }
+
+
+def _fill(session: AgentSession, path: list[str], out: dict[str, Turn], wanted, max_bytes) -> int:
+    """Give the newest turns of ``path`` their events, read newest first,
+    while their messages and events fit ``max_bytes`` (the newest turn is
+    kept whole whatever it holds); how many of the newest turns are kept."""
+    if not path:
+        return 0
+    position = {run_id: i for i, run_id in enumerate(path)}
+    newest = len(path) - 1
+    used, charged = 0, len(path)  # the turns from ``charged`` on are counted
+
+    def count_down_to(index: int) -> bool:
+        """Count the user messages of the turns down to ``index``; False
+        once one (but the newest) does not fit."""
+        nonlocal used, charged
+        while charged > index:
+            charged -= 1
+            used += len(out[path[charged]].text)
+            if used > max_bytes and charged < newest:
+                return False
+        return True
+
+    kept_from = 0
+    events = (
+        Event.objects.filter(wanted, session_id=session.id)
+        .exclude(kind=p.K_ASSISTANT_DELTA)
+        .order_by("-seq")
+    )
+    for event in events.iterator(chunk_size=200):
+        at = position[event.run_id]
+        if not count_down_to(at):
+            kept_from = charged + 1
+            break
+        used += len(json.dumps(event.data))
+        if used > max_bytes and at < newest:
+            kept_from = at + 1
+            break
+        out[event.run_id].events.append(event)
+    else:
+        if not count_down_to(0):
+            kept_from = charged + 1
+    for run_id in path[:kept_from]:
+        out[run_id].events.clear()
+    for run_id in path[kept_from:]:
+        out[run_id].events.reverse()
+    return len(path) - kept_from
 
 
 def run_to_resume(session: AgentSession, run_id: str) -> tuple[str, int] | None:
