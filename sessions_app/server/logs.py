@@ -66,3 +66,25 @@ class SocketLog(logging.LoggerAdapter):
         }
         kwargs["extra"] = {**context, **kwargs.get("extra", {})}
         return msg, kwargs
+
+
+class Outage:
+    """One line for many alike: an error that every socket or message meets
+    at once in an outage (a Redis host gone) is written the first time, then
+    at most once every ``every`` seconds, with how many were left unwritten
+    since, never a traceback a message."""
+
+    def __init__(self, logger: logging.Logger, every: float = 10.0) -> None:
+        self.logger, self.every = logger, every
+        self.last: dict[str, float] = {}
+        self.unwritten: dict[str, int] = {}
+
+    def error(self, what: str, exc: BaseException, now: float, **extra: Any) -> None:
+        """``what`` failed with ``exc`` (``now``: a monotonic time)."""
+        if now - self.last.get(what, float("-inf")) < self.every:
+            self.unwritten[what] = self.unwritten.get(what, 0) + 1
+            return
+        self.last[what] = now
+        more = self.unwritten.pop(what, 0)
+        also = f" ({more} more since the last line)" if more else ""
+        self.logger.error("%s failed: %r%s", what, exc, also, extra=extra)

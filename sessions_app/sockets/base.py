@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import logging
 from typing import Any, ClassVar
@@ -46,7 +47,7 @@ from sessions_app.access.auth import user_of
 from sessions_app.delivery.core import Phase, check_transition
 from sessions_app.delivery.flow import Flow
 from sessions_app.server import metrics
-from sessions_app.server.logs import SocketLog
+from sessions_app.server.logs import Outage, SocketLog
 from sessions_app.server.patches import PeerGone, send_buffer_probe
 from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
@@ -57,6 +58,8 @@ log = logging.getLogger("sessions_app.sockets.session")
 # tail check, the first that comes after this): after a reconnect storm, not
 # during it (in the 2,000-socket storm those reads cost 0.2 s of 3.6).
 RIGHTS_READ_AFTER_SECONDS = 5.0
+# Every socket of a process meets a lost Redis host at once: one line for all.
+_layer_failures = Outage(log)
 
 
 class AppSocket(AsyncWebsocketConsumer):
@@ -88,6 +91,7 @@ class AppSocket(AsyncWebsocketConsumer):
         self.renewing: asyncio.Future | None = None
         self.counted_open = False
         self.counted_user: int | None = None
+        self.disconnected = False
 
     @property
     def closing(self) -> bool:
@@ -114,6 +118,28 @@ class AppSocket(AsyncWebsocketConsumer):
         return adapter
 
     # --- the lifecycle ---------------------------------------------------
+
+    async def __call__(self, scope, receive, send) -> None:
+        """Channels' consumer, which a failed channel-layer receive (a Redis
+        host lost) ends with an exception and no ``disconnect()``: its slot,
+        its count and its groups would never be given back, and the user
+        locked out (4429) until a restart. Here the socket is closed 1011
+        (retryable: the client resumes), its close cleaned up as any other,
+        and the outage logged as one line for many, not a traceback each."""
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as exc:
+            _layer_failures.error(
+                "a socket's channel layer receive",
+                exc,
+                asyncio.get_running_loop().time(),
+                connection_id=self.connection_id,
+            )
+            with contextlib.suppress(Exception):
+                await self.close_with(p.CLOSE_INTERNAL_ERROR)
+        finally:
+            if not self.disconnected:
+                await self.disconnect(self.close_code or p.CLOSE_INTERNAL_ERROR)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' dispatch hops to a thread (aclose_old_connections) before
@@ -202,6 +228,7 @@ class AppSocket(AsyncWebsocketConsumer):
         """The user is known and within the limits (overridden)."""
 
     async def disconnect(self, code: int) -> None:
+        self.disconnected = True
         self.to(Phase.CLOSING)
         if self.counted_open:
             self.counted_open = False

@@ -239,3 +239,37 @@ async def test_a_killed_servers_group_memberships_expire_on_their_bound(
     assert 0 < redis_client.ttl(key) <= 2
     server.kill()
     await wait_until(lambda: not redis_client.exists(key), timeout=5)
+
+
+async def test_a_lost_redis_host_locks_nobody_out(own_server, cookie, tmp_path):
+    """The Redis host of the server's channel is killed under a user's two
+    tabs, the most this user may have (AGENT_USER_MAX_SOCKETS=2): each is
+    closed with a retryable code, and the server logs the outage in a line
+    or two, not a traceback a socket. Once the host is back, the user's two
+    new tabs are let in, not refused 4429: the lost receives gave their slots
+    back (the drill's daphne refused every tab until it was restarted)."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("REDIS-SERVER NOT INSTALLED: a Redis host of the test's own cannot be started")
+    own = OwnRedis(tmp_path).start()
+    try:
+        start, _ = own_server
+        server = start(REDIS_URL=own.url, AGENT_USER_MAX_SOCKETS="2")
+        tabs = [await WsClient.connect(server.ws, cookie) for _ in range(2)]
+        session_id = (await tabs[0].start())["session_id"]
+        assert (await tabs[1].resume(session_id, 0))["type"] == "resume_ok"
+        mark = len(server.log_text())
+        own.kill()
+        for tab in tabs:
+            assert await tab.wait_closed(30) in RETRYABLE
+        own.start()
+        for _ in range(2):  # twice: the first pair's slots are given back too
+            again = [await WsClient.connect(server.ws, cookie) for _ in range(2)]
+            for tab in again:
+                assert (await tab.resume(session_id, 0))["type"] == "resume_ok"
+            for tab in again:
+                await tab.close()
+        logged = server.log_text()[mark:]
+        assert "Exception inside application" not in logged
+        assert logged.count("channel layer receive failed") <= 2, logged
+    finally:
+        own.kill()
