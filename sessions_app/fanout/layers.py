@@ -168,6 +168,30 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
                 log.info("%s of %s group messages over capacity", over, len(keys))
         _raise_first(results, "messages for processes")
 
+    async def send(self, channel, message):
+        """The parent's, but a message for a process's own channel goes to the
+        host of that process's key, where its pump reads: the parent picks
+        the host by the channel's full name, so with several hosts half of
+        such messages (``/readyz``'s probe among them) went where nobody
+        reads."""
+        if "!" not in channel:
+            return await super().send(channel, message)
+        if not isinstance(message, dict) or "__asgi_channel__" in message:
+            raise TypeError("a message is a dict without __asgi_channel__")
+        self.require_valid_channel_name(channel)
+        local = self.non_local_name(channel)
+        score = self._last_score = max(time.time(), self._last_score) + 1e-6
+        args = [
+            self.serialize({**message, "__asgi_channel__": [channel]}),
+            self.get_capacity(channel),
+            repr(score),
+            self.expiry,
+            int(time.time()) - int(self.expiry),
+        ]
+        connection = self.connection(self.consistent_hash(local))
+        if await connection.eval(_SEND_MANY, 1, self.prefix + local, *args):
+            raise ChannelFull(channel)
+
     async def receive(self, channel):
         """The next message for ``channel``. A process's own channels are fed
         from its inboxes (one await per message); others are the parent's."""

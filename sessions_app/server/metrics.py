@@ -196,12 +196,13 @@ async def readiness() -> tuple[int, str]:
         problems.append("database")
     try:
         await asyncio.wait_for(_layer_works(), timeout=5)
-    except Exception:
-        log.exception("readyz: the channel layer does not answer")
+    except Exception as exc:
+        log.error("readyz: the channel layer does not answer: %r", exc)
         problems.append("channel layer")
+    hosts = await _layer_hosts()
     if problems:
-        return 503, "not ready: " + ", ".join(problems)
-    return 200, "ready"
+        return 503, "\n".join(["not ready: " + ", ".join(problems), *hosts])
+    return 200, "\n".join(["ready", *hosts])
 
 
 def database_works() -> None:
@@ -210,6 +211,37 @@ def database_works() -> None:
             cursor.execute("SELECT 1")
     finally:
         close_old_connections()
+
+
+async def _layer_hosts() -> list[str]:
+    """With several Redis hosts, each one's state (``channel layer host N
+    (host:port): up|down``): a lost host costs only its sessions' live
+    delivery, so it is reported, not made a reason to stop serving. Nothing
+    with one host (the round trip above says it all)."""
+    layer = get_channel_layer()
+    hosts = getattr(layer, "hosts", None) or []
+    if len(hosts) < 2:
+        return []
+
+    async def up(index: int) -> bool:
+        try:
+            return bool(await asyncio.wait_for(layer.connection(index).ping(), timeout=2))
+        except Exception:  # noqa: BLE001 (down, whatever it raised)
+            return False
+
+    states = await asyncio.gather(*(up(i) for i in range(len(hosts))))
+    return [
+        f"channel layer host {i} ({_where(host)}): {'up' if ok else 'down'}"
+        for i, (host, ok) in enumerate(zip(hosts, states, strict=True))
+    ]
+
+
+def _where(host: dict) -> str:
+    """A host's address without its credentials."""
+    address = host.get("address", "")
+    if isinstance(address, str):
+        return address.rsplit("@", 1)[-1].split("://", 1)[-1].split("/", 1)[0]
+    return ":".join(str(part) for part in address)
 
 
 async def _layer_works() -> None:

@@ -137,6 +137,34 @@ async def test_a_lost_host_costs_group_send_many_only_its_own_groups():
         await layer.group_discard(live, channel)
 
 
+async def test_with_two_hosts_a_send_to_a_processs_channel_reaches_it():
+    """Two hosts (two databases of one server here): a message sent to each
+    of 40 of this process's channels reaches it, wherever the channel's full
+    name hashes (the parent's send put about half on the other host, where
+    nobody reads: /readyz failed every other probe), and over capacity a
+    send raises ChannelFull."""
+    hosts = [REDIS, REDIS.rsplit("/", 1)[0] + "/7"]
+    layer = BatchReceiveRedisChannelLayer(hosts=hosts, prefix=f"test-two-{os.getpid()}")
+    small = BatchReceiveRedisChannelLayer(
+        hosts=hosts, prefix=f"test-small-{os.getpid()}", capacity=2
+    )
+    try:
+        channels = [await layer.new_channel("readyz") for _ in range(40)]
+        assert len({layer.consistent_hash(c) for c in channels}) == 2  # both hosts' names
+        for n, channel in enumerate(channels):
+            await layer.send(channel, {"type": "ping", "n": n})
+        for n, channel in enumerate(channels):
+            assert await asyncio.wait_for(layer.receive(channel), 5) == {"type": "ping", "n": n}
+        full = await small.new_channel()
+        await small.send(full, {"type": "a"})
+        await small.send(full, {"type": "b"})
+        with pytest.raises(layers.ChannelFull):
+            await small.send(full, {"type": "c"})
+    finally:
+        await layer.flush()
+        await small.flush()
+
+
 async def test_successive_batched_sends_keep_a_channels_order(layer):
     """Messages of later calls never overtake earlier ones at a channel (scores
     only rise, even for calls within the same clock tick)."""

@@ -273,3 +273,25 @@ async def test_a_lost_redis_host_locks_nobody_out(own_server, cookie, tmp_path):
         assert logged.count("channel layer receive failed") <= 2, logged
     finally:
         own.kill()
+
+
+async def test_readyz_with_two_hosts_answers_truly_every_time(own_server, two_redis):
+    """/readyz with two Redis hosts: 20 of 20 probes ready while both are up
+    (its probe used to be sent where nobody read it, half the time), each
+    host named up; with one killed, every probe names that host down."""
+    import httpx
+
+    start, _ = own_server
+    server = start(REDIS_URL=",".join(r.url for r in two_redis))
+
+    def probes() -> list[tuple[int, str]]:
+        with httpx.Client(base_url=server.http, timeout=10) as c:
+            return [(r.status_code, r.text) for r in (c.get("/readyz") for _ in range(20))]
+
+    up = await asyncio.to_thread(probes)
+    hosts = [f"channel layer host {i} (127.0.0.1:{r.port})" for i, r in enumerate(two_redis)]
+    assert up == [(200, "\n".join(["ready", *(f"{h}: up" for h in hosts)]))] * 20
+    two_redis[1].kill()
+    down = await asyncio.to_thread(probes)
+    assert all(text.endswith(f"{hosts[1]}: down") for _, text in down), down[:2]
+    assert all(f"{hosts[0]}: up" in text for _, text in down)
