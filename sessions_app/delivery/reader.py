@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from importlib import import_module
 from typing import Any
@@ -40,6 +41,7 @@ from sessions_app.delivery.groups import Membership
 from sessions_app.log.events import check_resume_cursor
 from sessions_app.models import AgentSession, ApiToken
 from sessions_app.server.db_pool import reading_in_db_pool
+from sessions_app.server.logs import Outage
 from sessions_app.server.patches import send_buffer_probe
 from sessions_app.wire import protocol as p
 
@@ -78,6 +80,18 @@ def _state(session_id: str, granted, token_id, session_key):
     """The session's head, epoch and compacted point (None: gone), and whether
     the stream may go on, in one trip to the pool."""
     return reads.head_row(session_id), _standing(granted, token_id, session_key)
+
+
+# A database or channel-layer outage meets every stream at once: one line for many.
+_outage = Outage(log)
+
+
+def _failed(exc: Exception) -> None:
+    """A read under the stream failed (PostgreSQL or PgBouncer gone, a Redis
+    host lost): the response ends here, cleanly, and its client comes back
+    with its cursor (an exception let out of the body would leave the
+    connection open and silent, and the client waiting for ever)."""
+    _outage.error("a stream's read", exc, time.monotonic())
 
 
 class StreamReader:
@@ -210,7 +224,12 @@ class StreamReader:
             async for chunk in self.live(layer, membership.channel):
                 yield chunk
         except LogHole as hole:
-            yield await self.hole(hole.cursor)
+            try:
+                yield await self.hole(hole.cursor)
+            except Exception as exc:
+                _failed(exc)
+        except Exception as exc:
+            _failed(exc)
         finally:
             self.to(Phase.CLOSING)
             self.slot.release()

@@ -160,3 +160,46 @@ async def test_every_promise_holds_through_pgbouncer_in_transaction_mode(
         assert "prepared statement" not in proc.log_text()
     for tab in [*(c for c, _ in tabs), b, refreshed]:
         await tab.close()
+
+
+def test_a_stream_ends_within_its_heartbeat_when_pgbouncer_dies(own_server, user, bouncer):
+    """PgBouncer killed -9 under an open SSE stream (heartbeat 1 s): the
+    stream's next check of the tail fails, and the response ends there, so
+    its client comes back with its cursor (the drill's stream got one
+    keep-alive and then nothing, for ever). With PgBouncer back, a
+    reconnect after that cursor is served."""
+    import time
+
+    import httpx
+
+    from sessions_app.log.sessions import create_session
+    from tests.harness import api_key
+
+    start, _ = own_server
+    server = start(
+        DATABASE_URL=bouncer.url(),
+        DATABASE_POOL_MODE="transaction",
+        AGENT_SSE_HEARTBEAT_SECONDS="1",
+    )
+    session = create_session(user)
+    path = f"/api/sessions/{session.id}/stream/"
+    headers = {"Authorization": f"Token {api_key(user)}"}
+    with (
+        httpx.Client(base_url=server.http, headers=headers) as c,
+        c.stream("GET", path, timeout=httpx.Timeout(30, read=30)) as response,
+    ):
+        lines = response.iter_lines()
+        seen: list[str] = []
+        while not (seen and seen[-1] == "id: 1"):
+            seen.append(next(lines))
+        bouncer.kill()
+        killed = time.monotonic()
+        seen += list(lines)  # to the end of the response
+        ended_after = time.monotonic() - killed
+    assert ended_after < 5, (ended_after, seen[-5:])
+    bouncer.start()
+    with (
+        httpx.Client(base_url=server.http, headers=headers) as c,
+        c.stream("GET", path, params={"after": 1}, timeout=10) as again,
+    ):
+        assert again.status_code == 200
