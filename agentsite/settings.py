@@ -138,6 +138,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # A database briefly away is a 503 with Retry-After, never a 500 that stays.
+    "sessions_app.server.outages.UnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

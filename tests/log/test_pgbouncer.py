@@ -203,3 +203,30 @@ def test_a_stream_ends_within_its_heartbeat_when_pgbouncer_dies(own_server, user
         c.stream("GET", path, params={"after": 1}, timeout=10) as again,
     ):
         assert again.status_code == 200
+
+
+def test_a_database_outage_is_a_503_that_says_when_and_pages_recover(own_server, user, bouncer):
+    """With PgBouncer gone, the API answers 503 JSON (code unavailable) with
+    Retry-After, and a page 503 with a page that reloads itself after that
+    long, never Django's 500 (the drill's pages showed "Server Error (500)"
+    and stayed so); once it is back, both answer 200."""
+    import httpx
+
+    from tests.harness import api_key, session_cookie
+
+    start, _ = own_server
+    server = start(DATABASE_URL=bouncer.url(), DATABASE_POOL_MODE="transaction")
+    key, cookie = api_key(user), session_cookie(user)
+    name, value = cookie.split("=", 1)
+    with httpx.Client(base_url=server.http, timeout=20, cookies={name: value}) as c:
+        assert c.get("/").status_code == 200
+        bouncer.kill()
+        api = c.get("/api/sessions/", headers={"Authorization": f"Token {key}"})
+        assert api.status_code == 503 and api.headers["Retry-After"] == "5", api.text[:300]
+        assert api.json()["code"] == "unavailable" and api.json()["retry_after"] == 5
+        page = c.get("/")
+        assert page.status_code == 503 and page.headers["Retry-After"] == "5"
+        assert '<meta http-equiv="refresh" content="5">' in page.text
+        bouncer.start()
+        assert c.get("/").status_code == 200
+        assert c.get("/api/sessions/", headers={"Authorization": f"Token {key}"}).status_code == 200
