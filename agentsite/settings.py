@@ -303,6 +303,10 @@ AGENT_RUN_MAX_CRASHES = _app("AGENT_RUN_MAX_CRASHES")
 # the sweeper hands it over again (all workers busy counts as waiting).
 AGENT_PICKUP_SECONDS = _app("AGENT_PICKUP_SECONDS")
 AGENT_TEST_PICKUP_HOLD = _app("AGENT_TEST_PICKUP_HOLD")
+# PostgreSQL: a lock waited for, and a transaction left idle, at most this long
+# (sessions_app/server/db_limits.py): what a frozen client can hold up.
+AGENT_DB_LOCK_TIMEOUT_SECONDS = _app("AGENT_DB_LOCK_TIMEOUT_SECONDS")
+AGENT_DB_IDLE_IN_TRANSACTION_SECONDS = _app("AGENT_DB_IDLE_IN_TRANSACTION_SECONDS")
 # Runs one process executes at once (threads of its run pool), in a worker and
 # in the embedded server alike. Each executing run holds one database
 # connection while it works: see docs/deployment.md on sizing.

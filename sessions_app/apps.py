@@ -20,7 +20,7 @@ class SessionsAppConfig(AppConfig):
         from sessions_app.conf import install_defaults
         from sessions_app.models import AgentSession
         from sessions_app.runtime import mcp, registry, runs, tasks
-        from sessions_app.server import tracing
+        from sessions_app.server import db_limits, tracing
 
         # A project embedding the app sets only the settings it changes.
         install_defaults()
@@ -28,6 +28,7 @@ class SessionsAppConfig(AppConfig):
         # MCP servers' tools join the registry (a hook: mcp builds on it).
         registry.add_source(mcp.tools, mcp.refresh)
         connect_signals()
+        db_limits.connect()
         tracing.configure()
         post_delete.connect(
             _remove_workspace, sender=AgentSession, dispatch_uid="sessions_app.workspace"

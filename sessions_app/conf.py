@@ -80,6 +80,10 @@ DEFAULTS: dict[str, object] = {
     # A run whose step took its worker down this many times finishes "error".
     "AGENT_RUN_MAX_CRASHES": 3,
     "AGENT_PICKUP_SECONDS": 120.0,
+    # PostgreSQL: how long a statement waits for a lock, and how long a
+    # session may sit idle inside a transaction (server.db_limits; 0: off).
+    "AGENT_DB_LOCK_TIMEOUT_SECONDS": 30.0,
+    "AGENT_DB_IDLE_IN_TRANSACTION_SECONDS": 60.0,
     # Tests only: a worker holds a task it took while this file exists (the
     # window between taking a task and driving its run; run_agent_worker).
     "AGENT_TEST_PICKUP_HOLD": "",

@@ -5,6 +5,7 @@ kill -9 of a worker mid-answer taken over, a refresh that replays everything."""
 
 from __future__ import annotations
 
+import configparser
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ from django.db import connection
 
 from sessions_app.models import Run
 from sessions_app.runtime.tools import workspace_for
-from tests.harness import Process, WsClient, wait_until
+from tests.harness import ROOT, Process, WsClient, wait_until
 from tests.runtime.common import open_session, send_text
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -37,15 +38,23 @@ class PgBouncer(Process):
         settings = connection.settings_dict
         users = log_dir / "pgbouncer-users.txt"
         users.write_text('"postgres" ""\n')
+        # The runbook's configuration (deploy/pgbouncer/pgbouncer.ini), with
+        # this test's port, database, trust and pool size.
+        shipped = configparser.ConfigParser(comment_prefixes=(";", "#"))
+        shipped.read(ROOT / "deploy" / "pgbouncer" / "pgbouncer.ini")
+        ini = dict(shipped["pgbouncer"])
+        ini.update(
+            listen_port=str(self.port),
+            auth_type="trust",
+            auth_file=str(users),
+            admin_users="postgres",
+            default_pool_size=str(POOL_SIZE),
+        )
         config = log_dir / "pgbouncer.ini"
         config.write_text(
             "[databases]\n"
             f"* = host={settings.get('HOST') or '127.0.0.1'} port={settings.get('PORT') or 5432}\n"
-            "[pgbouncer]\n"
-            f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
-            f"auth_type = trust\nauth_file = {users}\nadmin_users = postgres\n"
-            f"pool_mode = transaction\ndefault_pool_size = {POOL_SIZE}\n"
-            "max_client_conn = 1000\nignore_startup_parameters = extra_float_digits,options\n"
+            "[pgbouncer]\n" + "".join(f"{k} = {v}\n" for k, v in ini.items())
         )
         as_root = ["-u", "postgres"] if os.geteuid() == 0 else []
         super().__init__(
