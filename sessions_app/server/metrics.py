@@ -164,6 +164,12 @@ def _allowed(request) -> bool:
     return bool(user and user.is_authenticated and user.is_staff)
 
 
+def scrape(path: str) -> bytes:
+    """The Prometheus text of ``/metrics`` (this process) or
+    ``/metrics/database`` (the deployment's gauges, read now)."""
+    return generate_latest(DATABASE if path.endswith("/database") else REGISTRY)
+
+
 def metrics_view(request):
     """This process's metrics, in the Prometheus text format; 404 for whoever
     may not see them."""

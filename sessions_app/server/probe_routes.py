@@ -13,25 +13,37 @@ argument (docs/embedding.md).
 
 from __future__ import annotations
 
+from asgiref.sync import sync_to_async
+
 from sessions_app.server import metrics
 from sessions_app.server.static import respond_plain
 
 PATHS = ("/healthz", "/readyz")
+# Scraped ahead of Django with the scraper's token (``AGENT_METRICS_TOKEN``),
+# on a daphne's own port: no Host check, no https redirect. Without the
+# token they go on to Django (a staff user's cookie).
+METRICS = ("/metrics", "/metrics/database")
 
 
 class Probes:
-    """ASGI middleware: GET or HEAD of ``/healthz`` (the process answers) and
-    ``/readyz`` (the database and the channel layer answer, else 503)."""
+    """ASGI middleware: GET or HEAD of ``/healthz`` (the process answers),
+    ``/readyz`` (the database and the channel layer answer, else 503), and
+    of ``/metrics`` and ``/metrics/database`` with the scraper's token."""
 
     def __init__(self, application):
         self.application = application
 
     async def __call__(self, scope, receive, send):
-        if (
-            scope["type"] != "http"
-            or scope.get("path") not in PATHS
-            or scope.get("method") not in ("GET", "HEAD")
-        ):
+        if scope["type"] != "http" or scope.get("method") not in ("GET", "HEAD"):
+            return await self.application(scope, receive, send)
+        if scope.get("path") in METRICS and metrics.bearer_ok(_authorization(scope)):
+            body = await sync_to_async(metrics.scrape, thread_sensitive=False)(scope["path"])
+            if scope["method"] == "HEAD":
+                body = b""
+            headers = [(b"cache-control", b"no-store")]
+            kind = metrics.CONTENT_TYPE_LATEST.encode()
+            return await respond_plain(send, 200, body, headers, content_type=kind)
+        if scope.get("path") not in PATHS:
             return await self.application(scope, receive, send)
         if scope["path"] == "/healthz":
             status, text = 200, "ok"
@@ -39,3 +51,10 @@ class Probes:
             status, text = await metrics.readiness()
         body = b"" if scope["method"] == "HEAD" else text.encode()
         await respond_plain(send, status, body, [(b"cache-control", b"no-store")])
+
+
+def _authorization(scope) -> str:
+    for name, value in scope.get("headers") or ():
+        if name == b"authorization":
+            return value.decode("latin-1")
+    return ""

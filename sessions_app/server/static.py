@@ -113,14 +113,16 @@ def _clean(name: str) -> str | None:
     return normal
 
 
-async def respond_plain(send, status: int, body: bytes, headers=()) -> None:
+async def respond_plain(
+    send, status: int, body: bytes, headers=(), content_type: bytes = b"text/plain; charset=utf-8"
+) -> None:
     """A plain-text response (the static files' errors, the probes)."""
     await send(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-type", content_type),
                 (b"content-length", str(len(body)).encode()),
                 *headers,
             ],

@@ -27,3 +27,37 @@ def test_probes_answer_a_host_not_in_allowed_hosts(server):
     assert _get(server, "/readyz", other) == (200, "ready")
     assert _get(server, "/readyz", other, "HEAD") == (200, "")
     assert _get(server, "/accounts/login/", other)[0] == 400
+
+
+def test_metrics_scrape_a_daphnes_own_port_with_the_token(tmp_path):
+    """A scraper with AGENT_METRICS_TOKEN reads /metrics and /metrics/database
+    on a daphne's own port whatever the Host, and with HTTPS on (the runbook's
+    env) gets no redirect; without the token it goes on to Django, which
+    gives nothing away."""
+    from tests.harness import Daphne
+
+    daphne = Daphne(tmp_path, AGENT_METRICS_TOKEN="scrape-me", HTTPS="1").start()
+    try:
+        other = "127.0.0.1:8001"
+
+        def scrape(path: str, token: str | None) -> tuple[int, str]:
+            conn = http.client.HTTPConnection("127.0.0.1", daphne.port, timeout=10)
+            headers = {"Host": other}
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+            try:
+                conn.request("GET", path, headers=headers)
+                response = conn.getresponse()
+                return response.status, response.read().decode()
+            finally:
+                conn.close()
+
+        status, text = scrape("/metrics", "scrape-me")
+        assert status == 200 and "agent_sockets_open" in text
+        status, text = scrape("/metrics/database", "scrape-me")
+        assert status == 200 and "agent_gates_waiting" in text
+        for token in ("wrong", None):
+            status, text = scrape("/metrics", token)
+            assert status in (301, 400, 404) and "agent_" not in text
+    finally:
+        daphne.stop()
