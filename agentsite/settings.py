@@ -138,8 +138,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # A database briefly away is a 503 with Retry-After, never a 500 that stays.
-    "sessions_app.server.outages.UnavailableMiddleware",
+    "sessions_app.server.outages.UnavailableMiddleware",  # a 503, not a 500 that stays
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -291,20 +290,16 @@ AGENT_TRUSTED_PROXIES = _env_list("AGENT_TRUSTED_PROXIES", _app("AGENT_TRUSTED_P
 AGENT_WORKER_METRICS_PORT = _app("AGENT_WORKER_METRICS_PORT")
 AGENT_WORKER_METRICS_HOST = _app("AGENT_WORKER_METRICS_HOST")
 AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))
-# A run's lease: renewed while it works; expired means its process died, and
-# another worker takes the run over from its last checkpoint. Lease + sweep
-# bound the stall a kill -9 causes.
+# A run's lease: renewed while it works; expired, another worker takes the run
+# over from its last checkpoint. Lease + sweep bound the stall a kill -9 causes.
 AGENT_LEASE_SECONDS = _app("AGENT_LEASE_SECONDS")
 AGENT_SWEEP_SECONDS = _app("AGENT_SWEEP_SECONDS")
-# A run whose step took its worker down this many times finishes "error"
-# instead of walking through the fleet.
+# A run whose step took its worker down this many times finishes "error".
 AGENT_RUN_MAX_CRASHES = _app("AGENT_RUN_MAX_CRASHES")
-# How long a run handed to the task framework may wait for an executor before
-# the sweeper hands it over again (all workers busy counts as waiting).
+# How long a run's task may wait for a worker to take it before it is queued again.
 AGENT_PICKUP_SECONDS = _app("AGENT_PICKUP_SECONDS")
 AGENT_TEST_PICKUP_HOLD = _app("AGENT_TEST_PICKUP_HOLD")
-# PostgreSQL: a lock waited for, and a transaction left idle, at most this long
-# (sessions_app/server/db_limits.py): what a frozen client can hold up.
+# PostgreSQL: a lock waited for, a transaction left idle, at most this long.
 AGENT_DB_LOCK_TIMEOUT_SECONDS = _app("AGENT_DB_LOCK_TIMEOUT_SECONDS")
 AGENT_DB_IDLE_IN_TRANSACTION_SECONDS = _app("AGENT_DB_IDLE_IN_TRANSACTION_SECONDS")
 # Runs one process executes at once (threads of its run pool), in a worker and

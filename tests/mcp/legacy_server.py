@@ -52,7 +52,7 @@ def send(message: dict) -> None:
 
 def until(path: Path) -> None:
     while not path.exists():
-        time.sleep(0.02)  # a file the test makes (this is the server, not a test)
+        time.sleep(0.02)  # sleep-ok: the server polls for a file the test makes
 
 
 def question(tool: str, name: str, meta: dict | None) -> None:
