@@ -161,6 +161,9 @@ def _drive(run_id: str, worker: str) -> None:
     phase = "resume" if gate or ctx.entry == "resume" else "start"
     # The send's trace goes on here, on whichever worker: one span a drive.
     ids = {"session.id": run.session_id, "run.id": run_id, "phase": phase}
+    # One line as a drive starts and one as it ends (the operator's trail of a run).
+    log.info("run %s %s on %s", run_id, phase, worker, extra={"run_id": run_id})
+    ended = "failed"
     try:
         with tracing.continued(run.trace), tracing.span("run", **ids):
             agent = get_agent()
@@ -181,24 +184,24 @@ def _drive(run_id: str, worker: str) -> None:
             runs.finish_run(
                 run_id, p.STOP_END_TURN, worker=worker, from_statuses=(Run.Status.RUNNING,)
             )
+            ended = "finished end_turn"
     except Parked:
-        pass
+        ended = "parked at a gate"
     except (RunAborted, SessionGone):
+        ended = "stopped: cancelled, handed over, taken over or deleted"
         if ctx.handover.is_set():
             # This process is stopping: whatever was not handed over at a
             # checkpoint goes back to the queue now (a no-op if it was).
             _release_quietly(ctx)
-        log.info(
-            "run %s stopped: cancelled, handed over, taken over or deleted",
-            run_id,
-            extra={"run_id": run_id},
-        )
     except AgentError as exc:
         _finish_error(run_id, worker, str(exc) or "the agent failed")
+        ended = "finished error"
     except Exception as exc:
         log.exception("run %s failed", run_id, extra={"run_id": run_id})
         _finish_error(run_id, worker, f"internal error: {type(exc).__name__}")
+        ended = "finished error"
     finally:
+        log.info("run %s %s", run_id, ended, extra={"run_id": run_id})
         # Only this drive's entries: a continuation of the same run in this
         # process may already hold newer ones.
         keeper.release(run_id, ctx.aborted)

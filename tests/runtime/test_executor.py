@@ -64,3 +64,25 @@ def test_only_the_tool_results_own_checkpoint_goes_on_with_resume(user, no_enque
     assert run.stop_reason == "end_turn"
     assert run.state["entry"] == "start" and "outcome" not in run.state
     assert run.state["agent"]["done"] is True
+
+
+def test_a_drive_logs_one_line_as_it_starts_and_one_as_it_ends(user, no_enqueue, caplog):
+    """The operator's trail of a run: a line as its drive starts (which
+    phase, which worker) and one as it ends (how)."""
+    import logging
+
+    from sessions_app.log.sessions import create_session
+    from sessions_app.runtime import turns
+    from sessions_app.runtime.executor import execute_run
+
+    s = create_session(user)
+    asked = turns.submit_message(s.id, "a", "hello")
+    gated = turns.submit_message(s.id, "b", "/write a.txt b")
+    with caplog.at_level(logging.INFO, logger="sessions_app.runtime.executor"):
+        execute_run(asked.run_id)
+        execute_run(gated.run_id)
+    said = [r.getMessage() for r in caplog.records if r.name == "sessions_app.runtime.executor"]
+    assert said[0].startswith(f"run {asked.run_id} start on ")
+    assert said[1] == f"run {asked.run_id} finished end_turn"
+    assert said[2].startswith(f"run {gated.run_id} start on ")
+    assert said[3] == f"run {gated.run_id} parked at a gate"
