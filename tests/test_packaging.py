@@ -57,3 +57,23 @@ def test_the_runbooks_one_off_commands_read_the_env_file_as_systemd_does():
     assert ". /etc/agents/env" not in runbook and "source /etc/agents/env" not in runbook
     for unit in ("agent-daphne@.service", "agent-worker@.service"):
         assert "EnvironmentFile=/etc/agents/env" in (ROOT / "deploy" / "systemd" / unit).read_text()
+
+
+def test_the_runbooks_lock_file_is_uv_locks_export(tmp_path):
+    """deploy/requirements.lock (what the runbook installs) is exactly what
+    uv exports from uv.lock now: a change to the lock is exported too."""
+    import shutil
+    import subprocess
+
+    uv = shutil.which("uv") or str(ROOT / ".venv" / "bin" / "uv")
+    fresh = tmp_path / "requirements.lock"
+    subprocess.run(
+        [uv, "export", "--frozen", "--no-dev", "--no-emit-project", "--extra", "otel"]
+        + ["--extra", "mcp", "-q", "-o", str(fresh)],
+        cwd=ROOT,
+        check=True,
+        timeout=120,
+    )
+    body = [line for line in fresh.read_text().splitlines() if not line.startswith("#")]
+    shipped = (ROOT / "deploy" / "requirements.lock").read_text().splitlines()
+    assert body == [line for line in shipped if not line.startswith("#")]
