@@ -1,0 +1,66 @@
+"""The middleware the app installs (sessions_app/server/outages.py, security.py)
+is async-capable: under daphne a request takes no thread for it, so a client
+that leaves at once holds neither a thread nor a database connection, and
+nothing is logged as an error."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.harness import Daphne, wait_for
+from tests.raw_http import ask_and_leave
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _connections() -> int:
+    """Connections to this test's database but this one (the server's, with
+    other suites on the machine left out: each has a database of its own)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_the_apps_middleware_is_async_capable():
+    """Each middleware the app ships says it can run async and sync."""
+    from sessions_app.server.outages import UnavailableMiddleware
+    from sessions_app.server.security import ContentSecurityPolicyMiddleware
+
+    for middleware in (UnavailableMiddleware, ContentSecurityPolicyMiddleware):
+        assert middleware.async_capable and middleware.sync_capable
+
+
+def test_quick_closes_keep_no_connection_and_log_no_error(user, cookie, tmp_path):
+    """200 clients that ask for a page and leave at once: afterwards the
+    server holds no more database connections than before (PostgreSQL's own
+    count), and its log has no CancelledError or traceback."""
+    if settings.AGENT_RUNNER != "worker":
+        pytest.skip("PostgreSQL's connections are the production profile's")
+    daphne = Daphne(tmp_path).start()
+    try:
+        for _ in range(3):
+            ask_and_leave(daphne.port, "/", cookie)  # the server's own connections, opened
+        before = wait_for(lambda: _settled(daphne))
+        for _ in range(200):
+            ask_and_leave(daphne.port, "/", cookie)
+        after = wait_for(lambda: _settled(daphne))
+        assert after <= before + 1, (before, after)
+        logged = daphne.log_text()
+        assert "CancelledError" not in logged and "Traceback" not in logged
+    finally:
+        daphne.stop()
+
+
+def _settled(daphne) -> int | None:
+    """The count of connections, once two reads a moment apart agree."""
+    import time
+
+    first = _connections()
+    time.sleep(0.5)  # sleep-ok: two reads of a count, apart, to see it settled
+    second = _connections()
+    return second if first == second else None
