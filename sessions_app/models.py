@@ -160,6 +160,9 @@ class Run(models.Model):
     # run with no worker is waiting for one to pick its task up.
     worker = models.CharField(max_length=100, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Raised by every claim: the fencing token of the holder (runtime.journal
+    # refuses a tool's effect from an older one, a stalled worker's).
+    lease_generation = models.PositiveBigIntegerField(default=0, db_default=0)
     # The agent's own continuation state, saved when it parks at a gate.
     state = models.JSONField(default=dict, blank=True)
 

@@ -59,6 +59,9 @@ class Context:
             ToolOutcome(**saved["outcome"]) if saved.get("outcome") else None
         )
         self.worker = worker
+        # This holder's fencing token (``runtime.journal``): the generation of
+        # the lease its claim took.
+        self.fence = run.lease_generation
         self.guard = RunGuard(run.id, worker)
         self.aborted = threading.Event()
         # Set when this process stops: the run is handed to another worker at

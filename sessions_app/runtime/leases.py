@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import close_old_connections
-from django.db.models import DateTimeField, ExpressionWrapper
+from django.db.models import DateTimeField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
 from sessions_app.models import Run
@@ -37,10 +37,13 @@ def expires_in(seconds: float | None = None) -> ExpressionWrapper:
 
 
 def claim(run_id: str, worker: str) -> bool:
-    """Take a running run that no worker holds. False if someone else has it."""
+    """Take a running run that no worker holds (a new lease generation: the
+    fencing token of this holder). False if someone else has it."""
     return bool(
         Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker="").update(
-            worker=worker, lease_expires_at=expires_in()
+            worker=worker,
+            lease_expires_at=expires_in(),
+            lease_generation=F("lease_generation") + 1,
         )
     )
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from sessions_app.log.events import NewEvent, append_events
 from sessions_app.models import ApprovalRequest, Run
-from sessions_app.runtime import questions, registry, runs
+from sessions_app.runtime import journal, questions, registry, runs
 from sessions_app.runtime.base import Parked, ToolOutcome
 from sessions_app.runtime.context import Context
 from sessions_app.runtime.durable import UNKNOWN_OUTPUT
@@ -83,7 +83,11 @@ def _mark_started(ctx: Context, approval: ApprovalRequest) -> bool:
 
 def _execute(ctx: Context, approval: ApprovalRequest) -> tuple[bool, str]:
     ids = {"run.id": ctx.run_id, "tool": approval.tool, "tool_call.id": approval.tool_call_id}
-    with tracing.span("tool.execute", **ids) as span, questions.asking(ctx, approval.tool):
+    with (
+        tracing.span("tool.execute", **ids) as span,
+        questions.asking(ctx, approval.tool),
+        journal.fenced(ctx.fence),
+    ):
         ok, output = registry.execute(
             approval.tool, approval.args, workspace_for(ctx.session_id), approval.tool_call_id
         )

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.conf import settings
 
-from sessions_app.runtime.journal import remove_journal, size_before
+from sessions_app.runtime.journal import StaleHolder, attempt, remove_journal
 from sessions_app.runtime.quota import Refused, check_quota
 from sessions_app.runtime.registry import Tool
 from sessions_app.wire.protocol import is_session_id
@@ -281,14 +281,20 @@ def _write_file(path: str, text: str, root: Path, call_id: str = "") -> tuple[bo
             # A second hard link could be a file outside the workspace.
             if info.st_nlink > 1:
                 raise Refused(f"files with several hard links are not allowed: {path}")
-            if call_id:
-                # An earlier attempt of this call may have appended: undo it.
-                before = size_before(root, call_id, info.st_size)
-                if before < info.st_size:
-                    os.ftruncate(fd, before)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            # An earlier attempt of this call may have appended: undo it,
+            # under the call's lock, unless a newer holder of the run has
+            # made its own (``journal``: then this one writes nothing).
+            try:
+                with attempt(root, call_id, lambda: os.fstat(fd).st_size) as before:
+                    if before < os.fstat(fd).st_size:
+                        os.ftruncate(fd, before)
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+            except StaleHolder:
+                raise Refused(
+                    "not written: this worker lost the run, and its new holder ran the call"
+                ) from None
         finally:
             os.close(fd)
     finally:
