@@ -32,9 +32,15 @@ Phases (``--only`` picks some):
   (``chaos_sse.cuts``): every seq once, in order, never past a hole.
 - ``workers``: the processes executing runs (the run workers; embedded, the
   server) killed -9 and stopped with SIGTERM at random under streams and
-  gated tools (``chaos_workers``): every run ends ``end_turn`` (or ``error``
-  by the crash budget), each tool's effect is counted once, every answer is
-  shown once.
+  gated tools, and in production frozen with SIGSTOP past their lease
+  (``chaos_workers``): every run ends ``end_turn`` (or ``error`` by the
+  crash budget), each tool's effect is counted once, every answer is shown
+  once.
+- ``outages`` (production): the suite's Redis stopped for 5 s (60 s in the
+  full run) under one user's tabs at their socket limit, while answers
+  stream (``chaos_outages``): no slot leaks, every tab live again within
+  5 s of its return and with every seq once, ``/readyz`` truthful, the
+  outage a few log lines.
 
 Then it checks, and prints, the invariants: every socket saw ``after+1 ...
 head`` with no gap and no repeat; every tab's final transcript equals the
@@ -303,8 +309,8 @@ async def main() -> int:
     parser.add_argument("--short", action="store_true", help="the CI size")
     parser.add_argument(
         "--only",
-        default="cuts,fuzz,hostile,sse,workers",
-        help="phases: cuts,fuzz,hostile,sse,workers",
+        default="cuts,fuzz,hostile,sse,workers,outages",
+        help="phases: cuts,fuzz,hostile,sse,workers,outages",
     )
     parser.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "1")))
     parser.add_argument("--sessions", type=int, default=None)
@@ -338,6 +344,10 @@ async def main() -> int:
     # stays well under PostgreSQL's 100.
     args.sse_quick_closes = 40 if short else 200
     args.worker_sessions = 6 if short else 30
+    # A stalled worker: frozen past its lease (AGENT_LEASE_SECONDS=3 here).
+    args.stall_seconds = 4 if short else 10
+    # The suite's Redis stopped this long (the outages phase, production).
+    args.outage_seconds = 5 if short else 60
 
     call_command("migrate", verbosity=0)
     profile = (
@@ -399,6 +409,12 @@ async def main() -> int:
 
             clusters.append(Cluster(log_dir, **chaos_workers.ENV))
             await chaos_workers.workers_phase(clusters[-1], args, report)
+            clusters[-1].stop()
+        if "outages" in phases and settings.AGENT_RUNNER == "worker" and REDIS is not None:
+            import chaos_outages
+
+            clusters.append(Cluster(log_dir, **chaos_outages.ENV))
+            await chaos_outages.outages_phase(clusters[-1], REDIS, args, report)
     finally:
         for cluster in clusters:
             cluster.stop()

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import random
+import signal
 import time
 
 import httpx
@@ -108,23 +110,40 @@ async def _drive(http, cluster, session_id: str, key: str, index: int, deadline:
 
 
 async def _faults(cluster, args, stop: asyncio.Event, counts: collections.Counter) -> None:
-    """kill -9 or SIGTERM a run-executing process every 1.5-3.5 s."""
+    """kill -9 or SIGTERM a run-executing process every 1.5-3.5 s; in
+    production also stall one (SIGSTOP for ``args.stall_seconds``, past its
+    lease, then SIGCONT): its runs are taken over while it may be inside a
+    transaction or a tool, and it wakes to find them gone (docs/agents.md,
+    "Tool calls and crashes": the fencing token)."""
     rng = random.Random(args.seed)
+    kinds = ["kill", "term", "stall"] if cluster.production else ["kill", "term"]
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), rng.uniform(1.5, 3.5))
             return
         except TimeoutError:
             pass
-        how = rng.choice(["kill", "term"])
+        how = rng.choice(kinds)
         counts[how] += 1
         if cluster.production:
             # The worker holding the most runs (an idle one proves nothing).
             held = [await _db(_held_by, w.proc.pid) for w in cluster.workers]
             index = max(range(len(held)), key=lambda i: (held[i], rng.random()))
-            await asyncio.to_thread(cluster.replace_worker, index, how == "term")
+            if how == "stall":
+                await _stall(cluster.workers[index], args.stall_seconds)
+            else:
+                await asyncio.to_thread(cluster.replace_worker, index, how == "term")
         else:
             await asyncio.to_thread(cluster.restart_daphne, 0, how == "term")
+
+
+async def _stall(worker, seconds: float) -> None:
+    """Freeze a worker (SIGSTOP) and let it go on (SIGCONT) ``seconds`` later."""
+    os.killpg(worker.proc.pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(seconds)  # sleep-ok: the length of the freeze is the fault
+    finally:
+        os.killpg(worker.proc.pid, signal.SIGCONT)
 
 
 def figures_of(sessions: list[str]) -> str:
@@ -213,7 +232,8 @@ async def workers_phase(cluster, args, report: Report) -> None:
     figures = await _db(figures_of, ids)
     report.figure(
         f"workers: {len(ids)} sessions x {len(SCRIPT)} turns in {elapsed:.1f} s under "
-        f"{counts['kill']} kill -9 and {counts['term']} SIGTERM of "
+        f"{counts['kill']} kill -9, {counts['term']} SIGTERM and {counts['stall']} "
+        f"{args.stall_seconds:g} s SIGSTOP of "
         f"{'run workers' if cluster.production else 'the server'}; {figures}"
     )
     report.check(

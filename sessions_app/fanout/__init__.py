@@ -33,6 +33,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from sessions_app.server import metrics
+from sessions_app.server.logs import Outage
 from sessions_app.wire import frames
 
 log = logging.getLogger(__name__)
@@ -200,21 +201,26 @@ def merge(batch: list[tuple[str, dict[str, Any]]]):
     return groups.items()
 
 
+# An outage of the layer fails every publication at once: one line for many
+# (readers refill what was lost from the log), not a traceback each.
+_outage = Outage(log)
+
+
 async def _send_many(layer, merged) -> None:
     """Everything of a round in one batched layer call (the Redis layer's)."""
     items = [(group, message) for group, messages in merged for message in messages]
     try:
         await layer.group_send_many(items)
-    except Exception:
-        log.exception("publishing %s messages failed", len(items))
+    except Exception as exc:
+        _outage.error("publishing to the channel layer", exc, time.monotonic(), count=len(items))
 
 
 async def _send_group(layer, group: str, messages: list[dict[str, Any]]) -> None:
     for message in messages:
         try:
             await layer.group_send(group, message)
-        except Exception:
-            log.exception("publishing to %s failed", group)
+        except Exception as exc:
+            _outage.error("publishing to the channel layer", exc, time.monotonic())
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -52,7 +52,11 @@ from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer
 from channels_redis.core import BoundedQueue, RedisChannelLayer
 
+from sessions_app.server.logs import Outage
+
 log = logging.getLogger(__name__)
+# A lost host fails every pump at once: one line for many.
+_outage = Outage(log)
 
 RECEIVE_BATCH = 256
 # How often the pump drops the inboxes of channels nobody reads any more, and
@@ -268,7 +272,7 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):
             # Redis failed: every receive waiting now fails (its consumer closes
             # with a retryable code and its client resumes, joining its groups
             # again); the next receive starts a new pump.
-            log.warning("receiving from Redis failed: %r", exc)
+            _outage.error("receiving from Redis", exc, time.monotonic())
             for channel in list(self._waiting):
                 inbox = self._inboxes.get(channel)
                 if inbox is not None:

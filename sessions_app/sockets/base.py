@@ -255,8 +255,10 @@ class AppSocket(AsyncWebsocketConsumer):
         for group in list(self.groups_in):
             try:
                 await self.channel_layer.group_discard(group, self.channel_name)
-            except Exception:
-                self.log.exception("connection %s: could not leave %s", self.connection_id, group)
+            except Exception as exc:  # its membership expires (group_expiry)
+                _layer_failures.error(
+                    "leaving a group", exc, asyncio.get_running_loop().time(), group=group
+                )
         self.groups_in = set()
         await self.after_groups_left(code)
 
@@ -318,8 +320,8 @@ class AppSocket(AsyncWebsocketConsumer):
         # An idle socket keeps no finished task (what 5,000 of them cost).
         self.joining.remove(task)
         if not task.cancelled() and task.exception() is not None:
-            self.log.warning(
-                "connection %s: joining a group failed: %r", self.connection_id, task.exception()
+            _layer_failures.error(
+                "joining a group", task.exception(), asyncio.get_running_loop().time()
             )
 
     def _schedule_group_renewal(self) -> None:

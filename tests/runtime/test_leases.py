@@ -32,7 +32,7 @@ def test_claim_is_a_compare_and_set(user, no_enqueue):
     assert run.worker == "w1" and run.lease_expires_at > timezone.now()
 
 
-def test_keeper_renews_every_held_lease_and_flags_lost_ones(user, no_enqueue, settings):
+def test_keeper_renews_every_held_lease_and_flags_lost_ones(user, no_enqueue, settings, no_sweeper):
     """One beat renews all of a process's runs; a run cancelled or taken over is
     flagged lost, the others are not."""
     settings.AGENT_USER_MAX_RUNS = 0

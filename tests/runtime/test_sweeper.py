@@ -17,25 +17,14 @@ from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import ApprovalRequest, Connection, Run
 from sessions_app.runtime import durable, runs, turns
-from sessions_app.runtime.sweeper import Sweeper, take_over_expired
+from sessions_app.runtime.sweeper import take_over_expired
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
-def _no_sweeper_thread():
-    """A sweeper an earlier test started in this process (an in-process
-    runtime's) is stopped for these tests, and started again after: its
-    sweep would take over a test's expired run before the test's own call
-    does (CI: ``take_over_expired()`` found nothing left)."""
-    running = [t for t in threading.enumerate() if isinstance(t, Sweeper)]
-    for thread in running:
-        thread.stopped.set()
-    for thread in running:
-        thread.join(30)
-    yield
-    for thread in running:
-        Sweeper(thread.interval).start()
+def _no_sweeper_thread(no_sweeper):
+    """Every test here: no sweeper thread of an earlier test sweeps meanwhile."""
 
 
 def _expire(run_id: str, worker: str = "dead:1:x") -> None:
@@ -251,7 +240,6 @@ def test_a_run_finishing_during_a_submit_leaves_no_run_waiting_with_room(
 ):
     """The user's only running run finishes while a new submit is deciding it has no
     room: the new run starts at once (not a sweeper pass later)."""
-    import threading
 
     settings.AGENT_USER_MAX_RUNS = 1
     a, b = create_session(user), create_session(user)
