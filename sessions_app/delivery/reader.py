@@ -41,7 +41,7 @@ from sessions_app.delivery.groups import Membership
 from sessions_app.log.events import check_resume_cursor
 from sessions_app.models import AgentSession, ApiToken
 from sessions_app.server.db_pool import reading_in_db_pool
-from sessions_app.server.logs import Outage
+from sessions_app.server.logs import Outage, is_outage
 from sessions_app.server.patches import send_buffer_probe
 from sessions_app.wire import protocol as p
 
@@ -91,7 +91,10 @@ def _failed(exc: Exception) -> None:
     host lost): the response ends here, cleanly, and its client comes back
     with its cursor (an exception let out of the body would leave the
     connection open and silent, and the client waiting for ever)."""
-    _outage.error("a stream's read", exc, time.monotonic())
+    if is_outage(exc):
+        _outage.error("a stream's read", exc, time.monotonic())
+    else:  # not an outage: a bug keeps its traceback
+        log.error("a stream failed", exc_info=exc)
 
 
 class StreamReader:

@@ -138,7 +138,7 @@ def execute_run(run_id: str) -> None:
     pick = getattr(_picked, "run", None)
     try:
         if pick is not None and pick.run_id == run_id:
-            mine = leases.holds(run_id, worker)
+            mine = leases.holds(run_id, worker, pick.generation)
         else:
             mine = leases.claim(run_id, worker)
         if mine:
@@ -149,8 +149,8 @@ def execute_run(run_id: str) -> None:
 
 def _drive(run_id: str, worker: str) -> None:
 
-    run = Run.objects.filter(id=run_id).first()
-    if run is None:  # deleted with its session since the claim
+    run = Run.objects.filter(id=run_id, worker=worker).first()
+    if run is None:  # deleted with its session, or lost, since the claim
         return
     ctx = Context(run, worker)
     keeper = leases.keeper()

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -40,6 +41,16 @@ def journal_dir(workspace: Path) -> Path:
 class StaleHolder(Exception):
     """A newer holder of the run has made this call's attempt: this one, from
     a worker that lost its lease, must not take effect."""
+
+
+class CallBusy(Exception):
+    """Another attempt of this call (a stalled worker's, frozen inside it)
+    held its lock for ``LOCK_WAIT_SECONDS``: whether it takes effect is
+    unknown, and this attempt makes none."""
+
+
+# How long an attempt waits for an older one that holds the call's lock.
+LOCK_WAIT_SECONDS = 30.0
 
 
 _fence: ContextVar[int | None] = ContextVar("journal_fence", default=None)
@@ -70,7 +81,7 @@ def attempt(workspace: Path, call_id: str, size_now: Callable[[], int]) -> Itera
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     mine = _fence.get()
     with open(folder / f".{call_id}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        _lock(lock, call_id)
         entry = _read(folder / call_id)
         if entry is not None and mine is not None and int(entry.get("fence") or 0) > mine:
             raise StaleHolder(call_id)
@@ -78,6 +89,20 @@ def attempt(workspace: Path, call_id: str, size_now: Callable[[], int]) -> Itera
         if entry is None or (mine is not None and mine > int(entry.get("fence") or 0)):
             _write(folder, call_id, {"size": size, "fence": mine or 0})
         yield size
+
+
+def _lock(lock, call_id: str) -> None:
+    """The call's exclusive lock, waited for at most ``LOCK_WAIT_SECONDS``
+    (a holder frozen inside its attempt must not hold the run for ever)."""
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise CallBusy(call_id) from None
+            time.sleep(0.05)
 
 
 def _read(entry: Path) -> dict | None:

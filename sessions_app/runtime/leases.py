@@ -48,9 +48,13 @@ def claim(run_id: str, worker: str) -> bool:
     )
 
 
-def holds(run_id: str, worker: str) -> bool:
-    """Does ``worker`` hold the running run (claimed with its task, ``pick``)?"""
-    return Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker).exists()
+def holds(run_id: str, worker: str, generation: int) -> bool:
+    """Does ``worker`` still hold the running run with the lease generation
+    it claimed (with its task: ``Picked``)? A later claim, even by another
+    thread of the same process, is not this one."""
+    return Run.objects.filter(
+        id=run_id, status=Run.Status.RUNNING, worker=worker, lease_generation=generation
+    ).exists()
 
 
 class Picked:
@@ -62,15 +66,23 @@ class Picked:
     the pickup until its drive takes it over (``held``) or the task ends
     (``done``)."""
 
-    def __init__(self, run_id: str, worker: str) -> None:
-        self.run_id, self.worker = run_id, worker
+    def __init__(self, run_id: str, worker: str, generation: int) -> None:
+        self.run_id, self.worker, self.generation = run_id, worker, generation
         self.lost = threading.Event()
 
     @classmethod
     def claim(cls, run_id: str, worker: str) -> Picked | None:
-        """Claim the run for its task (inside the task's transaction); None
-        when it is not there to run (finished, cancelled, or someone's)."""
-        return cls(run_id, worker) if claim(run_id, worker) else None
+        """Claim the run for its task (inside the task's transaction: the
+        generation read is this claim's); None when it is not there to run
+        (finished, cancelled, or someone's)."""
+        if not claim(run_id, worker):
+            return None
+        generation = (
+            Run.objects.filter(id=run_id, worker=worker)
+            .values_list("lease_generation", flat=True)
+            .first()
+        )
+        return None if generation is None else cls(run_id, worker, generation)
 
     def hold(self) -> None:
         """After the pickup commits: the keeper renews its lease from now."""

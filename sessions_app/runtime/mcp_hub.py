@@ -112,6 +112,7 @@ class Hub:
         self.locks: dict[str, threading.Lock] = {}
         self.failed: dict[str, tuple[float, str]] = {}
         self.used: dict[str, float] = {}
+        self.busy: dict[str, int] = {}  # calls in flight per connection (any thread)
         self.guard = threading.Lock()
         # Each connection's calls by id (on the loop's thread only), in flight
         # or ended: a question that names one is that call's (see the module).
@@ -154,7 +155,10 @@ class Hub:
             idle = [
                 key
                 for key, at in self.used.items()
-                if "|" in key and key != using and now - at > IDLE_SECONDS
+                if "|" in key
+                and key != using
+                and now - at > IDLE_SECONDS
+                and not self.busy.get(key)  # a call (a question) may wait for long
             ]
             for key in idle:
                 del self.used[key]
@@ -261,7 +265,16 @@ class Hub:
         def request(client):
             return self._call(key, client, tool, args, _Call(asker, caller), seconds)
 
-        result = self.ask(key, name, request, None, caller)
+        with self.guard:
+            self.busy[key] = self.busy.get(key, 0) + 1
+        try:
+            result = self.ask(key, name, request, None, caller)
+        finally:
+            with self.guard:
+                self.busy[key] -= 1
+                if not self.busy[key]:
+                    del self.busy[key]
+                self.used[key] = time.monotonic()
         return not result.is_error, _text(result)
 
     async def _call(self, key, client, tool, args, call: _Call, seconds: float):

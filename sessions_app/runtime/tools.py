@@ -26,7 +26,7 @@ from typing import Any
 
 from django.conf import settings
 
-from sessions_app.runtime.journal import StaleHolder, attempt, remove_journal
+from sessions_app.runtime.journal import CallBusy, StaleHolder, attempt, remove_journal
 from sessions_app.runtime.quota import Refused, check_quota
 from sessions_app.runtime.registry import Tool
 from sessions_app.wire.protocol import is_session_id
@@ -294,6 +294,11 @@ def _write_file(path: str, text: str, root: Path, call_id: str = "") -> tuple[bo
             except StaleHolder:
                 raise Refused(
                     "not written: this worker lost the run, and its new holder ran the call"
+                ) from None
+            except CallBusy:
+                raise Refused(
+                    "unknown: another attempt of this call (a stalled worker) still holds "
+                    "it, and whether that one takes effect is unknown; this one wrote nothing"
                 ) from None
         finally:
             os.close(fd)

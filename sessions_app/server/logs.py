@@ -68,6 +68,17 @@ class SocketLog(logging.LoggerAdapter):
         return msg, kwargs
 
 
+def is_outage(exc: BaseException) -> bool:
+    """Did a service the process depends on fail (the database, Redis, the
+    network), rather than this code? An outage is logged as one line for
+    many (``Outage``); anything else keeps its traceback."""
+    from django.db import DatabaseError
+
+    if isinstance(exc, OSError | TimeoutError | DatabaseError):
+        return True
+    return type(exc).__module__.split(".")[0] in ("redis", "psycopg")
+
+
 class Outage:
     """One line for many alike: an error that every socket or message meets
     at once in an outage (a Redis host gone) is written the first time, then

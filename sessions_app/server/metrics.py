@@ -187,13 +187,15 @@ def database_metrics_view(request):
 
 async def readyz(request):
     """200 ``ready`` when the database and the channel layer work, else 503."""
-    status, text = await readiness()
+    status, text = await readiness(bearer_ok(request.headers.get("Authorization", "")))
     return HttpResponse(text, status=status, content_type="text/plain")
 
 
-async def readiness() -> tuple[int, str]:
+async def readiness(detail: bool = False) -> tuple[int, str]:
     """(200, "ready") when the database and the channel layer work, else 503
-    and what failed: ``readyz``'s answer, for any front that serves it."""
+    and what failed: ``readyz``'s answer, for any front that serves it.
+    ``detail`` (the scraper's token): each Redis host's state too, which an
+    anonymous probe is not shown."""
     problems = []
     try:
         await sync_to_async(database_works, thread_sensitive=False)()
@@ -205,7 +207,7 @@ async def readiness() -> tuple[int, str]:
     except Exception as exc:
         log.error("readyz: the channel layer does not answer: %r", exc)
         problems.append("channel layer")
-    hosts = await _layer_hosts()
+    hosts = await _layer_hosts() if detail else []
     if problems:
         return 503, "\n".join(["not ready: " + ", ".join(problems), *hosts])
     return 200, "\n".join(["ready", *hosts])

@@ -21,6 +21,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from sessions_app.server.access_log import plain
 from sessions_app.server.logs import Outage
 
 log = logging.getLogger("sessions_app.server.outages")
@@ -47,7 +48,7 @@ def wants_json(request: HttpRequest) -> bool:
 
 def unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
     """The 503 for ``request``, whose view met ``exc`` (an outage)."""
-    _outage.error(f"{request.method} {request.path[:80]}: the database", exc, time.monotonic())
+    _outage.error("a view's database read", exc, time.monotonic(), path=plain(request.path[:200]))
     seconds = RETRY_AFTER_SECONDS
     if wants_json(request):
         response: HttpResponse = JsonResponse(

@@ -48,7 +48,7 @@ class Probes:
         if scope["path"] == "/healthz":
             status, text = 200, "ok"
         else:
-            status, text = await metrics.readiness()
+            status, text = await metrics.readiness(metrics.bearer_ok(_authorization(scope)))
         body = b"" if scope["method"] == "HEAD" else text.encode()
         await respond_plain(send, status, body, [(b"cache-control", b"no-store")])
 

@@ -47,7 +47,7 @@ from sessions_app.access.auth import user_of
 from sessions_app.delivery.core import Phase, check_transition
 from sessions_app.delivery.flow import Flow
 from sessions_app.server import metrics
-from sessions_app.server.logs import Outage, SocketLog
+from sessions_app.server.logs import Outage, SocketLog, is_outage
 from sessions_app.server.patches import PeerGone, send_buffer_probe
 from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
@@ -129,12 +129,15 @@ class AppSocket(AsyncWebsocketConsumer):
         try:
             await super().__call__(scope, receive, send)
         except Exception as exc:
-            _layer_failures.error(
-                "a socket's channel layer receive",
-                exc,
-                asyncio.get_running_loop().time(),
-                connection_id=self.connection_id,
-            )
+            if is_outage(exc):
+                _layer_failures.error(
+                    "a socket's channel layer receive",
+                    exc,
+                    asyncio.get_running_loop().time(),
+                    connection_id=self.connection_id,
+                )
+            else:  # not an outage: a bug keeps its traceback
+                self.log.exception("connection %s: the socket failed", self.connection_id)
             with contextlib.suppress(Exception):
                 await self.close_with(p.CLOSE_INTERNAL_ERROR)
         finally:

@@ -122,22 +122,24 @@ def _act(who: Caller, asked: RunAgentInput, position) -> tuple:
     starts (and, going on after a gate, the snapshot and the text messages
     before). A resume's position is checked before anything is done."""
     by = who.user.get_username()
-    if asked.thread_id:
-        if not p.is_session_id(asked.thread_id):
-            raise Refused(400, p.E_BAD_FRAME, "threadId: 1 to 40 of A-Z a-z 0-9 _ -")
-        # Only a new message makes a thread: a resume names one that exists.
-        if asked.resume or position is not None:
-            session = conversation.find(who.user, asked.thread_id)
-            if session is None:
-                raise Refused(404, "not_found", "no such thread")
-        else:
-            send = _new_input(asked)  # validated before the thread is made
-            session = conversation.find_or_make(who.user, asked.thread_id)
-    elif position is not None:
+    if asked.thread_id and not p.is_session_id(asked.thread_id):
+        raise Refused(400, p.E_BAD_FRAME, "threadId: 1 to 40 of A-Z a-z 0-9 _ -")
+    if position is not None and not asked.thread_id:
         raise Refused(400, p.E_BAD_FRAME, "a resume (Last-Event-ID) names its threadId")
-    else:
-        send = _new_input(asked)
+    if asked.resume and not asked.thread_id:
+        raise Refused(400, p.E_BAD_FRAME, "an answer (resume) names its threadId")
+    # The new input (a cut stream's request sent again carries it too: sent
+    # again, nothing is appended), validated before any thread is made.
+    send = None if asked.resume else _new_input(asked)
+    if not asked.thread_id:
         session = create_session(who.user)
+    elif asked.resume or position is not None:
+        # Only a new message makes a thread: a resume names one that exists.
+        session = conversation.find(who.user, asked.thread_id)
+        if session is None:
+            raise Refused(404, "not_found", "no such thread")
+    else:
+        session = conversation.find_or_make(who.user, asked.thread_id)
     thread_id = asked.thread_id or session.id
     _same_epoch(position, session.epoch)
     ids = (session.id, thread_id, session.epoch)

@@ -67,37 +67,39 @@ def send(session: AgentSession, send: p.Send, by: str, via: str) -> tuple[str, i
     return result.run_id, result.seq
 
 
+# The most gates one request may answer (a step's gates are far fewer).
+MAX_ANSWERS = 64
+
+
 def answer_gates(session: AgentSession, answers, by: str) -> tuple[str, int]:
     """Decide each gate answered, exactly once (a gate decided already, from
     another tab or the admin, keeps that decision: the stream says which);
     the run and the seq after which it goes on (its ``run.paused``).
 
-    A request answers at most the gates the session has waiting (at least
-    one: a gate another tab decided meanwhile is still answered here), each
-    once: a repeated answer to a gate is dropped (the first stands), and
-    more answers than that are refused (400 ``too_many_answers``) before
-    any is decided."""
+    Bounded before anything is decided: a repeated answer to a gate is
+    dropped (the first stands), more than ``MAX_ANSWERS`` gates is 400
+    ``too_many_answers``, and every gate named must be the session's (one
+    read; else 404, deciding none). Only the gates still waiting are
+    decided, so a request costs at most the session's waiting gates."""
     unique: dict[str, bool] = {}
     for approval_id, approved in answers:
         unique.setdefault(approval_id, approved)
-    waiting = ApprovalRequest.objects.filter(
-        session_id=session.id, status=ApprovalRequest.Status.PENDING
-    ).count()
-    if len(unique) > max(waiting, 1):
+    if len(unique) > MAX_ANSWERS:
         raise Refused(
             400,
             "too_many_answers",
-            f"this request answers {len(unique)} gates; the conversation has {waiting} waiting",
+            f"this request answers {len(unique)} gates: at most {MAX_ANSWERS} at once",
         )
+    gates = dict(
+        ApprovalRequest.objects.filter(session_id=session.id, id__in=list(unique)).values_list(
+            "id", "run_id"
+        )
+    )
+    if len(gates) < len(unique):
+        raise Refused(404, "not_found", "no such approval in this conversation")
     run_id, after = "", 0
     for approval_id, approved in unique.items():
-        gate = (
-            ApprovalRequest.objects.filter(id=approval_id, session_id=session.id)
-            .values_list("run_id", flat=True)
-            .first()
-        )
-        if gate is None:
-            raise Refused(404, "not_found", "no such approval in this conversation")
+        gate = gates[approval_id]
         with contextlib.suppress(AlreadyDecided, ApprovalCancelled):
             runs.decide(approval_id, p.APPROVE if approved else p.DENY, by, session_id=session.id)
         paused = (

@@ -282,10 +282,11 @@ async def test_readyz_with_two_hosts_answers_truly_every_time(own_server, two_re
     import httpx
 
     start, _ = own_server
-    server = start(REDIS_URL=",".join(r.url for r in two_redis))
+    server = start(REDIS_URL=",".join(r.url for r in two_redis), AGENT_METRICS_TOKEN="t")
 
     def probes() -> list[tuple[int, str]]:
-        with httpx.Client(base_url=server.http, timeout=10) as c:
+        token = {"Authorization": "Bearer t"}  # the hosts are shown to the scraper only
+        with httpx.Client(base_url=server.http, timeout=10, headers=token) as c:
             return [(r.status_code, r.text) for r in (c.get("/readyz") for _ in range(20))]
 
     up = await asyncio.to_thread(probes)
@@ -295,3 +296,5 @@ async def test_readyz_with_two_hosts_answers_truly_every_time(own_server, two_re
     down = await asyncio.to_thread(probes)
     assert all(text.endswith(f"{hosts[1]}: down") for _, text in down), down[:2]
     assert all(f"{hosts[0]}: up" in text for _, text in down)
+    anonymous = await asyncio.to_thread(httpx.get, f"{server.http}/readyz", timeout=10)
+    assert "channel layer host" not in anonymous.text  # nobody else is shown the topology

@@ -174,8 +174,8 @@ def test_a_body_nested_too_deep_is_a_4xx_with_a_reason_signed_in_or_not(server, 
 
 def test_one_request_answers_at_most_the_gates_waiting(client):
     """2,000 copies of one approval decide it once (the rest dropped); a
-    request answering more gates than wait is 400 too_many_answers and
-    decides none."""
+    request naming more than 64 gates is 400 too_many_answers, and one
+    naming a gate that is not the session's is 404: neither decides any."""
     start = {"id": "edge8", "messages": [user_part("/write a.txt x", "u1")]}
     chunks = data_lines(client.post("/api/ai-sdk/chat", json=start).text)
     asked = next(c for c in chunks if c["type"] == "tool-approval-request")
@@ -196,8 +196,12 @@ def test_one_request_answers_at_most_the_gates_waiting(client):
             "messages": [start["messages"][0], {"id": "a1", "role": "assistant", "parts": parts}],
         }
 
-    too_many = client.post("/api/ai-sdk/chat", json=answering(approval, "ap_other1", "ap_other2"))
+    too_many = client.post(
+        "/api/ai-sdk/chat", json=answering(approval, *(f"ap_other{n}" for n in range(64)))
+    )
     assert too_many.status_code == 400 and too_many.json()["code"] == "too_many_answers"
+    unknown = client.post("/api/ai-sdk/chat", json=answering(approval, "ap_other1"))
+    assert unknown.status_code == 404
     assert ApprovalRequest.objects.get(id=approval).status == "pending"
     once = client.post("/api/ai-sdk/chat", json=answering(*[approval] * 2000))
     assert once.status_code == 200
