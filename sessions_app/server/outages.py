@@ -17,12 +17,12 @@ from __future__ import annotations
 import logging
 import time
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from sessions_app.server.access_log import plain
 from sessions_app.server.logs import Outage
+from sessions_app.server.middleware import Middleware
 
 log = logging.getLogger("sessions_app.server.outages")
 
@@ -66,25 +66,8 @@ def unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
     return response
 
 
-class UnavailableMiddleware:
+class UnavailableMiddleware(Middleware):
     """See the module's comment. Sync or async, as the stack around it is."""
-
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request):
-        if self.is_async:
-            return self.__acall__(request)
-        return self.get_response(request)
-
-    async def __acall__(self, request):
-        return await self.get_response(request)
 
     def process_exception(self, request, exception):
         if isinstance(exception, OUTAGE_ERRORS):

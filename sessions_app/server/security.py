@@ -16,12 +16,12 @@ import hashlib
 import logging
 from urllib.parse import urlsplit
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
 from sessions_app.conf import STATIC_DIR
+from sessions_app.server.middleware import Middleware
 
 log = logging.getLogger(__name__)
 
@@ -121,30 +121,12 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
-class ContentSecurityPolicyMiddleware:
+class ContentSecurityPolicyMiddleware(Middleware):
     """Adds ``Content-Security-Policy`` to every response outside the admin.
     Sync or async, as the stack around it is (under daphne: async, so a
     request needs no thread for it)."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request):
-        if self.is_async:
-            return self.__acall__(request)
-        return self._with_policy(request, self.get_response(request))
-
-    async def __acall__(self, request):
-        return self._with_policy(request, await self.get_response(request))
-
-    @staticmethod
-    def _with_policy(request, response):
+    def respond(self, request, response):
         if not request.path.startswith("/admin/"):
             response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         return response
