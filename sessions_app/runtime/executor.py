@@ -166,21 +166,7 @@ def _drive(run_id: str, worker: str) -> None:
     ended = "failed"
     try:
         with tracing.continued(run.trace), tracing.span("run", **ids):
-            agent = get_agent()
-            while True:
-                try:
-                    if gate:
-                        agent.resume(ctx, continue_gate(ctx, gate))
-                    elif ctx.entry == "resume" and ctx.outcome is not None:
-                        # Only the tool result's own checkpoint goes on with resume:
-                        # any checkpoint this drive takes goes on with start.
-                        outcome, ctx.entry, ctx.outcome = ctx.outcome, "start", None
-                        agent.resume(ctx, outcome)
-                    else:
-                        agent.start(ctx)
-                    break
-                except AutoApproved as auto:
-                    gate = auto.args[0]  # run it now, and go on with resume
+            _run_agent(ctx, gate)
             runs.finish_run(
                 run_id, p.STOP_END_TURN, worker=worker, from_statuses=(Run.Status.RUNNING,)
             )
@@ -208,6 +194,27 @@ def _drive(run_id: str, worker: str) -> None:
         with _live_lock:
             if _live.get(run_id) is ctx:
                 del _live[run_id]
+
+
+def _run_agent(ctx: Context, gate: str | None) -> None:
+    """The agent, from where the run stands: the gated call it waits on, the
+    tool result's checkpoint, or its start. An auto-approved call runs at
+    once, and the agent goes on with resume."""
+    agent = get_agent()
+    while True:
+        try:
+            if gate:
+                agent.resume(ctx, continue_gate(ctx, gate))
+            elif ctx.entry == "resume" and ctx.outcome is not None:
+                # Only the tool result's own checkpoint goes on with resume:
+                # any checkpoint this drive takes goes on with start.
+                outcome, ctx.entry, ctx.outcome = ctx.outcome, "start", None
+                agent.resume(ctx, outcome)
+            else:
+                agent.start(ctx)
+            return
+        except AutoApproved as auto:
+            gate = auto.args[0]  # run it now, and go on with resume
 
 
 def _release_quietly(ctx: Context) -> None:

@@ -242,6 +242,28 @@ def _write_parts(path: str, root: Path) -> list[str]:
     return parts
 
 
+def _append(fd: int, data: bytes, root: Path, call_id: str) -> None:
+    """Append ``data`` as one attempt of ``call_id``: what an earlier attempt
+    appended is cut back first, under the call's lock, unless a newer holder
+    of the run made its own (``journal``: then this one writes nothing)."""
+    try:
+        with attempt(root, call_id, lambda: os.fstat(fd).st_size) as before:
+            if before < os.fstat(fd).st_size:
+                os.ftruncate(fd, before)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+    except StaleHolder:
+        raise Refused(
+            "not written: this worker lost the run, and its new holder ran the call"
+        ) from None
+    except CallBusy:
+        raise Refused(
+            "unknown: another attempt of this call (a stalled worker) still holds "
+            "it, and whether that one takes effect is unknown; this one wrote nothing"
+        ) from None
+
+
 def _write_file(path: str, text: str, root: Path, call_id: str = "") -> tuple[bool, str]:
     parts = _write_parts(path, root)
     data = (text + "\n").encode("utf-8", errors="surrogatepass")
@@ -281,25 +303,7 @@ def _write_file(path: str, text: str, root: Path, call_id: str = "") -> tuple[bo
             # A second hard link could be a file outside the workspace.
             if info.st_nlink > 1:
                 raise Refused(f"files with several hard links are not allowed: {path}")
-            # An earlier attempt of this call may have appended: undo it,
-            # under the call's lock, unless a newer holder of the run has
-            # made its own (``journal``: then this one writes nothing).
-            try:
-                with attempt(root, call_id, lambda: os.fstat(fd).st_size) as before:
-                    if before < os.fstat(fd).st_size:
-                        os.ftruncate(fd, before)
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-            except StaleHolder:
-                raise Refused(
-                    "not written: this worker lost the run, and its new holder ran the call"
-                ) from None
-            except CallBusy:
-                raise Refused(
-                    "unknown: another attempt of this call (a stalled worker) still holds "
-                    "it, and whether that one takes effect is unknown; this one wrote nothing"
-                ) from None
+            _append(fd, data, root, call_id)
         finally:
             os.close(fd)
     finally:
