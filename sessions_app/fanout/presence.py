@@ -25,8 +25,10 @@ from django.utils import timezone
 
 from sessions_app import fanout
 from sessions_app.models import AgentSession, Connection, Run
+from sessions_app.server.logs import Outage
 
 log = logging.getLogger(__name__)
+_outage = Outage(log)
 
 TOUCH_SECONDS = 10.0
 STALE_SECONDS = 35.0
@@ -140,7 +142,7 @@ class ConnectionToucher(threading.Thread):
         while not self.stopped.wait(TOUCH_SECONDS):
             try:
                 touch_connections(self.server_id)
-            except Exception:
-                log.exception("touching connections failed")
+            except Exception as exc:
+                _outage.failed("touching connections", exc)
             finally:
                 close_old_connections()

@@ -25,8 +25,10 @@ from django.db.models.functions import Now
 
 from sessions_app.models import Run
 from sessions_app.server.identity import worker_id
+from sessions_app.server.logs import Outage
 
 log = logging.getLogger(__name__)
+_outage = Outage(log)
 
 
 def expires_in(seconds: float | None = None) -> ExpressionWrapper:
@@ -155,10 +157,10 @@ class LeaseKeeper(threading.Thread):
             while not self.stopped.wait(interval):
                 try:
                     self.beat()
-                except Exception:
+                except Exception as exc:
                     # A locked or dropped database: try again next beat (the
                     # lease is three beats long) rather than stop renewing.
-                    log.exception("lease renewal failed")
+                    _outage.failed("lease renewal", exc)
                     close_old_connections()
         finally:
             close_old_connections()

@@ -24,9 +24,11 @@ from sessions_app.log.retention import apply_retention
 from sessions_app.models import Connection, Run
 from sessions_app.runtime import durable, runs
 from sessions_app.server.identity import worker_id
+from sessions_app.server.logs import Outage
 from sessions_app.wire import protocol as p
 
 log = logging.getLogger(__name__)
+_outage = Outage(log)
 
 
 def take_over_expired() -> list[str]:
@@ -101,8 +103,8 @@ class Sweeper(threading.Thread):
                 if retention_configured() and time.monotonic() >= retention_due:
                     retention_due = time.monotonic() + settings.AGENT_RETENTION_INTERVAL_SECONDS
                     apply_retention()
-            except Exception:
-                log.exception("sweep failed")
+            except Exception as exc:
+                _outage.failed("sweep", exc)
             finally:
                 close_old_connections()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -99,3 +100,11 @@ class Outage:
         more = self.unwritten.pop(what, 0)
         also = f" ({more} more since the last line)" if more else ""
         self.logger.error("%s failed: %r%s", what, exc, also, extra=extra)
+
+    def failed(self, what: str, exc: BaseException, **extra: Any) -> None:
+        """``what`` failed with ``exc``: one line for many when it is an
+        outage (``is_outage``), else the error with its traceback."""
+        if is_outage(exc):
+            self.error(what, exc, time.monotonic(), **extra)
+        else:
+            self.logger.error("%s failed", what, exc_info=exc, extra=extra)

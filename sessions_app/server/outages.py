@@ -63,6 +63,8 @@ def unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
         response = HttpResponse(PAGE.format(seconds=seconds), status=503)
     response["Retry-After"] = str(seconds)
     response["Cache-Control"] = "no-store"
+    # Logged above, one line for many: not again by Django, a line a request.
+    response._has_been_logged = True
     return response
 
 

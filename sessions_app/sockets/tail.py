@@ -13,15 +13,21 @@ socket is ``TailTarget``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, Protocol
 
 from django.conf import settings
 
 from sessions_app.delivery import reads
 from sessions_app.delivery.core import Phase, Sequencer
+from sessions_app.server.logs import Outage
 from sessions_app.server.patches import PeerGone
 from sessions_app.sockets.replay import RangeSender
 from sessions_app.wire import protocol as p
+
+# Every socket of a daphne checks its tail: in a database outage they all
+# fail at once, one line for them all.
+_outage = Outage(logging.getLogger("sessions_app.sockets.session"))
 
 
 class TailTarget(Protocol):
@@ -129,8 +135,8 @@ class TailCheck:
             raise
         except PeerGone:
             socket.to(Phase.CLOSING)
-        except Exception:
-            socket.log.exception("connection %s: tail check failed", socket.connection_id)
+        except Exception as exc:
+            _outage.failed("a socket's tail check", exc, connection_id=socket.connection_id)
         if not socket.closing:
             self.arm(settings.AGENT_TAIL_PROBE_SECONDS)
 

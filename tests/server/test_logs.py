@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sessions_app.server.logs import JsonFormatter, SocketLog
+from sessions_app.server.logs import JsonFormatter, Outage, SocketLog
 from tests.harness import Daphne, WsClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,6 +28,40 @@ def test_a_record_becomes_one_json_line_with_its_context():
     except ValueError:
         record.exc_info = sys.exc_info()
     assert "ValueError: boom" in json.loads(JsonFormatter().format(record))["exc"]
+
+
+def test_an_outage_is_one_line_for_many_with_a_count(caplog):
+    """Alike failures within ``every`` seconds are one line; the next says
+    how many it left unwritten; no traceback for any."""
+    from django.db import OperationalError
+
+    outage = Outage(logging.getLogger("tests.outage"), every=10)
+    with caplog.at_level(logging.ERROR, "tests.outage"):
+        for now in range(5):
+            outage.error("a sweep", OperationalError("gone"), float(now))
+        outage.error("a sweep", OperationalError("gone"), 11.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "a sweep failed: OperationalError('gone')",
+        "a sweep failed: OperationalError('gone') (4 more since the last line)",
+    ]
+    assert all(r.exc_info is None for r in caplog.records)
+
+
+def test_failed_keeps_the_traceback_of_what_is_not_an_outage(caplog):
+    """``failed``: a database or network error is an outage's one line; a
+    bug (a ValueError) is logged each time, with its traceback."""
+    from django.db import OperationalError
+
+    outage = Outage(logging.getLogger("tests.failed"))
+    with caplog.at_level(logging.ERROR, "tests.failed"):
+        for _ in range(3):
+            outage.failed("a sweep", OperationalError("gone"), connection_id="c_1")
+            outage.failed("a sweep", ValueError("a bug"))
+    outages = [r for r in caplog.records if r.exc_info is None]
+    bugs = [r for r in caplog.records if r.exc_info is not None]
+    assert [r.getMessage() for r in outages] == ["a sweep failed: OperationalError('gone')"]
+    assert outages[0].connection_id == "c_1"
+    assert len(bugs) == 3 and all(r.exc_info[0] is ValueError for r in bugs)
 
 
 def test_socket_log_adds_the_context_at_each_line(caplog):

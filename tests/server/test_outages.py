@@ -35,6 +35,25 @@ def test_the_apps_middleware_is_async_capable():
         assert middleware.async_capable and middleware.sync_capable
 
 
+def test_the_503_is_not_logged_again_by_django(caplog, rf):
+    """The outage's 503 is logged once for many by the middleware; Django's
+    own response log (``django.request``, a line a request: 176 lines in a
+    5 s drill) writes nothing for it."""
+    import logging
+
+    from django.db import OperationalError
+    from django.utils.log import log_response
+
+    from sessions_app.server.outages import unavailable
+
+    request = rf.get("/api/sessions/")
+    response = unavailable(request, OperationalError("gone"))
+    with caplog.at_level(logging.ERROR, "django.request"):
+        log_response("Service Unavailable: %s", request.path, response=response, request=request)
+    assert response.status_code == 503
+    assert [r for r in caplog.records if r.name == "django.request"] == []
+
+
 def test_quick_closes_keep_no_connection_and_log_no_error(user, cookie, tmp_path):
     """200 clients that ask for a page and leave at once: afterwards the
     server holds no more database connections than before (PostgreSQL's own

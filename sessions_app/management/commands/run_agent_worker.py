@@ -40,8 +40,10 @@ from sessions_app.runtime.tasks import run_agent
 from sessions_app.server import probes
 from sessions_app.server.heap import freeze_startup_objects
 from sessions_app.server.identity import worker_id
+from sessions_app.server.logs import Outage
 
 log = logging.getLogger("sessions_app.worker")
+_outage = Outage(log)
 
 QUEUE = "default"
 BACKEND = "default"
@@ -118,10 +120,10 @@ class ConcurrentWorker(Worker):
                 continue  # every thread busy
             try:
                 task_result = self.take_one()
-            except DatabaseError:
+            except DatabaseError as exc:
                 self.pool.slots.release()
                 # The database restarted or dropped us: reconnect and go on.
-                log.exception("taking a task failed; reconnecting")
+                _outage.failed("taking a task (reconnecting)", exc)
                 close_old_connections()
                 self.stopping.wait(1)
                 continue
