@@ -34,6 +34,7 @@ from sessions_app.runtime.context import Context, cut_marker
 from sessions_app.runtime.toolcalls import continue_gate
 from sessions_app.server import metrics, tracing
 from sessions_app.server.identity import worker_id
+from sessions_app.server.logs import is_outage
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted, SessionGone
 
@@ -183,9 +184,15 @@ def _drive(run_id: str, worker: str) -> None:
         _finish_error(run_id, worker, str(exc) or "the agent failed")
         ended = "finished error"
     except Exception as exc:
-        log.exception("run %s failed", run_id, extra={"run_id": run_id})
-        _finish_error(run_id, worker, f"internal error: {type(exc).__name__}")
-        ended = "finished error"
+        if is_outage(exc):
+            # The database (or Redis) failed under the run, not the run: one
+            # line, and the run goes on from its last checkpoint.
+            log.error("run %s failed: %r", run_id, exc, extra={"run_id": run_id})
+            ended = _take_over_now(run_id, worker)
+        else:
+            log.exception("run %s failed", run_id, extra={"run_id": run_id})
+            _finish_error(run_id, worker, f"internal error: {type(exc).__name__}")
+            ended = "finished error"
     finally:
         log.info("run %s %s", run_id, ended, extra={"run_id": run_id})
         # Only this drive's entries: a continuation of the same run in this
@@ -222,6 +229,22 @@ def _release_quietly(ctx: Context) -> None:
         ctx.hand_over()
     except Exception:
         log.exception("could not hand over run %s", ctx.run_id, extra={"run_id": ctx.run_id})
+
+
+def _take_over_now(run_id: str, worker: str) -> str:
+    """A drive an outage stopped: its run back to the queue at its last
+    checkpoint, as a takeover (counted against its crash budget, which each
+    checkpoint resets), now if the database is back, else by the sweeper
+    once the lease lapses. A blip never ends an answer with an error."""
+    close_old_connections()  # the one the outage broke
+    try:
+        outcome = durable.release(run_id, worker, p.RESUMED_TAKEOVER)
+    except Exception as exc:
+        log.error("run %s: left to its lease (%r)", run_id, exc, extra={"run_id": run_id})
+        return "stopped by an outage: taken over when its lease lapses"
+    if outcome == "error":
+        return "finished error: its crash budget is spent"
+    return "stopped by an outage: taken over at its last checkpoint"
 
 
 def _finish_error(run_id: str, worker: str, message: str) -> None:

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 from django.db import connection
 
-from sessions_app.models import Run
+from sessions_app.models import AgentSession, Run
 from sessions_app.runtime.tools import workspace_for
 from tests.harness import ROOT, Process, WsClient, wait_until
 from tests.runtime.common import open_session, send_text
@@ -28,9 +28,10 @@ POOL_SIZE = 4
 
 class PgBouncer(Process):
     """Debian's pgbouncer on a free port, transaction pooling, ``POOL_SIZE``
-    server connections per database and user (as root it runs as postgres)."""
+    server connections per database and user (as root it runs as postgres),
+    in front of the test database's server or ``upstream`` (host, port)."""
 
-    def __init__(self, log_dir):
+    def __init__(self, log_dir, upstream: tuple[str, int] | None = None, pool: int = POOL_SIZE):
         probe = socket.socket()
         probe.bind(("127.0.0.1", 0))
         self.port = probe.getsockname()[1]
@@ -48,12 +49,13 @@ class PgBouncer(Process):
             auth_type="trust",
             auth_file=str(users),
             admin_users="postgres",
-            default_pool_size=str(POOL_SIZE),
+            default_pool_size=str(pool),
         )
+        host, port = upstream or (settings.get("HOST") or "127.0.0.1", settings.get("PORT") or 5432)
         config = log_dir / "pgbouncer.ini"
         config.write_text(
             "[databases]\n"
-            f"* = host={settings.get('HOST') or '127.0.0.1'} port={settings.get('PORT') or 5432}\n"
+            f"* = host={host} port={port}\n"
             "[pgbouncer]\n" + "".join(f"{k} = {v}\n" for k, v in ini.items())
         )
         as_root = ["-u", "postgres"] if os.geteuid() == 0 else []
@@ -239,3 +241,67 @@ def test_a_database_outage_is_a_503_that_says_when_and_pages_recover(own_server,
         bouncer.start()
         assert c.get("/").status_code == 200
         assert c.get("/api/sessions/", headers={"Authorization": f"Token {key}"}).status_code == 200
+
+
+class HeldSession:
+    """The session's row locked FOR UPDATE on a connection of the test's
+    own, so the run's next append waits on it inside its query; ``cut``
+    ends that waiting query's server connection (as a PostgreSQL restart
+    does), then lets go."""
+
+    def __init__(self, session_id: str) -> None:
+        import psycopg
+
+        settings = connection.settings_dict
+        self.conn = psycopg.connect(
+            host=settings.get("HOST") or "127.0.0.1",
+            port=settings.get("PORT") or 5432,
+            user=settings["USER"],
+            dbname=settings["NAME"],
+        )
+        table = AgentSession._meta.db_table
+        self.conn.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE", [session_id])
+
+    def waiting(self) -> list[int]:
+        rows = self.conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        ).fetchall()
+        return [pid for (pid,) in rows]
+
+    def cut(self, pids: list[int]) -> None:
+        for pid in pids:
+            self.conn.execute("SELECT pg_terminate_backend(%s)", [pid])
+        self.conn.rollback()
+        self.conn.close()
+
+
+async def test_a_blip_under_an_answer_is_taken_over_at_once(own_server, cookie, bouncer):
+    """PostgreSQL ends the server connection of the run's append while it is
+    in flight (held on the session's row lock until then). Through PgBouncer
+    the worker's own connection lives, so the database is back at once, and
+    so is the run: it goes on from its last checkpoint (``run.resumed``, a
+    takeover) at once, not when its lease lapses (60 s here; before, it
+    waited for that), and ends ``end_turn`` with the whole answer once."""
+    import asyncio
+
+    start, _ = own_server
+    server = start(
+        DATABASE_URL=bouncer.url(), DATABASE_POOL_MODE="transaction", AGENT_LEASE_SECONDS="60"
+    )
+    c, sid = await open_session(server, cookie)
+    sent = await send_text(c, "/stream 40 50", "m1")
+    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "tok5 " in f["data"]["text"])
+    held = await asyncio.to_thread(HeldSession, sid)
+    pids = await wait_until(lambda: held.waiting())
+    await asyncio.to_thread(held.cut, pids)
+    end = await c.wait_event(
+        lambda f: f["kind"] == "run.finished" and f["run_id"] == sent["run_id"], timeout=40
+    )
+    assert end["data"] == {"stop_reason": "end_turn"}
+    mine = [e for e in c.events() if e["run_id"] == sent["run_id"]]
+    assert [e["data"]["reason"] for e in mine if e["kind"] == "run.resumed"] == ["takeover"]
+    [message] = [e for e in mine if e["kind"] == "assistant.message"]
+    assert message["data"]["text"] == "".join(f"tok{i} " for i in range(40))
+    assert c.seqs() == list(range(1, end["seq"] + 1))
+    await c.close()

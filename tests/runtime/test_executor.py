@@ -86,3 +86,47 @@ def test_a_drive_logs_one_line_as_it_starts_and_one_as_it_ends(user, no_enqueue,
     assert said[1] == f"run {asked.run_id} finished end_turn"
     assert said[2].startswith(f"run {gated.run_id} start on ")
     assert said[3] == f"run {gated.run_id} parked at a gate"
+
+
+APP_NAME = "agent-test-blip"  # the servers' connections' (libpq's PGAPPNAME)
+
+
+def _terminate_the_servers_connections() -> int:
+    """The servers' connections to this database ended by PostgreSQL, as its
+    restart ends them (``pg_terminate_backend``): how many."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = %s",
+            [APP_NAME],
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.postgres
+async def test_a_database_blip_under_an_answer_is_taken_over_at_once(own_server, cookie):
+    """PostgreSQL ends the servers' connections while an answer streams:
+    the worker's next write fails, it connects again, and the run goes on
+    from its last checkpoint (``run.resumed``, a takeover) at once, not when
+    its lease lapses (60 s here; before, it waited for that), and ends
+    ``end_turn`` with the whole answer once, and every seq once."""
+    from asgiref.sync import sync_to_async
+
+    start, _ = own_server
+    server = start(PGAPPNAME=APP_NAME, AGENT_LEASE_SECONDS="60")
+    c, _ = await open_session(server, cookie)
+    sent = await send_text(c, "/stream 40 50", "m1")
+    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "tok5 " in f["data"]["text"])
+    assert await sync_to_async(_terminate_the_servers_connections)() > 0
+    end = await c.wait_event(
+        lambda f: f["kind"] == "run.finished" and f["run_id"] == sent["run_id"], timeout=40
+    )
+    assert end["data"] == {"stop_reason": "end_turn"}
+    mine = [e for e in c.events() if e["run_id"] == sent["run_id"]]
+    assert [e["data"]["reason"] for e in mine if e["kind"] == "run.resumed"] == ["takeover"]
+    [message] = [e for e in mine if e["kind"] == "assistant.message"]
+    assert message["data"]["text"] == "".join(f"tok{i} " for i in range(40))
+    assert c.seqs() == list(range(1, end["seq"] + 1))
+    await c.close()
