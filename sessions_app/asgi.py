@@ -27,7 +27,7 @@ from sessions_app.access.auth import PooledAuthMiddlewareStack, routes_matcher
 from sessions_app.runtime import executor
 from sessions_app.runtime.starter import RuntimeStarter
 from sessions_app.server import patches
-from sessions_app.server.access_log import AccessLog
+from sessions_app.server.access_log import AccessLog, drop_daphnes_duplicates
 from sessions_app.server.probe_routes import Probes
 from sessions_app.server.security import SameOriginValidator
 from sessions_app.server.static import StaticFiles
@@ -85,6 +85,7 @@ def application_for(
         )
     )
     install_patches()
+    drop_daphnes_duplicates()
     _import_channel_layer()
     return application
 

@@ -14,6 +14,8 @@ from django.db import models
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from sessions_app.server.access_log import new_connection_id
+
 
 def new_session_id() -> str:
     return "s_" + secrets.token_urlsafe(16)
@@ -29,10 +31,6 @@ def new_run_id() -> str:
 
 def new_approval_id() -> str:
     return "ap_" + secrets.token_urlsafe(12)
-
-
-def new_connection_id() -> str:
-    return "c_" + secrets.token_urlsafe(12)
 
 
 class AgentSession(models.Model):

@@ -12,6 +12,11 @@ answer and close code (``server.logs``). The lines written inside a traced
 action (a send, a run, a decision: ``server.tracing``) carry its trace and
 span ids; an access line is written outside them.
 
+Each HTTP request and each socket gets a ``connection_id`` in its scope
+(the socket's own lines carry it), and an application error is logged here
+with it, the method and the path (daphne's own "Exception inside
+application" line, which has none of them, is dropped for it).
+
 daphne writes an access log of its own (plain text on stdout, which a
 service manager's pipe holds back until exit): the runbook's units turn it
 off (``--verbosity 0``); ``AGENT_ACCESS_LOG=0`` turns this one off.
@@ -20,16 +25,19 @@ off (``--verbosity 0``); ``AGENT_ACCESS_LOG=0`` turns this one off.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import ipaddress
 import logging
 import re
+import secrets
 import time
 from typing import Any
 
 from django.conf import settings
 
 log = logging.getLogger("sessions_app.access")
+errors = logging.getLogger("sessions_app.server.errors")
 
 
 @functools.cache
@@ -73,8 +81,20 @@ class AccessLog:
 
     async def __call__(self, scope, receive, send):
         kind = scope["type"]
-        if kind not in ("http", "websocket") or not settings.AGENT_ACCESS_LOG:
+        if kind not in ("http", "websocket"):
             return await self.app(scope, receive, send)
+        scope = {**scope, "connection_id": new_connection_id()}
+        try:
+            if settings.AGENT_ACCESS_LOG:
+                await self._logged(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
+        except Exception as exc:
+            failed(scope, exc)
+            raise
+
+    async def _logged(self, scope, receive, send):
+        kind = scope["type"]
         started = time.monotonic()
         line: dict[str, Any] = {
             "client": client_address(scope),
@@ -85,11 +105,11 @@ class AccessLog:
             # A socket's own lines say how it was answered and closed (its
             # close code, a refusal's reason): nothing sits in its send
             # path here, which every event to every tab takes.
-            _write("websocket opened", line, started)
+            _write("websocket opened", line, started, scope["connection_id"])
             try:
                 await self.app(scope, receive, send)
             finally:
-                _write("websocket ended", line, started)
+                _write("websocket ended", line, started, scope["connection_id"])
             return
         line["status"], line["bytes"] = None, 0
 
@@ -110,7 +130,7 @@ class AccessLog:
             raise
         finally:
             line["status"] = line["status"] or 499
-            _write("http", line, started)
+            _write("http", line, started, scope["connection_id"])
 
 
 # What a plain line never holds as it is: control characters (a line break
@@ -130,7 +150,38 @@ def _escaped(found: re.Match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def _write(what: str, line: dict[str, Any], started: float) -> None:
+def _write(what: str, line: dict[str, Any], started: float, connection_id: str) -> None:
     fields = {**line, "ms": round((time.monotonic() - started) * 1000, 1)}
     shown = " ".join(plain(v) for v in fields.values())
-    log.info("%s %s", what, shown, extra={"access": fields})
+    log.info("%s %s", what, shown, extra={"access": fields, "connection_id": connection_id})
+
+
+def new_connection_id() -> str:
+    return "c_" + secrets.token_urlsafe(12)
+
+
+def failed(scope: dict[str, Any], exc: BaseException) -> None:
+    """The application failed on this connection: the error with its id,
+    method and path; daphne's own line for it is dropped (``DaphneDuplicate``)."""
+    cid = scope.get("connection_id")
+    method, path = scope.get("method", "WS"), plain(scope.get("path", ""))[:200]
+    errors.error(
+        "connection %s: %s %s failed", cid, method, path, exc_info=exc, extra={"connection_id": cid}
+    )
+    with contextlib.suppress(AttributeError, TypeError):
+        exc.agent_logged = True  # type: ignore[attr-defined]
+
+
+class DaphneDuplicate(logging.Filter):
+    """On daphne's logger: drops its "Exception inside application" line for
+    an error ``failed`` has logged already, with the connection's id."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not getattr(exc, "agent_logged", False)
+
+
+def drop_daphnes_duplicates() -> None:
+    daphne = logging.getLogger("daphne.server")
+    if not any(isinstance(f, DaphneDuplicate) for f in daphne.filters):
+        daphne.addFilter(DaphneDuplicate())

@@ -88,6 +88,9 @@ async def test_every_line_of_a_json_daphne_is_json_with_the_forwarded_client(
     assert sockets == ["opened", "ended"]
     closed = [x for x in parsed if x.get("close_code") == 4400]  # the socket's own line
     assert closed and closed[0]["first_frame"] == "ping"
+    # One id from the socket's access lines to its own.
+    ids = {x["connection_id"] for x in access if x["path"].startswith("/ws/")}
+    assert ids == {closed[0]["connection_id"]}
 
 
 def test_every_line_of_a_json_run_worker_is_json(tmp_path, settings):
@@ -122,7 +125,38 @@ async def test_a_response_the_app_failed_is_500_and_one_the_client_left_499(capl
             await AccessLog(failing)(scope, None, None)
         with pytest.raises(asyncio.CancelledError):
             await AccessLog(abandoned)(scope, None, None)
-    assert [r.access["status"] for r in caplog.records] == [500, 499]
+    lines = [r for r in caplog.records if r.name == "sessions_app.access"]
+    assert [r.access["status"] for r in lines] == [500, 499]
+
+
+async def test_an_application_error_names_its_connection_and_daphne_says_it_once(caplog):
+    """The app failed on a connection: one error line with the connection's
+    id (the one its access line and its socket's lines carry), the method
+    and the path, and its traceback; daphne's own "Exception inside
+    application" line for it, which names none of them, is dropped."""
+    from sessions_app.server.access_log import AccessLog, DaphneDuplicate
+
+    seen = {}
+
+    async def failing(scope, receive, send):
+        seen["id"] = scope["connection_id"]
+        raise RuntimeError("boom")
+
+    scope = {"type": "websocket", "path": "/ws/sessions/", "client": ("192.0.2.5", 1)}
+    with caplog.at_level(logging.INFO), pytest.raises(RuntimeError) as raised:
+        await AccessLog(failing)(scope, None, None)
+    [error] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert error.getMessage() == f"connection {seen['id']}: WS /ws/sessions/ failed"
+    assert error.connection_id == seen["id"] and error.exc_info[1] is raised.value
+    access = [r for r in caplog.records if r.name == "sessions_app.access"]
+    assert {r.connection_id for r in access} == {seen["id"]}
+    daphnes = logging.makeLogRecord(
+        {"name": "daphne.server", "msg": "Exception inside application: %s", "args": ("boom",)}
+    )
+    daphnes.exc_info = (RuntimeError, raised.value, None)
+    assert not DaphneDuplicate().filter(daphnes)
+    daphnes.exc_info = (RuntimeError, RuntimeError("another"), None)
+    assert DaphneDuplicate().filter(daphnes)
 
 
 async def test_a_path_with_a_line_break_cannot_forge_a_plain_line(caplog):
