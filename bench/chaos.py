@@ -41,6 +41,20 @@ Phases (``--only`` picks some):
   stream (``chaos_outages``): no slot leaks, every tab live again within
   5 s of its return and with every seq once, ``/readyz`` truthful, the
   outage a few log lines.
+- ``database`` (production): the servers reach PostgreSQL through PgBouncer
+  (the runbook's configuration) and the suite's ``netfault`` proxy; PgBouncer
+  is killed for 3 s (20 s), PostgreSQL restarted and stopped for 5 s (30 s)
+  under tabs, SSE readers, AI SDK and AG-UI streams and probes
+  (``chaos_database``): every seq once, every answer ``end_turn``, only 200s
+  and retryable 503s, no stream silent past its heartbeat.
+- ``network`` (production): latency (5 ms each way; 10 in the full run) and
+  then loss (1 %; 2 %) on the way to PostgreSQL and Redis, through the
+  suite's ``netfault`` proxy (``chaos_network``): nothing lost, and a
+  resume's p99 grows by what the latency adds to its median, no more.
+- ``rolling`` (production): the runbook's rolling restart of the daphnes
+  behind the recipe's nginx (TLS) under 100 tabs (200 full) following
+  streaming answers (``chaos_rolling``): every tab live again within 3 s, no
+  502, every seq once.
 
 Then it checks, and prints, the invariants: every socket saw ``after+1 ...
 head`` with no gap and no repeat; every tab's final transcript equals the
@@ -309,8 +323,8 @@ async def main() -> int:
     parser.add_argument("--short", action="store_true", help="the CI size")
     parser.add_argument(
         "--only",
-        default="cuts,fuzz,hostile,sse,workers,outages",
-        help="phases: cuts,fuzz,hostile,sse,workers,outages",
+        default="cuts,fuzz,hostile,sse,workers,outages,database,network,rolling",
+        help="phases: cuts,fuzz,hostile,sse,workers,outages,database,network,rolling",
     )
     parser.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "1")))
     parser.add_argument("--sessions", type=int, default=None)
@@ -348,6 +362,15 @@ async def main() -> int:
     args.stall_seconds = 4 if short else 10
     # The suite's Redis stopped this long (the outages phase, production).
     args.outage_seconds = 5 if short else 60
+    # PgBouncer killed, and PostgreSQL stopped, this long (the database phase).
+    args.bouncer_seconds = 3 if short else 20
+    args.database_seconds = 5 if short else 30
+    # Latency each way and loss on the way to PostgreSQL and Redis (network).
+    args.net_delay_ms = 5 if short else 10
+    args.net_loss = 0.01 if short else 0.02
+    args.net_resumes = 40 if short else 200
+    # Tabs through nginx while the daphnes restart one by one (rolling).
+    args.rolling_tabs = 100 if short else 200
 
     call_command("migrate", verbosity=0)
     profile = (
@@ -415,6 +438,23 @@ async def main() -> int:
 
             clusters.append(Cluster(log_dir, **chaos_outages.ENV))
             await chaos_outages.outages_phase(clusters[-1], REDIS, args, report)
+            clusters[-1].stop()
+        if "database" in phases and settings.AGENT_RUNNER == "worker":
+            import chaos_database
+
+            await chaos_database.database_phase(
+                lambda **env: Cluster(log_dir, **env), log_dir, args, report
+            )
+        if "network" in phases and settings.AGENT_RUNNER == "worker" and REDIS is not None:
+            import chaos_network
+
+            await chaos_network.network_phase(
+                lambda **env: Cluster(log_dir, **env), REDIS, log_dir, args, report
+            )
+        if "rolling" in phases and settings.AGENT_RUNNER == "worker":
+            import chaos_rolling
+
+            await chaos_rolling.rolling_phase(SERVER_ENV, log_dir, args, report)
     finally:
         for cluster in clusters:
             cluster.stop()

@@ -35,16 +35,19 @@ from tests.harness import WsClient, api_key, session_cookie
 TOKEN = "chaos-metrics"
 ENV = {"AGENT_METRICS_TOKEN": TOKEN, "AGENT_USER_MAX_SOCKETS": "8"}
 TABS = 8  # one user's, at AGENT_USER_MAX_SOCKETS: a leaked slot refuses a tab
-RETRYABLE = {1006, 1011, 1012, 1013}
+RETRYABLE = {1006, 1011, 1012, 1013, "http 503"}
 
 
 class Tab:
     """A tab following a session: resumes after what it has, again after
     every close, a moment apart; records when it was last let in."""
 
-    def __init__(self, url: str, cookie: str, session_id: str) -> None:
-        self.url, self.cookie, self.session_id = url, cookie, session_id
+    def __init__(self, url: str, cookie: str, session_id: str, tls=None) -> None:
+        self.url, self.cookie, self.session_id, self.tls = url, cookie, session_id, tls
         self.seqs: list[int] = []
+        self.back: list[float] = []  # from each close of a live socket to the next resume_ok
+        self.closed_at: float | None = None
+        self.arrived: list[float] = []  # when each of seqs came
         self.closes: list[int | str] = []
         self.live_at = 0.0
         self.epoch: str | None = None
@@ -54,12 +57,15 @@ class Tab:
         while True:
             client = None
             try:
-                client = await WsClient.connect(self.url, self.cookie)
+                client = await WsClient.connect(self.url, self.cookie, tls=self.tls)
                 after = self.seqs[-1] if self.seqs else 0
                 reply = await client.resume(self.session_id, after=after, epoch=self.epoch)
                 if reply.get("type") == "resume_ok":
                     self.live_at = time.monotonic()
                     self.epoch = reply["epoch"]
+                    if self.closed_at is not None:
+                        self.back.append(self.live_at - self.closed_at)
+                        self.closed_at = None
                 while True:
                     frame = await client.wait(
                         lambda f: f.get("type") == "event" and f["seq"] > self.last, 3600
@@ -67,12 +73,17 @@ class Tab:
                     if frame["seq"] != self.last + 1:
                         self.closes.append(f"gap {self.last} -> {frame['seq']}")
                     self.seqs.append(frame["seq"])
+                    self.arrived.append(time.monotonic())
             except (ConnectionError, OSError, TimeoutError, WebSocketException) as exc:
                 code = client.closed_code if client is not None else None
                 if code is None and getattr(exc, "rcvd", None) is not None:
                     code = exc.rcvd.code  # the server's close, met while sending
+                if code is None and getattr(exc, "response", None) is not None:
+                    code = f"http {exc.response.status_code}"  # the upgrade refused
                 self.closes.append(code if code is not None else type(exc).__name__)
             finally:
+                if self.live_at and self.closed_at is None:
+                    self.closed_at = time.monotonic()
                 if client is not None:
                     with contextlib.suppress(Exception):
                         await client.close()

@@ -307,14 +307,20 @@ class WsClient:
         self.closed_code: int | None = None
 
     @classmethod
-    async def connect(cls, url: str, cookie: str | None, origin: str | None = None):
+    async def connect(cls, url: str, cookie: str | None, origin: str | None = None, tls=None):
         """Open a socket to ``url`` with ``cookie``, from the server's own origin
-        (``http://host:port`` of the URL) unless ``origin`` says otherwise."""
+        (``http://host:port`` of the URL) unless ``origin`` says otherwise;
+        ``tls``: the SSL context of a ``wss`` URL (a test's own certificate)."""
         if origin is None:
             origin = "http" + url.removeprefix("ws").split("/ws/", 1)[0]
         headers = {"Cookie": cookie} if cookie else {}
         ws = await websockets.connect(
-            url, origin=origin, additional_headers=headers, max_size=2**24, ping_interval=None
+            url,
+            origin=origin,
+            additional_headers=headers,
+            max_size=2**24,
+            ping_interval=None,
+            **({"ssl": tls} if tls is not None else {}),
         )
         return cls(ws)
 
