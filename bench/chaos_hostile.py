@@ -32,10 +32,9 @@ from sessions_app.runtime.tools import workspace_for
 from tests.access.test_rights import _change_password
 from tests.harness import (
     WsClient,
-    client_frame,
-    raw_socket_that_never_reads,
     session_cookie,
 )
+from tests.raw_http import client_frame, raw_socket_that_never_reads
 
 
 async def amplification(cluster, cookie: str, args, report: Report) -> None:

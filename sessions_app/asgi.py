@@ -24,10 +24,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from sessions_app.access.auth import PooledAuthMiddlewareStack, routes_matcher
+from sessions_app.delivery import transport
 from sessions_app.runtime import executor
 from sessions_app.runtime.starter import RuntimeStarter
 from sessions_app.server import patches
 from sessions_app.server.access_log import AccessLog, drop_daphnes_duplicates
+from sessions_app.server.patches import daphne_buffer
 from sessions_app.server.probe_routes import Probes
 from sessions_app.server.security import SameOriginValidator
 from sessions_app.server.static import StaticFiles
@@ -96,7 +98,13 @@ def install_patches() -> None:
     the sockets' rows. Once per process; ``application_for`` calls it."""
     # Runs executing here (embedded) go back to the queue at their last
     # checkpoint, for the next start-up to enqueue (docs/agents.md).
-    patches.install(on_stop=functools.partial(executor.abort_all, enqueue=False), drain=rows.flush)
+    patches.install(
+        buffer_extension=transport.SEND_BUFFER_EXTENSION,
+        on_stop=functools.partial(executor.abort_all, enqueue=False),
+        drain=rows.flush,
+    )
+    # delivery's interface to the server, implemented by daphne's adapter.
+    transport.plug(gone=daphne_buffer.PEER_GONE, unreadable=daphne_buffer.unreadable)
 
 
 def _import_channel_layer() -> None:

@@ -3,7 +3,7 @@
 A reader that stops reading must not make the server hold what it has not
 read: before each write, a transport asks ``Flow.writable``. While the
 reader has more than ``AGENT_SEND_BUFFER_BYTES`` unread (the transport's
-send-buffer probe, ``server.patches.send_buffer_probe``) it waits, until the
+send-buffer probe, ``delivery.transport.send_buffer_probe``) it waits, until the
 reader is down to half of that; a reader that reads nothing for
 ``AGENT_SLOW_CONSUMER_SECONDS`` gets ``False``, and its transport ends it
 (a socket closes 4408, the SSE stream ends its response: both come back

@@ -38,11 +38,11 @@ from sessions_app.delivery import reads, replay
 from sessions_app.delivery.core import REPEAT, LogHole, Phase, Sequencer, check_transition
 from sessions_app.delivery.flow import Flow
 from sessions_app.delivery.groups import Membership
+from sessions_app.delivery.transport import send_buffer_probe
 from sessions_app.log.events import check_resume_cursor
 from sessions_app.models import AgentSession, ApiToken
 from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.server.logs import Outage, is_outage
-from sessions_app.server.patches import send_buffer_probe
 from sessions_app.wire import protocol as p
 
 log = logging.getLogger("sessions_app.delivery.reader")

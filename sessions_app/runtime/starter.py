@@ -2,7 +2,7 @@
 
 ``RuntimeStarter`` registers daphne's event loop for fan-out and starts the
 runtime's background part on the first connection. What adapts daphne itself
-(the graceful stop, the send-buffer probe) is in ``patches``.
+(the graceful stop, the send-buffer probe) is in ``server.patches``.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ STEPS_REDONE = Counter(
 )
 PATCH_FAILURES = Counter(
     "agent_patch_failures",
-    "Patches of third-party internals that did not take hold (patches.py)",
+    "Patches of third-party internals that did not take hold (server/patches/)",
     ["patch"],
 )
 # The close codes a label may name; a client may close with any code from

@@ -44,11 +44,11 @@ from django.conf import settings
 
 from sessions_app import fanout
 from sessions_app.access.auth import user_of
+from sessions_app.delivery import transport
 from sessions_app.delivery.core import Phase, check_transition
 from sessions_app.delivery.flow import Flow
 from sessions_app.server import metrics
 from sessions_app.server.logs import Outage, SocketLog, is_outage
-from sessions_app.server.patches import PeerGone, send_buffer_probe
 from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 
@@ -158,7 +158,7 @@ class AppSocket(AsyncWebsocketConsumer):
             return
         try:
             await handler(message)
-        except PeerGone:
+        except transport.GONE:
             # The client closed while a reply was on its way: not an error; its
             # websocket.disconnect follows and cleans up.
             self.to(Phase.CLOSING)
@@ -172,7 +172,7 @@ class AppSocket(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.bucket = p.TokenBucket()
-        self.flow = Flow(send_buffer_probe(self.scope))
+        self.flow = Flow(transport.send_buffer_probe(self.scope))
         await self.accept()
         metrics.SOCKETS_OPEN.inc()
         self.counted_open = True

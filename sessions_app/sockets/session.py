@@ -35,11 +35,11 @@ from django.utils.timezone import now
 
 from sessions_app import fanout
 from sessions_app.access.rights import RightsRevoked
+from sessions_app.delivery import transport
 from sessions_app.delivery.core import REPEAT, Phase, Refill, Send, Sequencer
 from sessions_app.models import new_connection_id
 from sessions_app.server import metrics, tracing
 from sessions_app.server.identity import worker_id
-from sessions_app.server.patches import PeerGone
 from sessions_app.sockets import queries as db
 from sessions_app.sockets import rows
 from sessions_app.sockets.base import AppSocket
@@ -182,7 +182,7 @@ class SessionConsumer(AppSocket):
             await self.send_frame(error_frame_for(exc, p.request_id_of(frame)))
             if isinstance(exc, RightsRevoked):
                 await self.close_with(p.CLOSE_RIGHTS_CHANGED)
-        except PeerGone:
+        except transport.GONE:
             raise  # the client left; dispatch ends the socket quietly
         except Exception:
             self.log.exception("connection %s: frame failed", self.connection_id)
@@ -388,7 +388,7 @@ class SessionConsumer(AppSocket):
                 await self.send_frame(frames.presence(self.session_id, **mine))
         except asyncio.CancelledError:
             raise
-        except PeerGone:
+        except transport.GONE:
             self.to(Phase.CLOSING)
         except Exception:
             self.log.exception("connection %s: replay failed", self.connection_id)

@@ -18,10 +18,9 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from sessions_app.delivery import reads
+from sessions_app.delivery import reads, transport
 from sessions_app.delivery.core import Phase, Sequencer
 from sessions_app.server.logs import Outage
-from sessions_app.server.patches import PeerGone
 from sessions_app.sockets.replay import RangeSender
 from sessions_app.wire import protocol as p
 
@@ -133,7 +132,7 @@ class TailCheck:
                 socket.renew_groups_now()
         except asyncio.CancelledError:
             raise
-        except PeerGone:
+        except transport.GONE:
             socket.to(Phase.CLOSING)
         except Exception as exc:
             _outage.failed("a socket's tail check", exc, connection_id=socket.connection_id)

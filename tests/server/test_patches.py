@@ -13,21 +13,29 @@ from pathlib import Path
 
 import pytest
 
+from sessions_app.delivery import transport
 from sessions_app.server import patches
+from sessions_app.server.patches import (
+    autobahn_debug,
+    channels_layers,
+    daphne_buffer,
+    daphne_stop,
+    registry,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_patched_package_is_pinned_to_the_tested_version():
     """pyproject.toml pins each package whose internals are patched, at the
-    version ``patches.PINNED`` names, and that is the version installed."""
+    version ``registry.PINNED`` names, and that is the version installed."""
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     pins = {}
     for dep in deps:
         if "==" in dep:
             name, version = dep.split("==")
             pins[name.split("[")[0].lower()] = version
-    for package, version in patches.PINNED.items():
+    for package, version in registry.PINNED.items():
         assert pins.get(package) == version, package
         assert importlib.metadata.version(package) == version, package
 
@@ -36,11 +44,11 @@ def test_each_patch_takes_hold_under_daphne():
     """Applied as daphne's process applies them, every check passes."""
     import daphne.server  # noqa: F401 (what ``install`` looks for)
 
-    patches.install()
-    assert patches.check_send_buffer() is None
-    assert patches.check_graceful_stop() is None
-    assert patches.check_hltype() is None
-    assert patches.failures == {}
+    patches.install(buffer_extension=transport.SEND_BUFFER_EXTENSION)
+    assert daphne_buffer.check() is None
+    assert daphne_stop.check() is None
+    assert autobahn_debug.check() is None
+    assert registry.failures == {}
 
 
 def test_a_check_fails_when_its_patch_has_no_effect(monkeypatch):
@@ -49,13 +57,13 @@ def test_a_check_fails_when_its_patch_has_no_effect(monkeypatch):
     from daphne.server import Server
     from daphne.ws_protocol import WebSocketProtocol
 
-    patches.install()
+    patches.install(buffer_extension=transport.SEND_BUFFER_EXTENSION)
     monkeypatch.setattr(Server, "create_application", lambda self, protocol, scope: None)
-    assert "create_application" in patches.check_send_buffer()
+    assert "create_application" in daphne_buffer.check()
     monkeypatch.setattr(WebSocketProtocol, "serverClose", lambda self, code=None: None)
-    assert "serverClose" in patches.check_graceful_stop()
+    assert "serverClose" in daphne_stop.check()
     monkeypatch.setattr(protocol, "hltype", lambda obj: "")
-    assert "hltype" in patches.check_hltype()
+    assert "hltype" in autobahn_debug.check()
 
 
 def test_autobahn_formats_no_debug_text_with_debug_off(monkeypatch):
@@ -64,11 +72,11 @@ def test_autobahn_formats_no_debug_text_with_debug_off(monkeypatch):
     import daphne.server  # noqa: F401
     from autobahn.websocket import protocol
 
-    patches.install()
+    patches.install(buffer_extension=transport.SEND_BUFFER_EXTENSION)
     assert protocol.pformat is repr
     assert protocol.WebSocketProtocol.__dict__["_connectionMade"].__code__.co_names.count("pformat")
     monkeypatch.setattr(protocol, "pformat", __import__("pprint").pformat)
-    assert "pformat" in patches.check_hltype()
+    assert "pformat" in autobahn_debug.check()
 
 
 def test_a_missing_member_of_channels_redis_is_reported(monkeypatch, settings):
@@ -77,8 +85,8 @@ def test_a_missing_member_of_channels_redis_is_reported(monkeypatch, settings):
 
     monkeypatch.delattr(RedisChannelLayer, "_group_key")
     settings.AGENT_PATCH_FAILURES = "refuse"
-    with pytest.raises(patches.PatchFailed, match="_group_key"):
-        patches.check_channels_redis()
+    with pytest.raises(registry.PatchFailed, match="_group_key"):
+        channels_layers.check_channels_redis()
 
 
 def test_warn_logs_an_error_and_counts_it(monkeypatch, settings, caplog):
@@ -86,11 +94,11 @@ def test_warn_logs_an_error_and_counts_it(monkeypatch, settings, caplog):
     and the process runs on."""
     from sessions_app.server import metrics
 
-    monkeypatch.setattr(patches, "failures", {})
+    monkeypatch.setattr(registry, "failures", {})
     settings.AGENT_PATCH_FAILURES = "warn"
     before = metrics.PATCH_FAILURES.labels("send_buffer")._value.get()
     with caplog.at_level(logging.ERROR, logger="sessions_app.server.patches"):
-        patches.report("send_buffer", "no buffer to read")
+        registry.report("send_buffer", "no buffer to read")
     assert "send_buffer patch did not take hold" in caplog.text and "WITHOUT" in caplog.text
     assert metrics.PATCH_FAILURES.labels("send_buffer")._value.get() == before + 1
 
@@ -130,8 +138,8 @@ def test_the_probe_reads_a_tls_transport(tmp_path, cookie, user, transactional_d
     4408, as over plain TCP: the probe reads through TLSMemoryBIOProtocol to
     the socket's buffer (the review found it returned 0 there)."""
     from sessions_app.models import Connection
-    from tests.harness import Daphne, client_frame, raw_socket_that_never_reads, wait_until
-    from tests.raw_http import self_signed_certificate
+    from tests.harness import Daphne, wait_until
+    from tests.raw_http import client_frame, raw_socket_that_never_reads, self_signed_certificate
     from tests.sockets.test_session_limits import _big_log
 
     key, cert = self_signed_certificate(tmp_path)
@@ -160,12 +168,13 @@ def test_an_unknown_transport_is_reported_once_and_never_refused(monkeypatch, se
     """A socket whose transport the probe cannot read (found while serving,
     when refusing is no longer possible) is logged as an error and counted
     once, even with AGENT_PATCH_FAILURES=refuse; the socket runs unprobed."""
-    monkeypatch.setattr(patches, "failures", {})
+    monkeypatch.setattr(registry, "failures", {})
     settings.AGENT_PATCH_FAILURES = "refuse"
-    scope = {"extensions": {patches.SEND_BUFFER_EXTENSION: lambda: -1}}
+    transport.plug(gone=daphne_buffer.PEER_GONE, unreadable=daphne_buffer.unreadable)
+    scope = {"extensions": {transport.SEND_BUFFER_EXTENSION: lambda: -1}}
     with caplog.at_level(logging.ERROR, logger="sessions_app.server.patches"):
-        assert patches.send_buffer_probe(scope) is None
-        assert patches.send_buffer_probe(scope) is None
+        assert transport.send_buffer_probe(scope) is None
+        assert transport.send_buffer_probe(scope) is None
     assert caplog.text.count("send_buffer patch did not take hold") == 1
 
 
@@ -194,7 +203,7 @@ def test_the_probe_counts_tls_cleartext_and_ciphertext():
     tls._appSendBuffer = [b"x" * 5000]
     tls.transport = _FileDescriptor(100)
     protocol = _Protocol(tls)
-    assert patches.transport_buffered(weakref.ref(protocol)) == 5100
+    assert daphne_buffer.transport_buffered(weakref.ref(protocol)) == 5100
 
 
 def test_the_probe_reads_zero_once_the_connection_is_lost():
@@ -204,13 +213,44 @@ def test_the_probe_reads_zero_once_the_connection_is_lost():
 
     alive = _Protocol(_FileDescriptor(4000))
     lost = _Protocol(_FileDescriptor(4000, disconnected=True))
-    assert patches.transport_buffered(weakref.ref(alive)) == 4000
-    assert patches.transport_buffered(weakref.ref(lost)) == 0
+    assert daphne_buffer.transport_buffered(weakref.ref(alive)) == 4000
+    assert daphne_buffer.transport_buffered(weakref.ref(lost)) == 0
 
 
 def test_checks_without_sources_assume_and_say_so(caplog):
     """Installed as bytecode only, a source check cannot look: it assumes
     the member and logs that it did, instead of failing to start."""
     with caplog.at_level(logging.WARNING, logger="sessions_app.server.patches"):
-        assert patches.source_of(len, "assumed") == "assumed"
+        assert registry.source_of(len, "assumed") == "assumed"
     assert "assumed, not checked" in caplog.text
+
+
+def test_delivery_catches_what_the_server_plugs_in_as_a_client_gone():
+    """``delivery.transport.GONE`` is its own ``PeerGone`` and what the
+    server's adapter says its send raises (daphne: autobahn's
+    ``Disconnected``), read at each ``except``: the delivery path catches
+    it without importing the patches."""
+    from autobahn.exception import Disconnected
+
+    transport.plug(gone=())
+    assert (transport.PeerGone,) == transport.GONE
+    transport.plug(gone=daphne_buffer.PEER_GONE, unreadable=daphne_buffer.unreadable)
+    try:
+        raise Disconnected("Attempt to send on a closed protocol")
+    except transport.GONE as gone:
+        assert isinstance(gone, Disconnected)
+
+
+def test_the_graceful_stop_waits_for_settled_sockets_then_flushes():
+    """``GracefulStop.drain``: the runs handed back first, then the sockets'
+    closes waited for (none here), then the rows flushed, in that order."""
+    said = []
+    stop = daphne_stop.GracefulStop()
+    stop.on_stop = lambda: said.append("runs handed back")
+
+    async def flush():
+        said.append("rows flushed")
+
+    stop.flush = flush
+    asyncio.run(stop.drain([]))
+    assert said == ["runs handed back", "rows flushed"]

@@ -15,11 +15,10 @@ from sessions_app.delivery.flow import Flow
 from tests.harness import (
     Daphne,
     WsClient,
-    client_frame,
-    raw_socket_that_never_reads,
     rss_kib,
     wait_until,
 )
+from tests.raw_http import client_frame, raw_socket_that_never_reads
 
 SOCKETS = {"session": "/ws/sessions/", "list": "/ws/list/"}
 METRICS_TOKEN = "metrics-token-for-tests"

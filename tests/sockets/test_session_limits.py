@@ -13,13 +13,12 @@ import websockets
 from sessions_app.models import AgentSession, Connection
 from tests.harness import (
     WsClient,
-    client_frame,
-    raw_socket_that_never_reads,
     rss_kib,
     session_cookie,
     wait_until,
 )
 from tests.logs_made import session_with_deltas
+from tests.raw_http import client_frame, raw_socket_that_never_reads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

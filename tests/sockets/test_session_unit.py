@@ -217,7 +217,12 @@ async def test_a_log_ending_short_of_a_live_seq_closes_1013_instead_of_a_hole(us
 async def test_a_reply_to_a_client_that_already_left_is_no_error(user, monkeypatch, caplog):
     """The client closes while its pong is on the way (daphne raises Disconnected on
     the send): nothing is logged as an error, and no 1011 close is attempted."""
-    from sessions_app.sockets.session import PeerGone
+    from autobahn.exception import Disconnected
+
+    from sessions_app.delivery import transport
+    from sessions_app.server.patches import daphne_buffer
+
+    transport.plug(gone=daphne_buffer.PEER_GONE)  # as the ASGI module does
 
     handled = asyncio.Event()
     real_dispatch = SessionConsumer.dispatch
@@ -234,7 +239,7 @@ async def test_a_reply_to_a_client_that_already_left_is_no_error(user, monkeypat
 
     async def send(self, text_data=None, bytes_data=None, close=False):
         if text_data and '"pong"' in text_data:
-            raise PeerGone("Attempt to send on a closed protocol")
+            raise Disconnected("Attempt to send on a closed protocol")
         return await real_send(self, text_data, bytes_data, close)
 
     monkeypatch.setattr(SessionConsumer, "send", send)
