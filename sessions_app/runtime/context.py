@@ -25,6 +25,7 @@ from sessions_app.log.group_commit import append_event
 from sessions_app.models import ApprovalRequest, Event, Run
 from sessions_app.runtime import durable, registry, runs, turns
 from sessions_app.runtime.base import AgentError, AutoApproved, Parked, ToolOutcome
+from sessions_app.runtime.gates import Gate
 from sessions_app.runtime.locks import lock_run_session
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted
@@ -214,16 +215,13 @@ class Context:
         """Log a gate for a new call of ``tool`` (the run parks): its approval
         id, or None when this worker no longer holds the run."""
         tool_call_id = new_call_id()
+        close_text = self.open_text() if self._streamed else None
         approval_id = runs.park(
             self.run_id,
             self.worker,
             self.session_id,
-            tool_call_id=tool_call_id,
-            tool=tool,
-            args=args,
+            Gate(tool_call_id, tool, args, note, close_text),
             state={"agent": self.state, "gate": tool_call_id, "keep": 0},
-            note=note,
-            close_text=self.open_text() if self._streamed else None,
         )
         self._streamed = 0
         return approval_id

@@ -144,24 +144,7 @@ def release(
         if crashed:
             state["crashes"] = int(state.get("crashes", 0)) + 1
             if state["crashes"] >= settings.AGENT_RUN_MAX_CRASHES:
-                Run.objects.filter(id=run_id).update(state=state)
-                questions.close_open(run_id, session_id, p.GATE_CANCELLED, "the worker stopped")
-                _unknown_result(session_id, run_id, state.get("gate"))
-                runs.finish_run(
-                    run_id,
-                    p.STOP_ERROR,
-                    crash_limit_message(state["crashes"]),
-                    worker=worker,
-                    from_statuses=(Run.Status.RUNNING,),
-                    # A turn sent with a cancel that waited starts first.
-                    first=(state.get("cancel") or {}).get("next"),
-                )
-                log.error(
-                    "run %s finished error: its step stopped its worker %s times",
-                    run_id,
-                    state["crashes"],
-                    extra={"run_id": run_id},
-                )
+                _budget_spent(run_id, session_id, worker, state)
                 return "error"
         Run.objects.filter(id=run_id).update(
             worker="", lease_expires_at=pickup_deadline(), state=state
@@ -174,6 +157,35 @@ def release(
         )
         if enqueue:
             runs.enqueue(run_id)
+    _count_release(run_id, worker, crashed, redo)
+    return "resumed"
+
+
+def _budget_spent(run_id: str, session_id: str, worker: str, state: dict[str, Any]) -> None:
+    """The run's step stopped its worker ``AGENT_RUN_MAX_CRASHES`` times: it
+    ends ``error``, its open questions closed and its gated call's outcome
+    logged unknown (in the caller's transaction)."""
+    Run.objects.filter(id=run_id).update(state=state)
+    questions.close_open(run_id, session_id, p.GATE_CANCELLED, "the worker stopped")
+    _unknown_result(session_id, run_id, state.get("gate"))
+    runs.finish_run(
+        run_id,
+        p.STOP_ERROR,
+        crash_limit_message(state["crashes"]),
+        worker=worker,
+        from_statuses=(Run.Status.RUNNING,),
+        # A turn sent with a cancel that waited starts first.
+        first=(state.get("cancel") or {}).get("next"),
+    )
+    log.error(
+        "run %s finished error: its step stopped its worker %s times",
+        run_id,
+        state["crashes"],
+        extra={"run_id": run_id},
+    )
+
+
+def _count_release(run_id: str, worker: str, crashed: bool, redo: bool) -> None:
     if redo:
         metrics.STEPS_REDONE.inc()
     if crashed:
@@ -187,4 +199,3 @@ def release(
     else:
         metrics.RUNS_HANDED_OVER.inc()
         log.info("run %s handed over by %s", run_id, worker, extra={"run_id": run_id})
-    return "resumed"

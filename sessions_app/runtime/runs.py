@@ -31,9 +31,10 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from sessions_app.log.events import NewEvent, append_event, append_events
+from sessions_app.log.events import append_event, append_events
 from sessions_app.models import AgentSession, ApprovalRequest, Run
-from sessions_app.runtime import cancels, questions, registry, wakeups
+from sessions_app.runtime import cancels, questions, wakeups
+from sessions_app.runtime.gates import Gate
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session, lock_user, set_session_status
 from sessions_app.server import metrics, tracing
@@ -354,22 +355,9 @@ def start_next_run(session: AgentSession, first: str | None = None) -> str | Non
     return nxt.id
 
 
-def park(
-    run_id: str,
-    worker: str,
-    session_id: str,
-    *,
-    tool_call_id: str,
-    tool: str,
-    args: dict,
-    state: dict,
-    note: str = "",
-    close_text: str | None = None,
-) -> str | None:
-    """Log a gate (tool.call, approval.requested, run.paused) and release the run.
-    ``note`` says why the gate is asked, on both events (``runtime.toolcalls``).
-    ``close_text``: the text streamed before the call that no message stated,
-    logged as its ``assistant.message`` first.
+def park(run_id: str, worker: str, session_id: str, gate: Gate, state: dict) -> str | None:
+    """Log ``gate`` (tool.call, approval.requested, run.paused) and release
+    the run, its saved ``state`` with it.
 
     The gate row, its events and the run's saved state commit together: a
     refresh, a restart or another tab sees all of it or none of it. Returns the
@@ -384,34 +372,13 @@ def park(
         if not updated:
             return None
         approval = ApprovalRequest.objects.create(
-            session_id=session_id, run_id=run_id, tool_call_id=tool_call_id, tool=tool, args=args
+            session_id=session_id,
+            run_id=run_id,
+            tool_call_id=gate.tool_call_id,
+            tool=gate.tool,
+            args=gate.args,
         )
-        call = {"tool_call_id": tool_call_id, "tool": tool, "args": args}
-        # How the cards show the arguments (the tool's own ``display``).
-        if display := registry.display_of(tool):
-            call["display"] = display
-        if note:  # why this gate is asked (an unknown outcome asked again)
-            call["note"] = note
-        # Text streamed before the call and never stated whole ends here:
-        # every client's open segment closes (no caret left streaming).
-        closing = (
-            []
-            if close_text is None
-            else [NewEvent(p.K_ASSISTANT_MESSAGE, {"text": close_text}, run_id)]
-        )
-        append_events(
-            session_id,
-            [
-                *closing,
-                NewEvent(p.K_TOOL_CALL, call, run_id),
-                NewEvent(p.K_APPROVAL_REQUESTED, {"approval_id": approval.id, **call}, run_id),
-                NewEvent(
-                    p.K_RUN_PAUSED,
-                    {"stop_reason": p.STOP_REQUIRES_APPROVAL, "approval_id": approval.id},
-                    run_id,
-                ),
-            ],
-        )
+        append_events(session_id, gate.events(run_id, approval.id))
         set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
         admit_after_commit(session.owner_id)
     return approval.id

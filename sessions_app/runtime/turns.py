@@ -15,7 +15,7 @@ one transaction under the session's lock, like every run transition
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -40,39 +40,58 @@ class SendResult:
     status: str
 
 
+@dataclass(frozen=True)
+class Sender:
+    """Who sends, and by which transport's rule: ``by`` names them (for a gate
+    an interrupt closes), ``trace`` is the send's traceparent, which its run
+    continues (``server.tracing``), and ``not_behind_gate`` refuses
+    (``ApprovalPending``, under the lock) rather than queue an input behind a
+    gate: the chat dialects' rule (their clients answer a gate; they do not
+    send past one)."""
+
+    by: str = ""
+    trace: str = ""
+    not_behind_gate: bool = False
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    """A new turn (``open_turn``'s request). ``message``: the user.message's
+    data, or None for a regenerated answer (``answers``: the run whose
+    message it answers again). ``follow``: more data for its run.started /
+    run.queued. ``jump``: start it at once, ahead of the queued inputs (they
+    stay queued), as after an interrupt."""
+
+    client_message_id: str
+    text: str
+    parent: str | None
+    message: dict | None
+    answers: Run | None = None
+    follow: dict | None = None
+    jump: bool = False
+    trace: str = ""
+
+
 def submit_message(
     session_id: str,
     client_message_id: str,
     text: str,
     *,
     interrupt: bool = False,
-    by: str = "",
-    trace: str = "",
-    not_behind_gate: bool = False,
+    sender: Sender = Sender(),  # noqa: B008 (frozen: one shared default is safe)
 ) -> SendResult:
     """Log a user input once per ``client_message_id`` and start or queue its
     run. With ``interrupt`` ("stop and send") the session's active run is
     cancelled first, saying why, and this input's run starts at once, ahead
-    of the inputs already queued (they stay queued). ``by``: who sent it (for
-    a gate the interrupt closes). ``trace``: the send's traceparent, which
-    its run continues (``server.tracing``). ``not_behind_gate``: refuse
-    (``ApprovalPending``) rather than queue behind a gate, under the lock."""
-    return _once(
-        _submit, session_id, client_message_id, text, interrupt, by, trace, not_behind_gate
-    )
+    of the inputs already queued (they stay queued)."""
+    return _once(_submit, session_id, client_message_id, text, interrupt, sender)
 
 
 def _submit(
-    session: AgentSession,
-    client_message_id: str,
-    text: str,
-    interrupt: bool,
-    by: str,
-    trace: str,
-    not_behind_gate: bool = False,
+    session: AgentSession, client_message_id: str, text: str, interrupt: bool, sender: Sender
 ) -> SendResult:
     session_id = session.id
-    if not_behind_gate and not interrupt:
+    if sender.not_behind_gate and not interrupt:
         gated = Run.objects.filter(session_id=session_id, status=Run.Status.AWAITING_APPROVAL)
         # A question a running tool waits on is a gate too (runtime.questions).
         if gated.exists() or questions.waiting(session_id):
@@ -83,21 +102,15 @@ def _submit(
             # Under the same session lock: nothing starts in between, and
             # the queued inputs are not started by the cancel (``start_next``).
             waiting = cancels.waiting_after_cancel(active.id)
-            runs.cancel_locked(active, by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
+            runs.cancel_locked(active, sender.by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
             if waiting is not None:
                 # An earlier stop and send, still waiting for the tool: this
                 # newer one replaces it, as it would have stopped it running.
-                runs.cancel_locked(waiting, by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
+                runs.cancel_locked(waiting, sender.by, p.STOPPED_FOR_NEW_MESSAGE, start_next=False)
     # A new input continues the active path: it follows the session's leaf.
-    return open_turn(
-        session,
-        client_message_id,
-        text,
-        parent=session.leaf_run_id or None,
-        message={"client_message_id": client_message_id, "text": text},
-        jump=interrupt,
-        trace=trace,
-    )
+    message = {"client_message_id": client_message_id, "text": text}
+    turn = NewTurn(client_message_id, text, session.leaf_run_id or None, message)
+    return open_turn(session, replace(turn, jump=interrupt, trace=sender.trace))
 
 
 def existing_send(session_id: str, client_message_id: str) -> SendResult | None:
@@ -110,27 +123,59 @@ def existing_send(session_id: str, client_message_id: str) -> SendResult | None:
     return SendResult(client_message_id, existing.message_seq, existing.id, p.SEND_DUPLICATE)
 
 
-def open_turn(
-    session: AgentSession,
-    client_message_id: str,
-    text: str,
-    *,
-    parent: str | None,
-    message: dict | None,
-    answers: Run | None = None,
-    follow: dict | None = None,
-    jump: bool = False,
-    trace: str = "",
-) -> SendResult:
+def open_turn(session: AgentSession, turn: NewTurn) -> SendResult:
     """Log a new turn and start or queue its run (the caller holds the session
-    lock). ``message``: the user.message's data, or None for a regenerated
-    answer (``answers``: the run whose message it answers again). ``follow``:
-    more data for its run.started / run.queued. ``jump``: start it at once,
-    ahead of the queued inputs (they stay queued), as after an interrupt. The
-    new run is the session's leaf: the active path ends with it."""
-    session_id = session.id
+    lock). The new run is the session's leaf: the active path ends with it."""
+    busy, behind, waiting_for = _room_for(session, turn.jump)
+    run_id = new_run_id()
+    started = NewEvent(
+        p.K_RUN_QUEUED if busy else p.K_RUN_STARTED,
+        {"client_message_id": turn.client_message_id, **(turn.follow or {})},
+        run_id,
+    )
+    if turn.message is not None:
+        user_event, _ = append_events(
+            session.id, [NewEvent(p.K_USER_MESSAGE, turn.message, run_id), started]
+        )
+        message_seq = user_event.seq
+    else:
+        append_events(session.id, [started])
+        message_seq = turn.answers.message_seq
+    Run.objects.create(
+        id=run_id,
+        session_id=session.id,
+        client_message_id=turn.client_message_id,
+        text=turn.text,
+        message_seq=message_seq,
+        parent_id=turn.parent,
+        answers_id=None if turn.answers is None else (turn.answers.answers_id or turn.answers.id),
+        trace=turn.trace,
+        status=Run.Status.QUEUED if busy else Run.Status.RUNNING,
+        started_at=None if busy else timezone.now(),
+        lease_expires_at=None if busy else pickup_deadline(),
+    )
+    _make_leaf(session, run_id, turn.text)
+    if not behind:
+        set_session_status(session, AgentSession.Status.RUNNING)
+    if waiting_for is not None:
+        cancels.start_after_cancel(waiting_for.id, run_id)
+    if not busy:
+        runs.enqueue(run_id)
+    elif not behind:
+        # Held back by the user's limit alone: look again once this commits,
+        # in case room was freed meanwhile (the sweeper is only the net).
+        runs.admit_after_commit(session.owner_id)
+    status = p.SEND_QUEUED if busy else p.SEND_STARTED
+    return SendResult(turn.client_message_id, message_seq, run_id, status)
+
+
+def _room_for(session: AgentSession, jump: bool) -> tuple[bool, bool, Run | None]:
+    """Whether a new turn waits (``busy``), whether behind its own session
+    (``behind``), and the cancelled run it starts after (``jump``); refused
+    past the session's run cap (``SessionFull``) or the user's queue
+    (``TooManyRuns``)."""
     cap = settings.AGENT_SESSION_MAX_RUNS
-    if cap and Run.objects.filter(session_id=session_id).order_by()[cap - 1 : cap].exists():
+    if cap and Run.objects.filter(session_id=session.id).order_by()[cap - 1 : cap].exists():
         raise SessionFull()
     waiting_for = None
     if jump:
@@ -138,11 +183,11 @@ def open_turn(
         # it. One whose approved tool is running finishes right after the
         # tool (runs.cancel_locked): the new run waits for that, and starts
         # next, ahead of the queued inputs.
-        waiting_for = Run.objects.filter(session_id=session_id, status__in=runs.EXECUTING).first()
+        waiting_for = Run.objects.filter(session_id=session.id, status__in=runs.EXECUTING).first()
         behind = waiting_for is not None
     else:
         # Behind the session's active run, or its queue.
-        behind = Run.objects.filter(session_id=session_id, status__in=Run.ACTIVE).exists()
+        behind = Run.objects.filter(session_id=session.id, status__in=Run.ACTIVE).exists()
     # Not behind a run of its own session, but over its user's limit: it
     # waits, visibly queued, for one of the user's runs to end.
     busy = behind or not runs.user_has_room(session.owner_id)
@@ -150,75 +195,29 @@ def open_turn(
         # Queued work is promised work (and spend, with a paid model):
         # past the limit the input is refused, visibly, not queued.
         raise TooManyRuns(limit=settings.AGENT_USER_MAX_QUEUED_RUNS)
-    run_id = new_run_id()
-    started = NewEvent(
-        p.K_RUN_QUEUED if busy else p.K_RUN_STARTED,
-        {"client_message_id": client_message_id, **(follow or {})},
-        run_id,
-    )
-    if message is not None:
-        user_event, _ = append_events(
-            session_id, [NewEvent(p.K_USER_MESSAGE, message, run_id), started]
-        )
-        message_seq = user_event.seq
-    else:
-        append_events(session_id, [started])
-        message_seq = answers.message_seq
-    run = Run.objects.create(
-        id=run_id,
-        session_id=session_id,
-        client_message_id=client_message_id,
-        text=text,
-        message_seq=message_seq,
-        parent_id=parent,
-        answers_id=None if answers is None else (answers.answers_id or answers.id),
-        trace=trace,
-        status=Run.Status.QUEUED if busy else Run.Status.RUNNING,
-        started_at=None if busy else timezone.now(),
-        lease_expires_at=None if busy else pickup_deadline(),
-    )
+    return busy, behind, waiting_for
+
+
+def _make_leaf(session: AgentSession, run_id: str, text: str) -> None:
+    """The new run ends the active path; an unnamed session is named after
+    its first message."""
     changed = {"leaf_run_id": run_id}
     session.leaf_run_id = run_id
     if not session.title:
-        # Named after its first message, unless its owner named it.
         session.title = changed["title"] = title_from(text)
-        fanout.title_changed_on_commit(session.owner_id, session_id, session.title)
-    AgentSession.objects.filter(id=session_id).update(**changed)
-    if not behind:
-        set_session_status(session, AgentSession.Status.RUNNING)
-    if waiting_for is not None:
-        cancels.start_after_cancel(waiting_for.id, run_id)
-    if not busy:
-        runs.enqueue(run.id)
-    elif not behind:
-        # Held back by the user's limit alone: look again once this commits,
-        # in case room was freed meanwhile (the sweeper is only the net).
-        runs.admit_after_commit(session.owner_id)
-    return SendResult(
-        client_message_id, message_seq, run_id, p.SEND_QUEUED if busy else p.SEND_STARTED
-    )
+        fanout.title_changed_on_commit(session.owner_id, session.id, session.title)
+    AgentSession.objects.filter(id=session.id).update(**changed)
 
 
-def send(
-    session_id: str, send: p.Send, by: str, trace: str = "", *, not_behind_gate: bool = False
-) -> SendResult:
+def send(session_id: str, send: p.Send, sender: Sender) -> SendResult:
     """Every kind of ``send`` (the socket's and ``POST …/messages/``): a new
-    input, a regenerate or an edit, once per ``client_message_id``
-    (``not_behind_gate``: see ``submit_message``)."""
+    input, a regenerate or an edit, once per ``client_message_id``."""
     cmid = send.client_message_id
     if send.regenerate is not None:
-        return _once(_branch, session_id, cmid, send.regenerate, None, by, trace)
+        return _once(_branch, session_id, cmid, send.regenerate, None, sender)
     if send.edit_of is not None:
-        return _once(_branch, session_id, cmid, send.edit_of, send.text, by, trace)
-    return submit_message(
-        session_id,
-        cmid,
-        send.text,
-        interrupt=send.interrupt,
-        by=by,
-        trace=trace,
-        not_behind_gate=not_behind_gate,
-    )
+        return _once(_branch, session_id, cmid, send.edit_of, send.text, sender)
+    return submit_message(session_id, cmid, send.text, interrupt=send.interrupt, sender=sender)
 
 
 def edit(
@@ -227,7 +226,7 @@ def edit(
     """Send ``text`` as a new version of run ``run_id``'s message: a new
     user.message and run beside it (its parent's child), now the leaf. The
     turns that followed the old message stay on their branch."""
-    return _once(_branch, session_id, client_message_id, run_id, text, by, "")
+    return _once(_branch, session_id, client_message_id, run_id, text, Sender(by=by))
 
 
 def _once(fn, session_id: str, client_message_id: str, *args) -> SendResult:
@@ -248,12 +247,7 @@ def _once(fn, session_id: str, client_message_id: str, *args) -> SendResult:
 
 
 def _branch(
-    session: AgentSession,
-    client_message_id: str,
-    run_id: str,
-    text: str | None,
-    by: str,
-    trace: str,
+    session: AgentSession, client_message_id: str, run_id: str, text: str | None, sender: Sender
 ) -> SendResult:
     """A regenerate (``text`` None) or an edit of run ``run_id``."""
     session_id = session.id
@@ -265,39 +259,24 @@ def _branch(
     # "stop and send" does): no two runs of a session ever execute at once
     # (one whose tool is running stops after it, and the new one waits).
     keep = set(ancestry(target.parent_id))
-    _leave(session, keep, by, p.STOPPED_FOR_NEW_MESSAGE, executing_too=True)
+    _leave(session, keep, sender.by, p.STOPPED_FOR_NEW_MESSAGE, executing_too=True)
     # A turn it follows that is still queued (an edit of a queued message)
     # runs first: the new run queues behind it, in the path's order.
     jump = not Run.objects.filter(
         session_id=session_id, id__in=keep, status=Run.Status.QUEUED
     ).exists()
     if text is None:
-        return open_turn(
-            session,
-            client_message_id,
-            target.text,
-            parent=target.parent_id,
-            message=None,
-            answers=target,
-            follow={"regenerates": target.id, "parent_run_id": target.parent_id},
-            jump=jump,
-            trace=trace,
-        )
-    answered = target.answers_id or target.id
-    return open_turn(
-        session,
-        client_message_id,
-        text,
-        parent=target.parent_id,
-        message={
+        follow = {"regenerates": target.id, "parent_run_id": target.parent_id}
+        turn = NewTurn(client_message_id, target.text, target.parent_id, None, target, follow)
+    else:
+        message = {
             "client_message_id": client_message_id,
             "text": text,
-            "edits": answered,
+            "edits": target.answers_id or target.id,
             "parent_run_id": target.parent_id,
-        },
-        jump=jump,
-        trace=trace,
-    )
+        }
+        turn = NewTurn(client_message_id, text, target.parent_id, message)
+    return open_turn(session, replace(turn, jump=jump, trace=sender.trace))
 
 
 def switch(session_id: str, run_id: str, *, by: str = "") -> list[str]:

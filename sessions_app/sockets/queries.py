@@ -21,6 +21,7 @@ from sessions_app.log.events import check_resume_cursor, read_frames
 from sessions_app.log.sessions import create_session
 from sessions_app.runtime.runs import cancel as cancel_run
 from sessions_app.runtime.runs import decide as decide_gate
+from sessions_app.runtime.turns import Sender
 from sessions_app.runtime.turns import send as send_turn
 from sessions_app.runtime.turns import switch as switch_branch
 from sessions_app.server import tracing
@@ -116,7 +117,7 @@ def submit(session_id: str, send: p.Send, username: str, granted: tuple[int, str
     require(granted)
     # The send's span is the socket's (another thread): continued here.
     with tracing.continued(trace):
-        return send_turn(session_id, send, username, trace)
+        return send_turn(session_id, send, Sender(username, trace))
 
 
 @in_db_pool

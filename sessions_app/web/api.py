@@ -334,7 +334,11 @@ class SessionMessages(OwnedSessions, generics.GenericAPIView):
             }
         )
         with tracing.span("session.send", **{"session.id": session.id, "via": "rest"}):
-            result = turns.send(session.id, send, request.user.get_username(), tracing.carrier())
+            result = turns.send(
+                session.id,
+                send,
+                turns.Sender(request.user.get_username(), tracing.carrier()),
+            )
         created = result.status != p.SEND_DUPLICATE
         return Response(
             frames.send_result(result),

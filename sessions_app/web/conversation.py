@@ -63,7 +63,9 @@ def send(session: AgentSession, send: p.Send, by: str, via: str) -> tuple[str, i
     one already made streams it; a regenerate or an edit stops the gated
     run first, as everywhere."""
     with tracing.span("session.send", **{"session.id": session.id, "via": via}):
-        result = turns.send(session.id, send, by, tracing.carrier(), not_behind_gate=True)
+        result = turns.send(
+            session.id, send, turns.Sender(by, tracing.carrier(), not_behind_gate=True)
+        )
     return result.run_id, result.seq
 
 

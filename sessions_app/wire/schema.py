@@ -27,6 +27,7 @@ from sessions_app.wire.schema_data import (
 
 FEATURES = {"type": "array", "items": {"type": "string"}, "maxItems": p.MAX_FEATURES}
 KINDS = sorted(v for k, v in vars(p).items() if k.startswith("K_"))
+SESSION = {"type": "string"}
 
 
 def client_frames() -> dict[str, dict[str, Any]]:
@@ -92,13 +93,51 @@ def client_frames() -> dict[str, dict[str, Any]]:
 
 def server_frames() -> dict[str, dict[str, Any]]:
     """What the server sends, by type (a client ignores fields it does not know)."""
-    session = {"type": "string"}
-    ok = {"request_id": REPLY_ID, "session_id": session, "connection_id": {"type": "string"}}
+    error = {"request_id": REPLY_ID, "code": {"type": "string"}, "message": {"type": "string"}}
+    return {
+        **_handshake_answers(),
+        **_log_frames(),
+        **_command_replies(),
+        **_pushes(),
+        p.ERROR: frame_of(p.ERROR, error),
+    }
+
+
+def _handshake_answers() -> dict[str, dict[str, Any]]:
+    """``start_ok``, ``resume_ok`` and ``resume_rejected``."""
+    ok = {"request_id": REPLY_ID, "session_id": SESSION, "connection_id": {"type": "string"}}
     head = {"epoch": {"type": "string"}, "head": SEQ, "title": {"type": "string"}}
+    reasons = [
+        p.R_UNSUPPORTED_PROTOCOL,
+        p.R_BAD_REQUEST,
+        p.R_NOT_FOUND,
+        p.R_EPOCH_MISMATCH,
+        p.R_CURSOR_AHEAD,
+        p.R_CURSOR_EXPIRED,
+    ]
+    rejected = {
+        "request_id": REPLY_ID,
+        "session_id": {"type": ["string", "null"]},
+        "reason": {"enum": reasons},
+        "message": {"type": "string"},
+    }
+    return {
+        p.START_OK: frame_of(p.START_OK, {**ok, **head}, {"features": FEATURES}),
+        p.RESUME_OK: frame_of(p.RESUME_OK, {**ok, **head, "after": SEQ}, {"features": FEATURES}),
+        p.RESUME_REJECTED: frame_of(
+            p.RESUME_REJECTED,
+            rejected,
+            {"head": SEQ, "earliest": SEQ, "epoch": {"type": "string"}},
+        ),
+    }
+
+
+def _log_frames() -> dict[str, dict[str, Any]]:
+    """What carries the log: ``event``, ``compacted`` and their ``batch``."""
     event = frame_of(
         p.EVENT,
         {
-            "session_id": session,
+            "session_id": SESSION,
             "seq": {"type": "integer", "minimum": 1},
             "kind": {"type": "string", "description": "one of: " + ", ".join(KINDS)},
             "run_id": {"type": ["string", "null"]},
@@ -118,83 +157,61 @@ def server_frames() -> dict[str, dict[str, Any]]:
     compacted = frame_of(
         p.COMPACTED,
         {
-            "session_id": session,
+            "session_id": SESSION,
             "from": {"type": "integer", "minimum": 1},
             "to": {"type": "integer", "minimum": 1},
             "run_id": {"type": ["string", "null"]},
         },
     )
     return {
-        p.START_OK: frame_of(p.START_OK, {**ok, **head}, {"features": FEATURES}),
-        p.RESUME_OK: frame_of(p.RESUME_OK, {**ok, **head, "after": SEQ}, {"features": FEATURES}),
-        p.RESUME_REJECTED: frame_of(
-            p.RESUME_REJECTED,
-            {
-                "request_id": REPLY_ID,
-                "session_id": {"type": ["string", "null"]},
-                "reason": {
-                    "enum": [
-                        p.R_UNSUPPORTED_PROTOCOL,
-                        p.R_BAD_REQUEST,
-                        p.R_NOT_FOUND,
-                        p.R_EPOCH_MISMATCH,
-                        p.R_CURSOR_AHEAD,
-                        p.R_CURSOR_EXPIRED,
-                    ]
-                },
-                "message": {"type": "string"},
-            },
-            {"head": SEQ, "earliest": SEQ, "epoch": {"type": "string"}},
-        ),
         p.EVENT: event,
         p.COMPACTED: compacted,
         p.BATCH: frame_of(
             p.BATCH,
             {"frames": {"type": "array", "items": {"oneOf": [event, compacted]}}},
         ),
-        p.SEND_OK: frame_of(
-            p.SEND_OK,
-            {
-                "request_id": REPLY_ID,
-                "client_message_id": {"type": "string"},
-                "seq": SEQ,
-                "run_id": {"type": "string"},
-                "status": {"enum": [p.SEND_STARTED, p.SEND_QUEUED, p.SEND_DUPLICATE]},
-            },
-        ),
-        p.DECIDE_OK: frame_of(
-            p.DECIDE_OK,
-            {
-                "request_id": REPLY_ID,
-                "approval_id": {"type": "string"},
-                "decision": {"enum": list(p.DECISIONS)},
-            },
-        ),
+    }
+
+
+def _command_replies() -> dict[str, dict[str, Any]]:
+    """Each command's ``…_ok``."""
+    sent = {
+        "request_id": REPLY_ID,
+        "client_message_id": {"type": "string"},
+        "seq": SEQ,
+        "run_id": {"type": "string"},
+        "status": {"enum": [p.SEND_STARTED, p.SEND_QUEUED, p.SEND_DUPLICATE]},
+    }
+    decided = {
+        "request_id": REPLY_ID,
+        "approval_id": {"type": "string"},
+        "decision": {"enum": list(p.DECISIONS)},
+    }
+    switched = {
+        "request_id": REPLY_ID,
+        "run_id": {"type": "string"},
+        "leaf_run_id": {"type": "string"},
+    }
+    return {
+        p.SEND_OK: frame_of(p.SEND_OK, sent),
+        p.DECIDE_OK: frame_of(p.DECIDE_OK, decided),
         p.CANCEL_OK: frame_of(p.CANCEL_OK, {"request_id": REPLY_ID, "run_id": {"type": "string"}}),
         p.SYNC_OK: frame_of(p.SYNC_OK, {"request_id": REPLY_ID, "after": SEQ, "head": SEQ}),
-        p.SWITCH_OK: frame_of(
-            p.SWITCH_OK,
-            {
-                "request_id": REPLY_ID,
-                "run_id": {"type": "string"},
-                "leaf_run_id": {"type": "string"},
-            },
-        ),
+        p.SWITCH_OK: frame_of(p.SWITCH_OK, switched),
         p.PONG: frame_of(p.PONG, {"request_id": REPLY_ID}),
-        p.PRESENCE: frame_of(
-            p.PRESENCE,
-            {
-                "session_id": session,
-                "viewers": {"type": "integer", "minimum": 0},
-                "running": {"type": "boolean"},
-            },
-            {"head": {"type": ["integer", "null"]}},
-        ),
-        p.TITLE: frame_of(p.TITLE, {"session_id": session, "title": {"type": "string"}}),
-        p.ERROR: frame_of(
-            p.ERROR,
-            {"request_id": REPLY_ID, "code": {"type": "string"}, "message": {"type": "string"}},
-        ),
+    }
+
+
+def _pushes() -> dict[str, dict[str, Any]]:
+    """What the server says unasked, beside the log: ``presence``, ``title``."""
+    viewers = {
+        "session_id": SESSION,
+        "viewers": {"type": "integer", "minimum": 0},
+        "running": {"type": "boolean"},
+    }
+    return {
+        p.PRESENCE: frame_of(p.PRESENCE, viewers, {"head": {"type": ["integer", "null"]}}),
+        p.TITLE: frame_of(p.TITLE, {"session_id": SESSION, "title": {"type": "string"}}),
     }
 
 

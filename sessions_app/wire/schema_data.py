@@ -94,6 +94,11 @@ def _call(**extra_required: Any) -> dict[str, Any]:
 
 def event_data_schemas() -> dict[str, dict[str, Any]]:
     """Each event kind's ``data``, by kind."""
+    return {**_turn_data(), **_answer_data(), **_run_data()}
+
+
+def _turn_data() -> dict[str, dict[str, Any]]:
+    """A session's and a turn's opening: the session, the message, the run."""
     started = _data(
         {"client_message_id": ID},
         # A regenerated answer's run (runtime.turns._branch, ``follow``).
@@ -120,6 +125,12 @@ def event_data_schemas() -> dict[str, dict[str, Any]]:
         # runtime.turns.open_turn (both) and runtime.runs.start_next_run (run.started).
         p.K_RUN_QUEUED: started,
         p.K_RUN_STARTED: started,
+    }
+
+
+def _answer_data() -> dict[str, dict[str, Any]]:
+    """What a run says: its text, its tool calls, their gates and results."""
+    return {
         # runtime.context.Context.delta: may end with the cut marker.
         p.K_ASSISTANT_DELTA: _data({"text": STRING}),
         # Context.message, Context.auto_gate and runs.park (the text streamed
@@ -142,6 +153,12 @@ def event_data_schemas() -> dict[str, dict[str, Any]]:
         p.K_TOOL_RESULT: _data(
             {"tool_call_id": TOOL_CALL_ID, "ok": {"type": "boolean"}, "output": STRING}
         ),
+    }
+
+
+def _run_data() -> dict[str, dict[str, Any]]:
+    """A run's life: finished, paused at a gate, resumed; a branch switched."""
+    return {
         # runtime.runs.finish_run: "message" always with error, with cancelled
         # when one was given (stop and send, a branch change), never empty.
         p.K_RUN_FINISHED: _data(

@@ -17,6 +17,7 @@ from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import ApprovalRequest, Connection, Run
 from sessions_app.runtime import durable, runs, turns
+from sessions_app.runtime.gates import Gate
 from sessions_app.runtime.sweeper import take_over_expired
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -117,9 +118,7 @@ def test_live_lease_and_parked_gates_are_untouched(user, no_enqueue):
         r.run_id,
         "w:1:x",
         s.id,
-        tool_call_id="call_1",
-        tool="write_file",
-        args={"path": "a", "text": "b"},
+        Gate("call_1", "write_file", {"path": "a", "text": "b"}),
         state={},
     )
     assert parked
@@ -181,9 +180,7 @@ def test_cancel_after_decision_before_continuation_logs_the_result(user, no_enqu
         r.run_id,
         "w:1:x",
         s.id,
-        tool_call_id="call_1",
-        tool="write_file",
-        args={"path": "f", "text": "x"},
+        Gate("call_1", "write_file", {"path": "f", "text": "x"}),
         state={"gate": "call_1"},
     )
     runs.decide(approval_id, "approve", "alice")
@@ -277,9 +274,7 @@ def test_a_run_ended_by_the_budget_says_its_tool_call_is_unknown(user, no_enqueu
         r.run_id,
         "w:1:x",
         s.id,
-        tool_call_id="call_started",
-        tool="write_file",
-        args={"path": "a.txt", "text": "b"},
+        Gate("call_started", "write_file", {"path": "a.txt", "text": "b"}),
         state={"gate": "call_started"},
     )
     runs.decide(ApprovalRequest.objects.get(tool_call_id="call_started").id, "approve", "alice")

@@ -80,7 +80,7 @@ def test_a_session_past_its_turn_cap_refuses_new_turns(user, settings):
     s, _ = _long(user, branches=1, depth=2)
     head = s.head
     with pytest.raises(SessionFull):
-        turns.send(s.id, p.Send("r", "m-new", "one more"), by="alice")
+        turns.send(s.id, p.Send("r", "m-new", "one more"), turns.Sender(by="alice"))
     s.refresh_from_db()
     assert s.head == head and Run.objects.filter(session=s).count() == 3
 

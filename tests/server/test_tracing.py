@@ -47,7 +47,9 @@ def test_a_write_round_trip_is_one_connected_trace(user, no_enqueue, spans, sett
     spans.clear()  # the session's creation is not part of the round trip
     with tracing.span("session.send", **{"session.id": s.id, "via": "socket"}):
         trace = tracing.carrier()
-        sent = turns.submit_message(s.id, "m1", "/write traced.txt secret words", trace=trace)
+        sent = turns.submit_message(
+            s.id, "m1", "/write traced.txt secret words", sender=turns.Sender(trace=trace)
+        )
     assert Run.objects.get(id=sent.run_id).trace == trace != ""
     execute_run(sent.run_id)  # the worker: the run parks at its gate
     approval = ApprovalRequest.objects.get(run_id=sent.run_id)

@@ -50,6 +50,7 @@ def test_events_after_cursor(client_for, user):
 def parked_gate(owner):
     """A session of ``owner`` with a run parked at a real approval gate."""
     from sessions_app.runtime import runs, turns
+    from sessions_app.runtime.gates import Gate
 
     s = create_session(owner)
     sent = turns.submit_message(s.id, "m1", "/write a.txt x")
@@ -58,9 +59,7 @@ def parked_gate(owner):
         sent.run_id,
         "w",
         s.id,
-        tool_call_id="call_" + s.id,
-        tool="write_file",
-        args={"path": "a.txt", "text": "x"},
+        Gate("call_" + s.id, "write_file", {"path": "a.txt", "text": "x"}),
         state={},
     )
     return s, sent.run_id, approval_id
