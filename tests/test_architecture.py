@@ -5,6 +5,7 @@ run by ./scripts/test, keeps the stages' order)."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import grimp
@@ -45,6 +46,57 @@ def test_no_file_is_longer_than_500_lines():
         if lines > 500:
             long.append((str(path.relative_to(ROOT)), lines))
     assert long == []
+
+
+MAX_FUNCTION_LINES = 60
+MAX_PARAMETERS = 6  # past that, a request object (``runtime.gates.Gate``, ``turns.NewTurn``)
+
+
+def long_functions(source: str) -> list[tuple[str, str]]:
+    """Each function of ``source`` past ``MAX_FUNCTION_LINES`` lines (its
+    decorators and docstring included), or taking more than
+    ``MAX_PARAMETERS`` parameters (``self`` and ``cls`` aside; ``*args`` and
+    ``**kwargs`` count one each): (name, what is wrong)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        lines = node.end_lineno - node.lineno + 1
+        if lines > MAX_FUNCTION_LINES:
+            found.append((node.name, f"{lines} lines"))
+        a = node.args
+        named = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+        count = len([n for n in named if n not in ("self", "cls")]) + bool(a.vararg)
+        count += bool(a.kwarg)
+        if count > MAX_PARAMETERS:
+            found.append((node.name, f"{count} parameters"))
+    return found
+
+
+def test_no_function_is_too_long_or_takes_too_many_parameters():
+    """Beside the file guard, a function guard: none of the app's functions
+    runs past 60 lines or takes more than 6 parameters (split by purpose;
+    past six, one request object)."""
+    found = [
+        (str(path.relative_to(ROOT)), *problem)
+        for path in sorted(APP.rglob("*.py"))
+        if "migrations" not in path.parts
+        for problem in long_functions(path.read_text())
+    ]
+    assert found == []
+
+
+def test_the_function_guard_catches_a_planted_violation():
+    """A 61-line function and a seven-parameter one are each caught; 60
+    lines and six parameters (with self) pass."""
+    body = "".join(f"    x{i} = {i}\n" for i in range(59))
+    planted = (
+        f"def long():\n{body}    return 0\n"
+        f"def fits():\n{body[: body.rindex('    x58')]}    return 0\n"
+        "def many(a, b, c, d, e, f, *, g): pass\n"
+        "class C:\n    def ok(self, a, b, c, d, e, f): pass\n"
+    )
+    assert long_functions(planted) == [("long", "61 lines"), ("many", "7 parameters")]
 
 
 def test_no_import_cycle():

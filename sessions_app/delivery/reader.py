@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
@@ -97,6 +98,25 @@ def _failed(exc: Exception) -> None:
         log.error("a stream failed", exc_info=exc)
 
 
+@dataclass(frozen=True)
+class Follow:
+    """What a reader delivers, and on whose standing (``StreamReader``'s
+    request): the session's log after ``after`` on ``epoch``; ``granted``
+    (the user's id and password hash as it was let in) and its API key
+    (``token_id``), or else its cookie's session, must still stand;
+    ``compact``: superseded stretches as ``compacted`` (the native stream's
+    choice); ``history``: the conversation up to a seq, for an encoder that
+    asks (``wants_history``: ``wire.sse.Encoder``)."""
+
+    session_id: str
+    after: int
+    epoch: str
+    granted: tuple[int, str]
+    token_id: str | None = None
+    compact: bool = False
+    history: Callable[[int], Awaitable[Any]] | None = None
+
+
 class StreamReader:
     """One response's delivery: a reader of one session on the delivery stage,
     its bytes made by ``encoder`` (the dialect: ``wire.sse.Encoder``).
@@ -106,41 +126,24 @@ class StreamReader:
     ``order`` (a ``Sequencer``) holds what was sent: ``order.last_sent`` is
     the cursor a reconnect comes back with."""
 
-    def __init__(
-        self,
-        request,
-        session_id,
-        granted,
-        token_id,
-        after,
-        epoch,
-        compact,
-        slot,
-        encoder,
-        history=None,
-    ):
-        self.session_id = session_id
+    def __init__(self, request, follow: Follow, slot, encoder) -> None:
+        self.session_id, self.epoch = follow.session_id, follow.epoch
+        self.granted, self.token_id = follow.granted, follow.token_id
+        self.compact, self.history = follow.compact, follow.history
         self.encoder = encoder
-        # The view's fetch of the conversation up to a seq, for an encoder
-        # that asks for it (``wants_history``: wire.sse.Encoder).
-        self.history = history
-        self.granted = granted
-        self.token_id = token_id
         session = getattr(request, "session", None)
-        self.session_key = None if token_id or session is None else session.session_key
+        self.session_key = None if follow.token_id or session is None else session.session_key
         # The groups whose messages end it: the session's rotation, the user's
         # rights, and the cookie's logout or the key's revocation.
-        self.groups = [fanout.group_name(session_id), fanout.rights_group(granted[0])]
-        if token_id is not None:
-            self.groups.append(fanout.token_group(token_id))
-        elif getattr(request, "session", None) is not None and request.session.session_key:
-            self.groups.append(fanout.auth_group(request.session.session_key))
-        self.epoch = epoch
-        self.compact = compact
+        self.groups = [fanout.group_name(self.session_id), fanout.rights_group(self.granted[0])]
+        if follow.token_id is not None:
+            self.groups.append(fanout.token_group(follow.token_id))
+        elif self.session_key:
+            self.groups.append(fanout.auth_group(self.session_key))
         self.slot = slot
         self.flow = Flow(send_buffer_probe(getattr(request, "scope", {})))
         self.order = Sequencer(0)  # nothing is held: the layer's channel keeps live events
-        self.order.attach(after)
+        self.order.attach(follow.after)
         self.phase = Phase.OPEN
 
     @property
@@ -292,7 +295,8 @@ class StreamReader:
 
     async def live(self, layer, channel: str) -> AsyncIterator[bytes]:
         """Live events, and every heartbeat period a check of the tail and of
-        the stream's standing, busy or idle (a key expires with no message)."""
+        the stream's standing, busy or idle (a key expires with no message).
+        Whatever ends the response moves it to CLOSING, which ends the loop."""
         beat = settings.AGENT_SSE_HEARTBEAT_SECONDS
         loop = asyncio.get_running_loop()
         due = loop.time() + beat
@@ -304,58 +308,65 @@ class StreamReader:
                 message = None
             if loop.time() >= due:
                 due = loop.time() + beat
-                if message is None:
-                    if not await self.writable():
-                        return
-                    yield self.encoder.keep_alive
-                async for chunk in self.check_tail():
+                async for chunk in self.heartbeat(idle=message is None):
                     yield chunk
-                # What the tail check read counts as delivered: a dialect whose
-                # response ends there (a gate whose publication was lost) ends.
-                end = self.encoder.caught_up()
-                if end:
-                    yield end
-                if self.ended():
-                    return
-            if message is None:
-                continue
-            kind = message.get("type")
-            if kind in (fanout.REVOKED_MESSAGE, fanout.LOGGED_OUT_MESSAGE):
-                self.to(Phase.CLOSING)  # the next request is refused
+            if message is not None and not self.closing:
+                async for chunk in self.delivered(message):
+                    yield chunk
+
+    async def heartbeat(self, idle: bool) -> AsyncIterator[bytes]:
+        """A keep-alive when idle, then the tail check; what it read counts
+        as delivered: a dialect whose response ends there (a gate whose
+        publication was lost) ends."""
+        if idle:
+            if not await self.writable():
                 return
-            if message.get("session_id") != self.session_id:
+            yield self.encoder.keep_alive
+        async for chunk in self.check_tail():
+            yield chunk
+        end = self.encoder.caught_up()
+        if end:
+            yield end
+        self.ended()
+
+    async def delivered(self, message: dict[str, Any]) -> AsyncIterator[bytes]:
+        """One message of the layer: the log's events in order (a hole
+        refilled from the log first), or what ends the stream."""
+        kind = message.get("type")
+        if kind in (fanout.REVOKED_MESSAGE, fanout.LOGGED_OUT_MESSAGE):
+            self.to(Phase.CLOSING)  # the next request is refused
+            return
+        if message.get("session_id") != self.session_id:
+            return
+        if kind == fanout.ROTATED_MESSAGE:
+            if message.get("epoch") != self.epoch:
+                yield self.rotated()
+            return  # else late: the stream began on that epoch
+        if kind == fanout.EVENTS_MESSAGE:
+            events = message["events"]
+        elif kind == fanout.EVENT_MESSAGE:
+            events = [(message["seq"], message["text"])]
+        else:
+            return  # presence, titles: not part of the log
+        for seq, text in events:
+            before = self.order.before(seq)
+            if before is REPEAT:
                 continue
-            if kind == fanout.ROTATED_MESSAGE:
-                if message.get("epoch") != self.epoch:
-                    yield self.rotated()
-                    return
-                continue  # late: the stream began on that epoch
-            if kind == fanout.EVENTS_MESSAGE:
-                events = message["events"]
-            elif kind == fanout.EVENT_MESSAGE:
-                events = [(message["seq"], message["text"])]
-            else:
-                continue  # presence, titles: not part of the log
-            for seq, text in events:
-                before = self.order.before(seq)
-                if before is REPEAT:
-                    continue
-                if before is not None:  # a hole: a publication lost or overtaken
-                    async for chunk in self.log_range(before.upto):
-                        yield chunk
-                if not await self.writable():
-                    return
-                yield self.encoder.logged(text, seq)
-                if self.encoder.wants_history:
-                    yield await self.given_history(seq)
-                self.order.sent(seq)
-                if self.ended():
-                    return
-            end = self.encoder.caught_up()
-            if end:
-                yield end
+            if before is not None:  # a hole: a publication lost or overtaken
+                async for chunk in self.log_range(before.upto):
+                    yield chunk
+            if not await self.writable():
+                return
+            yield self.encoder.logged(text, seq)
+            if self.encoder.wants_history:
+                yield await self.given_history(seq)
+            self.order.sent(seq)
             if self.ended():
                 return
+        end = self.encoder.caught_up()
+        if end:
+            yield end
+        self.ended()
 
     async def check_tail(self) -> AsyncIterator[bytes]:
         """The head (a publication lost on its way is in the log), the epoch

@@ -173,7 +173,6 @@ def _budget_spent(run_id: str, session_id: str, worker: str, state: dict[str, An
         p.STOP_ERROR,
         crash_limit_message(state["crashes"]),
         worker=worker,
-        from_statuses=(Run.Status.RUNNING,),
         # A turn sent with a cancel that waited starts first.
         first=(state.get("cancel") or {}).get("next"),
     )

@@ -168,9 +168,7 @@ def _drive(run_id: str, worker: str) -> None:
     try:
         with tracing.continued(run.trace), tracing.span("run", **ids):
             _run_agent(ctx, gate)
-            runs.finish_run(
-                run_id, p.STOP_END_TURN, worker=worker, from_statuses=(Run.Status.RUNNING,)
-            )
+            runs.finish_run(run_id, p.STOP_END_TURN, worker=worker)
             ended = "finished end_turn"
     except Parked:
         ended = "parked at a gate"
@@ -249,8 +247,6 @@ def _take_over_now(run_id: str, worker: str) -> str:
 
 def _finish_error(run_id: str, worker: str, message: str) -> None:
     try:
-        runs.finish_run(
-            run_id, p.STOP_ERROR, message, worker=worker, from_statuses=(Run.Status.RUNNING,)
-        )
+        runs.finish_run(run_id, p.STOP_ERROR, message, worker=worker)
     except Exception:
         log.exception("could not finish run %s", run_id, extra={"run_id": run_id})

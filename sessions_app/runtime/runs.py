@@ -273,26 +273,22 @@ def finish_run(
     message: str = "",
     *,
     worker: str | None = None,
-    from_statuses=Run.ACTIVE,
-    lease_expired: bool = False,
     start_next: bool = True,
     first: str | None = None,
 ) -> bool:
-    """Finish an active run with ``run.finished`` and start the next queued one.
+    """Finish an active run with ``run.finished`` and start the next queued
+    one (``first`` first, when given; none unless ``start_next``).
 
-    With ``worker``, only if that worker still holds it. Returns False if the
-    run was no longer active (someone else finished it first).
+    With ``worker``, only if that worker still holds it running. Returns
+    False if the run was no longer active (someone else finished it first).
     """
     with transaction.atomic():
         session_id = Run.objects.values_list("session_id", flat=True).get(id=run_id)
         session = lock_session(session_id)
         lock_user(session.owner_id)
-        runs = Run.objects.filter(id=run_id, status__in=from_statuses)
+        runs = Run.objects.filter(id=run_id, status__in=Run.ACTIVE)
         if worker is not None:
-            runs = runs.filter(worker=worker)
-        if lease_expired:
-            # Checked again under the lock: a renewal since the sweep read wins.
-            runs = runs.filter(lease_expires_at__lt=Now())
+            runs = runs.filter(status=Run.Status.RUNNING, worker=worker)
         updated = runs.update(
             status=Run.Status.FINISHED,
             stop_reason=stop_reason,

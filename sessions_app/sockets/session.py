@@ -238,14 +238,7 @@ class SessionConsumer(AppSocket):
         self._attached(session["id"], 0)
         await self.send_frame(
             frames.handshake_ok(
-                p.START_OK,
-                start.request_id,
-                session["id"],
-                self.connection_id,
-                session["epoch"],
-                session["head"],
-                session["title"],
-                self._features(),
+                p.START_OK, start.request_id, self.connection_id, session, self._features()
             )
         )
         self.record(session_id=session["id"], tab_id=start.tab_id or "", first_frame_type=p.START)
@@ -292,11 +285,8 @@ class SessionConsumer(AppSocket):
             frames.handshake_ok(
                 p.RESUME_OK,
                 resume.request_id,
-                resume.session_id,
                 self.connection_id,
-                head["epoch"],
-                head["head"],
-                head["title"],
+                {**head, "id": resume.session_id},
                 self._features(),
                 after=resume.after,
             )

@@ -36,6 +36,7 @@ from sessions_app.web import conversation
 from sessions_app.web.dialects import (
     Answer,
     Caller,
+    Reading,
     Refused,
     caller,
     check_rates,
@@ -66,17 +67,10 @@ async def run(request: HttpRequest, answer: Answer) -> HttpResponse:
         who, asked, position
     )
     snapshot, segments = went_on or (None, 0)
-    encoder = ag_ui.AgUiRun(
-        thread_id,
-        asked.run_id,
-        run_id,
-        epoch,
-        position=position,
-        snapshot=snapshot,
-        segments=segments,
-    )
+    pickup = ag_ui.Pickup(position, snapshot, segments)
+    encoder = ag_ui.AgUiRun(thread_id, asked.run_id, run_id, epoch, pickup)
     history = _history(session_id, run_id)
-    return await answer.stream(request, who, session_id, after, encoder, history=history)
+    return await answer.stream(request, who, Reading(session_id, after, history=history), encoder)
 
 
 def _history(session_id: str, run_id: str):
@@ -203,15 +197,16 @@ async def join(request: HttpRequest, answer: Answer, thread_id: str) -> HttpResp
     session_id, epoch, active, snapshot = found
     _same_epoch(position, epoch)
     if active is None:
-        encoder = ag_ui.AgUiRun(thread_id, f"join-{uuid.uuid4().hex}", "", epoch, snapshot=snapshot)
+        encoder = ag_ui.AgUiRun(
+            thread_id, f"join-{uuid.uuid4().hex}", "", epoch, ag_ui.Pickup(snapshot=snapshot)
+        )
         body = encoder.opening(thread_id, epoch, 0) + encoder.finished_now()
         return StreamResponse(_once(body))
     run_id, after = active
-    encoder = ag_ui.AgUiRun(thread_id, run_id, run_id, epoch, position=position, snapshot=snapshot)
+    encoder = ag_ui.AgUiRun(thread_id, run_id, run_id, epoch, ag_ui.Pickup(position, snapshot))
     answer.take_slot(who)
-    return await answer.stream(
-        request, who, session_id, after, encoder, epoch, history=_history(session_id, run_id)
-    )
+    reading = Reading(session_id, after, epoch, _history(session_id, run_id))
+    return await answer.stream(request, who, reading, encoder)
 
 
 async def _once(body: bytes):

@@ -35,6 +35,7 @@ from sessions_app.web import conversation
 from sessions_app.web.dialects import (
     Answer,
     Caller,
+    Reading,
     Refused,
     caller,
     check_rates,
@@ -60,7 +61,7 @@ async def chat(request: HttpRequest, answer: Answer) -> HttpResponse:
     answer.take_slot(who)
     session_id, run_id, after = await sync_to_async(_act)(who, asked)
     encoder = ai_sdk.UiMessageStream(session_id, run_id)
-    return _stream(await answer.stream(request, who, session_id, after, encoder))
+    return _stream(await answer.stream(request, who, Reading(session_id, after), encoder))
 
 
 def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
@@ -101,7 +102,7 @@ async def resume(request: HttpRequest, answer: Answer, chat_id: str) -> HttpResp
     session_id, epoch, run_id, start = found
     answer.take_slot(who)
     encoder = ai_sdk.UiMessageStream(session_id, run_id)
-    return _stream(await answer.stream(request, who, session_id, start, encoder, epoch))
+    return _stream(await answer.stream(request, who, Reading(session_id, start, epoch), encoder))
 
 
 def _to_resume(request: HttpRequest, who: Caller, chat_id: str, run_id: str | None):

@@ -15,6 +15,7 @@ revocation).
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.authentication import CSRFCheck
 
-from sessions_app.delivery.reader import StreamReader, owned_row
+from sessions_app.delivery.reader import Follow, StreamReader, owned_row
 from sessions_app.server.db_pool import in_db_pool
 from sessions_app.web.api import throttle_wait
 from sessions_app.web.stream import Slot, StreamResponse, request_user, slots
@@ -130,18 +131,9 @@ class Answer:
         self.slot = take_slot(who)
 
     async def stream(
-        self,
-        request: HttpRequest,
-        who: Caller,
-        session_id: str,
-        after: int,
-        encoder,
-        epoch: str | None = None,
-        history=None,
+        self, request: HttpRequest, who: Caller, to: Reading, encoder
     ) -> StreamResponse:
-        response = await open_stream(
-            request, who, session_id, after, encoder, self.slot, epoch, history
-        )
+        response = await open_stream(request, who, to, encoder, self.slot)
         self.slot = None  # the response gives it back
         return response
 
@@ -184,29 +176,33 @@ def take_slot(who: Caller) -> Slot:
     return slot
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What a dialect's response delivers: the session's log after
+    ``after``. ``epoch``: the session's, read by the view with its lookup of
+    the caller's session (None: read here); the reader reads the head again
+    once its groups are joined, and a log rebuilt since ends it with a
+    reset. ``history``: the conversation up to a seq, for an encoder that
+    asks."""
+
+    session_id: str
+    after: int
+    epoch: str | None = None
+    history: Callable[[int], Awaitable[Any]] | None = None
+
+
 async def open_stream(
-    request: HttpRequest,
-    who: Caller,
-    session_id: str,
-    after: int,
-    encoder,
-    slot: Slot,
-    epoch: str | None = None,
-    history=None,
+    request: HttpRequest, who: Caller, to: Reading, encoder, slot: Slot
 ) -> StreamResponse:
-    """The response that delivers the session's log after ``after`` through
-    ``encoder``, on the delivery stage like the native stream, in ``slot``.
-    ``epoch``: the session's, read by the view with its lookup of the
-    caller's session (else read here); the reader reads the head again once
-    its groups are joined, and a log rebuilt since ends it with a reset.
-    ``history``: the conversation up to a seq, for an encoder that asks."""
+    """The response that delivers ``to`` through ``encoder``, on the delivery
+    stage like the native stream, in ``slot``."""
+    epoch = to.epoch
     if epoch is None:
-        row = await owned_row(session_id, who.user.pk)
+        row = await owned_row(to.session_id, who.user.pk)
         if row is None:
             raise Refused(404, "not_found", "no such session")
         epoch = row["epoch"]
-    reader = StreamReader(
-        request, session_id, who.granted, who.token_id, after, epoch, False, slot, encoder, history
-    )
+    follow = Follow(to.session_id, to.after, epoch, who.granted, who.token_id, history=to.history)
+    reader = StreamReader(request, follow, slot, encoder)
     slot.arm()  # from here, as a native stream's: the response is about to go out
     return StreamResponse(reader.body(), slot)

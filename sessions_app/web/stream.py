@@ -35,7 +35,7 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from sessions_app.access.tokens import token_user
-from sessions_app.delivery.reader import StreamReader, owned_row
+from sessions_app.delivery.reader import Follow, StreamReader, owned_row
 from sessions_app.log.events import check_resume_cursor
 from sessions_app.server.db_pool import in_db_pool, reading_in_db_pool
 from sessions_app.web.api import throttle_wait
@@ -173,9 +173,8 @@ async def session_stream(request: HttpRequest, session_id: str):
         response["Retry-After"] = "5"
         return response
     granted = (user.pk, getattr(user, "password", ""))
-    reader = StreamReader(
-        request, session_id, granted, token_id, after, epoch, compact, slot, sse.NativeEncoder()
-    )
+    follow = Follow(session_id, after, epoch, granted, token_id, compact)
+    reader = StreamReader(request, follow, slot, sse.NativeEncoder())
     return StreamResponse(reader.body(), slot)
 
 

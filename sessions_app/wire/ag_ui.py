@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -93,30 +94,34 @@ def parse_position(value: str | None) -> tuple[str, int, int] | None:
     return epoch, int(seq), (int(k) + 1 if k is not None else -1)
 
 
+@dataclass(frozen=True)
+class Pickup:
+    """Where an AG-UI response picks up: ``position``, the ``Last-Event-ID``
+    it resumes after (nothing before it is written: its epoch, seq, and how
+    much of that seq was received, -1 all of it); ``snapshot``, the
+    conversation before the run, for its ``MESSAGES_SNAPSHOT``; ``segments``,
+    the run's text messages said before this response."""
+
+    position: tuple[str, int, int] | None = None
+    snapshot: list | None = None
+    segments: int = 0
+
+
 class AgUiRun:
-    """One AG-UI run's events (see the module's comment). ``position``: the
-    ``Last-Event-ID`` it resumes after (nothing before it is written)."""
+    """One AG-UI run's events (see the module's comment), from ``pickup``."""
 
     keep_alive = KEEP_ALIVE
 
     def __init__(
-        self,
-        thread_id: str,
-        agui_run_id: str,
-        run_id: str,
-        epoch: str,
-        *,
-        position: tuple[str, int, int] | None = None,
-        snapshot: list | None = None,
-        segments: int = 0,
+        self, thread_id: str, agui_run_id: str, run_id: str, epoch: str, pickup: Pickup = Pickup()
     ) -> None:
         self.thread_id = thread_id
         self.agui_run_id = agui_run_id
         self.run_id = run_id
         self.epoch = epoch
-        self.quiet = position  # (epoch, seq, received of it): -1 = all of it
-        self.snapshot = snapshot
-        self.segments = segments  # text messages of the run said before this response
+        self.quiet = pickup.position
+        self.snapshot = pickup.snapshot
+        self.segments = pickup.segments
         self.done = False
         self.paused = False
         self.gate: dict[str, Any] | None = None

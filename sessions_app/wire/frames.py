@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -226,27 +226,25 @@ def sync_ok(request_id: Any, after: int, head: int) -> dict[str, Any]:
 def handshake_ok(
     kind: str,
     request_id: Any,
-    session_id: str,
     connection_id: str,
-    epoch: str,
-    head: int,
-    title: str,
+    session: Mapping[str, Any],
     features: list[str],
     after: int | None = None,
 ) -> dict[str, Any]:
-    """``start_ok`` (``kind`` START_OK) or ``resume_ok`` (with ``after``); the
-    features a socket uses, absent when none (a version 1 client sees exactly
+    """``start_ok`` (``kind`` START_OK) or ``resume_ok`` (with ``after``) for
+    ``session`` (its ``id``, ``epoch``, ``head`` and ``title``); the features
+    a socket uses, absent when none (a version 1 client sees exactly
     version 1)."""
     frame: dict[str, Any] = {
         "type": kind,
         "request_id": request_id,
-        "session_id": session_id,
+        "session_id": session["id"],
         "connection_id": connection_id,
-        "epoch": epoch,
+        "epoch": session["epoch"],
     }
     if after is not None:
         frame["after"] = after
-    frame.update(head=head, title=title)
+    frame.update(head=session["head"], title=session["title"])
     if features:
         frame["features"] = features
     return frame
