@@ -139,7 +139,7 @@ class _Publisher:
                     await _send_many(layer, merged)
                 else:
                     await asyncio.gather(
-                        *(_send_group(layer, group, messages) for group, messages in merged)
+                        *(send_group(layer, group, messages) for group, messages in merged)
                     )
             finally:
                 metrics.PUBLISH_LAG_SECONDS.observe(time.monotonic() - queued_at)
@@ -215,7 +215,7 @@ async def _send_many(layer, merged) -> None:
         _outage.error("publishing to the channel layer", exc, time.monotonic(), count=len(items))
 
 
-async def _send_group(layer, group: str, messages: list[dict[str, Any]]) -> None:
+async def send_group(layer, group: str, messages: list[dict[str, Any]]) -> None:
     for message in messages:
         try:
             await layer.group_send(group, message)

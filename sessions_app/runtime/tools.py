@@ -213,7 +213,7 @@ def _inside(root: Path, candidate: str) -> bool:
     return real == str(root) or real.startswith(str(root) + os.sep)
 
 
-def _write_parts(path: str, root: Path) -> list[str]:
+def write_parts(path: str, root: Path) -> list[str]:
     """The path's components, after refusing anything that could leave ``root``."""
     pure = PurePosixPath(path)
     if pure.is_absolute():
@@ -265,7 +265,7 @@ def _append(fd: int, data: bytes, root: Path, call_id: str) -> None:
 
 
 def _write_file(path: str, text: str, root: Path, call_id: str = "") -> tuple[bool, str]:
-    parts = _write_parts(path, root)
+    parts = write_parts(path, root)
     data = (text + "\n").encode("utf-8", errors="surrogatepass")
     check_quota(parts, root, len(data))
     # The checks above can race with a concurrent swap of a component for a

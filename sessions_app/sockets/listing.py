@@ -48,7 +48,7 @@ def _read_snapshot(user_id: int, granted: tuple[int, str] | None) -> tuple[list[
 
 # On the pool the session socket's reads use, not Channels' one shared thread.
 _snapshot = reading_in_db_pool(_read_snapshot)
-_summary = reading_in_db_pool(session_summary)
+summary_in_pool = reading_in_db_pool(session_summary)
 
 # Changes of one session within this long are read once, for every list
 # socket of its owner in this process: a run's status flips several times a
@@ -78,7 +78,7 @@ class SummaryReads:
         future = self.waiting.pop(key)  # a change from now on reads again
         metrics.LIST_SUMMARIES.inc()
         try:
-            future.set_result(await _summary(*key))
+            future.set_result(await summary_in_pool(*key))
         except Exception as exc:
             future.set_exception(exc)
 

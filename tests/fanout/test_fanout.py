@@ -46,7 +46,7 @@ def test_flush_returns_once_everything_published_was_sent(monkeypatch):
         for m in messages:
             sent.extend([m["seq"]] if "seq" in m else [seq for seq, _ in m["events"]])
 
-    monkeypatch.setattr(fanout, "_send_group", slow_send)
+    monkeypatch.setattr(fanout, "send_group", slow_send)
     monkeypatch.setattr(fanout, "get_channel_layer", lambda: None)
     publisher = fanout._Publisher()
     for seq in (1, 2, 3):

@@ -330,7 +330,7 @@ def test_write_refuses_a_symlink_swapped_in_after_the_checks(
     """The final open follows no symlink, so a race past the checks writes nothing."""
     write_refusal_cases(workspace, outside)
     # As if each symlink appeared between the checks and the open.
-    monkeypatch.setattr(tools, "_write_parts", lambda path, root: path.split("/"))
+    monkeypatch.setattr(tools, "write_parts", lambda path, root: path.split("/"))
     before = snapshot(tmp_path)
     ok, output = execute("write_file", {"path": path, "text": "pwned"}, workspace)
     assert ok is False and output

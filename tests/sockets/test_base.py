@@ -220,7 +220,7 @@ async def test_a_failing_push_closes_the_list_socket_1011_and_frees_its_place(mo
     async def broken(*args):
         raise ConnectionError("the database went away")
 
-    monkeypatch.setattr(list_consumer, "_summary", broken)
+    monkeypatch.setattr(list_consumer, "summary_in_pool", broken)
     transport = _Transport(unread=0)
     socket = _socket(SessionListConsumer, transport)
     socket.user = type("U", (), {"pk": 1})()
