@@ -299,6 +299,7 @@ AGENT_RUN_MAX_CRASHES = _app("AGENT_RUN_MAX_CRASHES")
 # How long a run's task may wait for a worker to take it before it is queued again.
 AGENT_PICKUP_SECONDS = _app("AGENT_PICKUP_SECONDS")
 AGENT_TEST_PICKUP_HOLD = _app("AGENT_TEST_PICKUP_HOLD")
+AGENT_TEST_HOLDS = _app("AGENT_TEST_HOLDS")
 # PostgreSQL: a lock waited for, a transaction left idle, at most this long.
 AGENT_DB_LOCK_TIMEOUT_SECONDS = _app("AGENT_DB_LOCK_TIMEOUT_SECONDS")
 AGENT_DB_IDLE_IN_TRANSACTION_SECONDS = _app("AGENT_DB_IDLE_IN_TRANSACTION_SECONDS")

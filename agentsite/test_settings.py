@@ -13,3 +13,11 @@ import secrets
 os.environ.setdefault("SECRET_KEY", "test-" + secrets.token_hex(16))
 
 from agentsite.settings import *  # noqa: E402, F403 (the site's settings, as they are)
+
+# The scripted agent's /hold waits for its release file here (tests.harness
+# Hold): a folder of this run's, which the servers it starts inherit.
+if not AGENT_TEST_HOLDS:  # noqa: F405 (from the site's settings)
+    import tempfile
+
+    AGENT_TEST_HOLDS = tempfile.mkdtemp(prefix="agent-holds-")
+    os.environ["AGENT_TEST_HOLDS"] = AGENT_TEST_HOLDS

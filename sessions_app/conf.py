@@ -87,6 +87,9 @@ DEFAULTS: dict[str, object] = {
     # Tests only: a worker holds a task it took while this file exists (the
     # window between taking a task and driving its run; run_agent_worker).
     "AGENT_TEST_PICKUP_HOLD": "",
+    # Tests only: the folder where the scripted agent's ``/hold NAME`` looks
+    # for the file NAME that releases it ("" : /hold is refused).
+    "AGENT_TEST_HOLDS": "",
     "AGENT_WORKER_CONCURRENCY": 32,
     "AGENT_GROUP_COMMIT": True,
     "AGENT_USER_MAX_RUNS": 8,

@@ -67,6 +67,22 @@ def server_env(**extra: str) -> dict[str, str]:
 POLL_SECONDS = 0.05  # for states only a database row shows (no frame announces them)
 
 
+class Hold:
+    """A run that streams until the test releases it: send ``text`` (the
+    scripted agent's ``/hold NAME``), and ``release()`` when the test is
+    ready for it to end: a run busy for as long as the test needs, never a
+    timed ``/stream`` guessed long enough."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self) -> None:
+        self.name = f"h{os.getpid()}-{next(self._ids)}"
+        self.text = f"/hold {self.name}"
+
+    def release(self) -> None:
+        (Path(settings.AGENT_TEST_HOLDS) / self.name).touch()
+
+
 def poll_pause() -> None:
     """One pause between two reads of a database state that no frame announces."""
     threading.Event().wait(POLL_SECONDS)

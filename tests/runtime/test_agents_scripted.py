@@ -250,3 +250,30 @@ def test_markdown_streams_the_sample():
     ctx = run("/markdown")
     assert "".join(ctx.deltas) == MARKDOWN_SAMPLE == ctx.messages[0]
     assert "| Quarter |" in MARKDOWN_SAMPLE and "```python" in MARKDOWN_SAMPLE
+
+
+def test_hold_streams_until_the_test_releases_it(settings, tmp_path):
+    """``/hold NAME`` says ``held0 `` at once and goes on until the file NAME
+    appears in ``AGENT_TEST_HOLDS``; then its message is everything it said,
+    once."""
+    import threading
+
+    settings.AGENT_TEST_HOLDS = str(tmp_path)
+    ctx = FakeContext("/hold t1")
+    held = threading.Thread(target=ScriptedAgent().start, args=(ctx,))
+    held.start()
+    assert ctx.delta_seen.wait(10)
+    assert held.is_alive()  # not released: still going
+    (tmp_path / "t1").touch()
+    held.join(10)
+    assert not held.is_alive()
+    assert ctx.deltas[0] == "held0 " and ctx.messages == ["".join(ctx.deltas)]
+
+
+@pytest.mark.parametrize("folder, text", [("", "/hold t1"), ("x", "/hold"), ("x", "/hold a/b")])
+def test_hold_is_refused_without_its_folder_or_a_plain_name(settings, folder, text):
+    """Outside the tests (no ``AGENT_TEST_HOLDS``), and with a name that is
+    not plain, ``/hold`` finishes with its usage, holding nothing."""
+    settings.AGENT_TEST_HOLDS = folder
+    with pytest.raises(AgentError, match="usage: /hold NAME"):
+        run(text)

@@ -9,7 +9,7 @@ from sessions_app.log.sessions import create_session
 from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime import runs, turns
 from sessions_app.runtime.tools import workspace_for
-from tests.harness import WsClient
+from tests.harness import Hold, WsClient
 from tests.runtime.common import open_session, send_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -20,7 +20,7 @@ async def test_stop_and_send_stops_the_stream_and_starts_at_once(server, cookie)
     its run starts at once, ahead of the input already queued (which stays
     queued and runs after it); a repeat of its id stops nothing more."""
     c, sid = await open_session(server, cookie)
-    streaming = await send_text(c, "/stream 500 20", "m1")
+    streaming = await send_text(c, Hold().text, "m1")
     queued = await send_text(c, "/stream 1 0", "m2")
     await c.wait_event(lambda f: f["kind"] == "assistant.delta")
     now = await c.request(

@@ -19,7 +19,7 @@ import pytest
 from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime.tools import workspace_for
 from tests.fakes import FakeOpenAIServer, text_response, tool_call_response
-from tests.harness import WsClient, session_cookie, wait_until
+from tests.harness import Hold, WsClient, session_cookie, wait_until
 from tests.runtime.common import kinds, open_session, send_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -185,7 +185,7 @@ async def test_sh_runs_allowed_command_in_workspace(server, cookie):
 async def test_cancel_running_parked_and_queued(server, cookie):
     """Cancel ends a running run, denies a parked one's gate first, and dequeues a queued one."""
     c, sid = await open_session(server, cookie)
-    running = await send_text(c, "/stream 500 20", "m1")
+    running = await send_text(c, Hold().text, "m1")
     gated = await send_text(c, "/write a.txt x", "m2")
     queued = await send_text(c, "/stream 1 0", "m3")
     await c.wait_event(lambda f: f["kind"] == "assistant.delta")

@@ -8,7 +8,7 @@ import pytest
 from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import turns
 from sessions_app.runtime.tools import workspace_for
-from tests.harness import WsClient
+from tests.harness import Hold, WsClient
 from tests.runtime.common import open_session, send_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -117,7 +117,7 @@ async def test_regenerating_during_a_stream_stops_it_first(server, cookie):
     """A regenerate while the answer still streams stops that run, saying why,
     and the new run starts at once: never two runs of a session at once."""
     c, sid = await open_session(server, cookie)
-    streaming = await send_text(c, "/stream 500 20", "m1")
+    streaming = await send_text(c, Hold().text, "m1")
     await c.wait_event(lambda f: f["kind"] == "assistant.delta")
     again = await regenerate(c, streaming["run_id"], "r1")
     assert again["status"] == "started"

@@ -7,7 +7,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from sessions_app.log.sessions import create_session
-from tests.harness import WsClient
+from tests.harness import Hold, WsClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,16 +39,14 @@ async def test_snapshot_then_pushes_for_new_sessions_titles_and_status(
     new = await lister.wait(lambda f: f.get("type") == "session" and f["session"]["id"] == sid)
     assert new["session"]["title"] == "" and new["session"]["status"] == "idle"
     # The list pushes the session as it is when the push is read: the run must
-    # still be going then, so it streams slowly and is cancelled once seen.
-    sent = await tab.request({"type": "send", "client_message_id": "m1", "text": "/stream 2 10000"})
+    # still be going then, so it is held until cancelled once seen.
+    hold = Hold()
+    sent = await tab.request({"type": "send", "client_message_id": "m1", "text": hold.text})
     running = await lister.wait(
         lambda f: f.get("type") == "session" and f["session"]["status"] == "running"
     )
-    assert (
-        running["session"]["title"] == "/stream 2 10000" and running["session"]["active_runs"] == 1
-    )
+    assert running["session"]["title"] == hold.text and running["session"]["active_runs"] == 1
     await tab.request({"type": "cancel", "run_id": sent["run_id"]})
-    # Cancelled, not failed: the command was valid (MS is at most 10,000).
     finished = await tab.wait_event(lambda f: f["kind"] == "run.finished")
     assert finished["data"]["stop_reason"] == "cancelled"
     await lister.wait(

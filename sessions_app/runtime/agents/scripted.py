@@ -5,7 +5,8 @@ plain text gets a short streamed reply, ``/stream N [MS]`` is a load
 generator, ``/echo TEXT`` streams TEXT back as written (Markdown, payloads),
 ``/markdown`` streams a sample answer in Markdown, ``/write`` and ``/sh`` go
 through an approval gate (as does ``/tool NAME JSON``, any tool of the
-registry), ``/fail`` ends the run with an error. It holds
+registry), ``/fail`` ends the run with an error, and in tests ``/hold NAME``
+streams until the test releases it (``AGENT_TEST_HOLDS``). It holds
 nothing between calls: what ``resume`` needs is in ``ctx.state``.
 
 It checkpoints (docs/agents.md, "Steps and checkpoints"): ``/stream`` at least
@@ -19,6 +20,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
+
+from django.conf import settings
 
 from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
 
@@ -31,6 +35,10 @@ WRITE_USAGE = "usage: /write PATH TEXT"
 SH_USAGE = "usage: /sh CMD"
 ECHO_USAGE = "usage: /echo TEXT"
 TOOL_USAGE = "usage: /tool NAME [JSON ARGUMENTS]"
+HOLD_USAGE = "usage: /hold NAME (tests only: AGENT_TEST_HOLDS names its folder)"
+HOLD_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# /hold looks for its release this often, and says something once a second.
+HOLD_POLL_SECONDS = 0.02
 # /echo and /markdown stream their text in this many deltas, this far apart.
 ECHO_DELTAS = 12
 ECHO_DELTA_PAUSE = 0.03
@@ -100,6 +108,8 @@ class ScriptedAgent:
             self._sh(ctx, rest)
         elif command == "/tool":
             self._tool(ctx, rest)
+        elif command == "/hold":
+            self._hold(ctx, rest)
         elif command == "/fail":
             raise AgentError("the scripted agent was asked to fail (/fail)")
         else:
@@ -176,6 +186,26 @@ class ScriptedAgent:
             ctx.delta(f"tok{index} ", checkpoint=due)
         ctx.state["done"] = True
         ctx.message("".join(f"tok{index} " for index in range(count)))
+
+    def _hold(self, ctx: RunContext, rest: str) -> None:
+        """Stream ``held0 ``, ``held1 ``, … (one at once, then one a second,
+        each a checkpoint) until the file NAME appears in ``AGENT_TEST_HOLDS``:
+        a run busy for exactly as long as a test needs, not for a guessed time."""
+        name = rest.strip()
+        if not settings.AGENT_TEST_HOLDS or not HOLD_NAME.fullmatch(name):
+            raise AgentError(HOLD_USAGE)
+        released = Path(settings.AGENT_TEST_HOLDS) / name
+        index = int(ctx.state.get("next", 0))  # taken over: on from the last checkpoint
+        said = time.monotonic() - CHECKPOINT_SECONDS
+        while not released.exists():
+            if time.monotonic() - said >= CHECKPOINT_SECONDS:
+                said = time.monotonic()
+                ctx.state["next"] = index + 1
+                ctx.delta(f"held{index} ", checkpoint=True)
+                index += 1
+            ctx.sleep(HOLD_POLL_SECONDS)
+        ctx.state["done"] = True
+        ctx.message("".join(f"held{i} " for i in range(index)))
 
     def _echo(self, ctx: RunContext, text: str) -> None:
         # Cut anywhere, mid-word and mid-syntax: the client renders every
