@@ -6,6 +6,7 @@ run by ./scripts/test, keeps the stages' order)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import grimp
@@ -97,6 +98,26 @@ def test_the_function_guard_catches_a_planted_violation():
         "class C:\n    def ok(self, a, b, c, d, e, f): pass\n"
     )
     assert long_functions(planted) == [("long", "61 lines"), ("many", "7 parameters")]
+
+
+JS = ROOT / "static" / "sessions_app" / "js"
+JS_IMPORT = re.compile(r"^import[^;]*?from \"([^\"]+)\"", re.M | re.S)
+# What each folder of the browser client may import: the stages below it.
+JS_BELOW = {"wire": set(), "model": {"wire", "model"}, "client": {"wire", "model", "client"}}
+
+
+def test_the_browser_clients_folders_import_only_the_stages_below():
+    """``wire/`` (the protocol's names) imports nothing of the client,
+    ``model/`` only ``wire/`` (the review found ``model/apply.js`` importing
+    ``client/``), ``client/`` no ``view/``."""
+    found = []
+    for folder, allowed in JS_BELOW.items():
+        for path in sorted((JS / folder).glob("*.js")):
+            for target in JS_IMPORT.findall(path.read_text()):
+                stage = (path.parent / target).resolve().parent.name
+                if target.startswith(".") and stage not in allowed | {folder}:
+                    found.append((f"{folder}/{path.name}", target))
+    assert found == []
 
 
 def test_no_import_cycle():

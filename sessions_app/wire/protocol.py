@@ -4,7 +4,7 @@ The normative text is ``docs/protocol.md``; this module is its one
 implementation of names and rules on the server.
 
 Everything a frame may carry is named and checked here, once. The JavaScript
-client mirrors these constants in ``static/sessions_app/js/client/constants.js``; keep the two in
+client mirrors these constants in ``static/sessions_app/js/wire/constants.js``; keep the two in
 step (``tests/wire/test_protocol.py`` compares them).
 """
 

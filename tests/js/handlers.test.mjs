@@ -1,8 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-
-import * as P from "../../static/sessions_app/js/client/constants.js";
 import { applyEvent, emptyModel, HANDLERS } from "../../static/sessions_app/js/model/transcript.js";
+import * as P from "../../static/sessions_app/js/wire/constants.js";
 import { ev } from "./helpers.mjs";
 
 // One test a kind: every event kind of the protocol has its handler, and each

@@ -6,6 +6,7 @@ import { test } from "node:test";
 
 import { NO_HOOKS, TRANSITIONS } from "../../static/sessions_app/js/client/session.js";
 import { snapshotOf } from "../../static/sessions_app/js/client/view.js";
+import { checkTransition } from "../../static/sessions_app/js/model/timers.js";
 import { assertDeclared, ev, FakeStorage } from "./helpers.mjs";
 import { makeHooks, range, SID, setup, userMsg } from "./session_rig.mjs";
 
@@ -357,14 +358,8 @@ test("presence is passed to the view", () => {
 });
 
 test("the session's state moves only along declared transitions; a refused one changes nothing", () => {
-  const { client, sock, resume } = setup();
   const seen = [];
-  const setState = client._setState.bind(client);
-  client._setState = (state, detail) => {
-    const from = client.state;
-    setState(state, detail);
-    if (from !== state) seen.push(`${from}>${state}`);
-  };
+  const { client, sock, resume } = setup({ moved: (from, to) => seen.push(`${from}>${to}`) });
   client.start();
   resume(1, [ev(1, "session.created", {}, null)]);
   sock().serverClose(1006);
@@ -384,14 +379,15 @@ test("the session's state moves only along declared transitions; a refused one c
     "replaying>live",
   ]);
   assertDeclared(seen, TRANSITIONS);
-  assert.throws(() => setState("replaying"), /live -> replaying is not a declared transition/);
+  // The one writer of the state checks each move against the table first.
+  assert.throws(() => checkTransition(TRANSITIONS, "live", "replaying", "session"), /live -> replaying is not a declared transition/);
   assert.equal(client.state, "live");
 });
 
 test("failpoints cost nothing when off: a client given no hooks has the ones that let every step go on", () => {
   const { client } = setup();
-  assert.deepEqual(Object.keys(client.hooks).sort(), ["received", "rendered", "sent"]);
-  for (const name of ["received", "rendered", "sent"]) assert.equal(client.hooks[name], NO_HOOKS[name]);
+  assert.deepEqual(Object.keys(client.hooks).sort(), ["moved", "received", "rendered", "sent"]);
+  for (const name of ["moved", "received", "rendered", "sent"]) assert.equal(client.hooks[name], NO_HOOKS[name]);
   const { client: tested } = setup({ hooks: makeHooks() });
   assert.notEqual(tested.hooks.received, NO_HOOKS.received);
 });

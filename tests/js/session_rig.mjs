@@ -52,7 +52,7 @@ export function makeHooks() {
   return new Failpoints();
 }
 
-export function setup({ storage = new FakeStorage(), clock = new FakeClock(), hooks = null } = {}) {
+export function setup({ storage = new FakeStorage(), clock = new FakeClock(), hooks = null, moved = null } = {}) {
   const { FakeWebSocket, sockets } = makeFakeWebSocket();
   const store = new SessionStore(storage);
   const view = recorderView();
@@ -61,7 +61,8 @@ export function setup({ storage = new FakeStorage(), clock = new FakeClock(), ho
     tabId: "t-1",
     store,
     view,
-    hooks: hooks ? failpointHooks(hooks, () => client) : undefined,
+    // Failpoints (``hooks``) and a watcher of the state's moves (``moved``), as a caller gives them.
+    hooks: hooks || moved ? { ...(hooks ? failpointHooks(hooks, () => client) : {}), ...(moved ? { moved } : {}) } : undefined,
     timers: clock,
     now: clock.now,
     createConnection: (handlers) =>

@@ -16,7 +16,7 @@ CONSTANTS_JS = (
     / "static"
     / "sessions_app"
     / "js"
-    / "client"
+    / "wire"
     / "constants.js"
 )
 

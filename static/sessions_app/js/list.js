@@ -7,10 +7,10 @@
  * @module list
  */
 
-import { LIST_SESSION, LIST_SESSION_GONE, LIST_SESSIONS } from "./client/constants.js";
 import { attachBrowserSignals, Connection, socketUrl } from "./client/socket.js";
 import { pageUrls, urlFor } from "./client/urls.js";
 import { h } from "./view/dom.js";
+import { LIST_SESSION, LIST_SESSION_GONE, LIST_SESSIONS } from "./wire/constants.js";
 
 /** How often "last activity" is written again. */
 export const RELATIVE_TIME_MS = 30_000;

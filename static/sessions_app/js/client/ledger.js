@@ -16,7 +16,7 @@
  * @module ledger
  */
 
-import { randomId } from "./timers.js";
+import { randomId } from "../model/timers.js";
 
 export const PREPARED = "prepared";
 export const SENT = "sent";

@@ -20,7 +20,7 @@
  */
 
 import { hasUserMessage } from "../model/transcript.js";
-import * as P from "./constants.js";
+import * as P from "../wire/constants.js";
 
 /** How long after an `internal_error` a send, decide or cancel goes again. */
 export const RETRY_AFTER_INTERNAL_ERROR_MS = 1000;
@@ -77,7 +77,7 @@ export class Outbox {
    * @param {object} options.view SessionClient's view
    * @param {() => object} options.model the transcript model (for the view)
    * @param {() => void} options.onSyncError a sync failed (the apply loop's)
-   * @param {import("./timers.js").Timers} options.timers
+   * @param {import("../model/timers.js").Timers} options.timers
    * @param {(entry: {id: string}) => void} [options.onWritten] an input's frame was written
    */
   constructor({ send, requestId, live, ledger, view, model, onSyncError, timers, onWritten = () => {} }) {

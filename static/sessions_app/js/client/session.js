@@ -24,12 +24,12 @@
  */
 
 import { Acker, ApplyLoop, compactedItem } from "../model/apply.js";
+import { checkTransition, realTimers } from "../model/timers.js";
 import { activeRun, applyCompacted, applyEvent, emptyModel, isModel } from "../model/transcript.js";
-import * as P from "./constants.js";
+import * as P from "../wire/constants.js";
 import { Ledger } from "./ledger.js";
 import { Outbox } from "./outbox.js";
 import { Persister } from "./store.js";
-import { checkTransition, realTimers } from "./timers.js";
 import * as V from "./view.js";
 import { completeView, NO_HOOKS, NULL_VIEW, STATE, shownState, TRANSITIONS } from "./view.js";
 
@@ -181,9 +181,11 @@ export class SessionClient {
   /** THE writer of `state` (see TRANSITIONS): a new detail alone is reported too. */
   _setState(state, detail = {}) {
     checkTransition(TRANSITIONS, this.state, state, "session");
+    const from = this.state;
     // Resuming and replaying look the same: the display hears of it once.
-    const quiet = this.state === STATE.RESUMING && state === STATE.REPLAYING;
+    const quiet = from === STATE.RESUMING && state === STATE.REPLAYING;
     this.current = Object.freeze({ ...this.current, name: state, detail });
+    if (from !== state) this.hooks.moved(from, state);
     if (!quiet) this.view.setConnection(shownState(state), detail);
   }
 

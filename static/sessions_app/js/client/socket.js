@@ -30,9 +30,9 @@
  * @module socket
  */
 
+import { checkTransition, realTimers } from "../model/timers.js";
+import * as P from "../wire/constants.js";
 import { Backoff } from "./backoff.js";
-import * as P from "./constants.js";
-import { checkTransition, realTimers } from "./timers.js";
 
 /** Close codes after which reconnecting cannot help. */
 export const FATAL_CLOSE_CODES = [P.CLOSE_PROTOCOL_VIOLATION, P.CLOSE_NOT_AUTHENTICATED];

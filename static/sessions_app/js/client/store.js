@@ -13,7 +13,7 @@
  * @module store
  */
 
-import { randomId } from "./timers.js";
+import { randomId } from "../model/timers.js";
 
 export const STORE_VERSION = 1;
 
@@ -259,7 +259,7 @@ export class Persister {
    * @param {object} options
    * @param {SessionStore} options.store
    * @param {string} options.sessionId
-   * @param {import("./timers.js").Timers} options.timers
+   * @param {import("../model/timers.js").Timers} options.timers
    * @param {number} options.delayMs
    * @param {() => ({epoch: string|null, cursor: number, model: object}|null)} options.snapshot null: nothing worth storing
    */

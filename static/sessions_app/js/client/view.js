@@ -16,15 +16,18 @@
  *   it before it is applied;
  * - `rendered(seq)`: the event at `seq` is shown and the cursor moved;
  *   `false` stops before it is acked and stored;
- * - `sent(entry)`: an input's `send` frame was written (its ledger entry).
+ * - `sent(entry)`: an input's `send` frame was written (its ledger entry);
+ * - `moved(from, to)`: the session's state moved (every declared
+ *   transition, the ones the display is not told of too).
  * @typedef {object} SessionHooks
  * @property {(frame: object) => (boolean|void)} [received]
  * @property {(seq: number) => (boolean|void)} [rendered]
  * @property {(entry: {id: string}) => void} [sent]
+ * @property {(from: string, to: string) => void} [moved]
  */
 
 /** The hooks of a client given none: every step goes on. */
-export const NO_HOOKS = Object.freeze({ received() {}, rendered() {}, sent() {} });
+export const NO_HOOKS = Object.freeze({ received() {}, rendered() {}, sent() {}, moved() {} });
 
 /** Connection states shown to the person (and in `data-state`). */
 export const STATE = Object.freeze({

@@ -11,8 +11,8 @@
  * @module apply
  */
 
-import * as P from "../client/constants.js";
-import { realTimers } from "../client/timers.js";
+import * as P from "../wire/constants.js";
+import { realTimers } from "./timers.js";
 
 /**
  * Applies events (and skipped stretches) in seq order, exactly once each.

@@ -29,7 +29,7 @@
  * @module transcript
  */
 
-import * as P from "../client/constants.js";
+import * as P from "../wire/constants.js";
 
 export const MODEL_VERSION = 2;
 

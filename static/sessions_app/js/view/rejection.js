@@ -5,7 +5,7 @@
  * @module rejection
  */
 
-import * as P from "../client/constants.js";
+import * as P from "../wire/constants.js";
 
 /**
  * What each rejection says and which actions it offers. (`epoch_mismatch` is

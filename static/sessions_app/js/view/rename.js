@@ -6,8 +6,8 @@
  * @module rename
  */
 
-import * as P from "../client/constants.js";
 import { pageUrls, urlFor } from "../client/urls.js";
+import * as P from "../wire/constants.js";
 import { h } from "./dom.js";
 
 /**

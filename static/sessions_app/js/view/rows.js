@@ -6,8 +6,8 @@
  * @module rows
  */
 
-import * as P from "../client/constants.js";
 import { CONFIRMED, FAILED, SENT } from "../client/ledger.js";
+import * as P from "../wire/constants.js";
 import { h } from "./dom.js";
 import { MarkdownView } from "./markdown.js";
 

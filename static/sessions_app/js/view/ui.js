@@ -12,8 +12,8 @@
  * @module ui
  */
 
-import { realTimers } from "../client/timers.js";
 import { STATE } from "../client/view.js";
+import { realTimers } from "../model/timers.js";
 import { activeRun, queuedRuns } from "../model/transcript.js";
 import { BranchView } from "./branchview.js";
 import { rejectionBadge, showRejection } from "./rejection.js";
@@ -42,7 +42,7 @@ export class SessionView {
    * @param {Document} doc
    * @param {object} [options]
    * @param {() => number} [options.now]
-   * @param {import("../client/timers.js").Timers} [options.timers]
+   * @param {import("../model/timers.js").Timers} [options.timers]
    * @param {{request: (fn: Function) => number, cancel: (id: number) => void}|null} [options.frames] animation frames
    */
   constructor(doc, { now = Date.now, timers = realTimers, frames = windowFrames(doc) } = {}) {
