@@ -292,3 +292,20 @@ class Shout(Tool):
         with open(workspace / "shouts.txt", "a") as out:
             out.write(said + "\n")
         return True, said
+
+
+class FaultyAgent:
+    """An agent whose step meets an error of ``FAULTY_AGENT_ERROR`` (a dotted
+    class, ``django.db.DataError`` say) after its first delta: what the run
+    does with an error that is not an outage."""
+
+    def start(self, ctx) -> None:
+        import importlib
+        import os
+
+        ctx.delta("before ")
+        module, name = os.environ["FAULTY_AGENT_ERROR"].rsplit(".", 1)
+        raise getattr(importlib.import_module(module), name)("the step failed")
+
+    def resume(self, ctx, outcome) -> None:  # pragma: no cover - it never parks
+        raise AssertionError("never parked")

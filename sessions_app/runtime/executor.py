@@ -242,6 +242,8 @@ def _take_over_now(run_id: str, worker: str) -> str:
         return "stopped by an outage: taken over when its lease lapses"
     if outcome == "error":
         return "finished error: its crash budget is spent"
+    if outcome is None:
+        return "stopped by an outage: no longer this drive's"
     return "stopped by an outage: taken over at its last checkpoint"
 
 

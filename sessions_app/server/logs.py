@@ -70,14 +70,26 @@ class SocketLog(logging.LoggerAdapter):
 
 
 def is_outage(exc: BaseException) -> bool:
-    """Did a service the process depends on fail (the database, Redis, the
-    network), rather than this code? An outage is logged as one line for
-    many (``Outage``); anything else keeps its traceback."""
-    from django.db import DatabaseError
+    """Did a service the process depends on fail (the database or Redis
+    unreachable, a connection lost or timed out), rather than this code? An
+    outage is logged as one line for many (``Outage``), and a run it stopped
+    goes on from its last checkpoint (``runtime.executor``); anything else (an
+    integrity or data error, a full disk, a bug) keeps its traceback."""
+    from django.db import InterfaceError, OperationalError
 
-    if isinstance(exc, OSError | TimeoutError | DatabaseError):
+    if isinstance(exc, ConnectionError | TimeoutError | OperationalError | InterfaceError):
         return True
-    return type(exc).__module__.split(".")[0] in ("redis", "psycopg")
+    try:
+        from redis import exceptions as redis_errors
+    except ImportError:  # pragma: no cover - channels-redis brings it
+        redis_errors = None
+    if redis_errors and isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # the embedded profile may run without it
+        return False
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
 
 
 class Outage:

@@ -130,3 +130,24 @@ async def test_a_database_blip_under_an_answer_is_taken_over_at_once(own_server,
     assert message["data"]["text"] == "".join(f"tok{i} " for i in range(40))
     assert c.seqs() == list(range(1, end["seq"] + 1))
     await c.close()
+
+
+@pytest.mark.parametrize("error", ["django.db.DataError", "builtins.PermissionError"])
+async def test_an_error_that_is_not_an_outage_ends_the_run_once(own_server, cookie, error):
+    """A step that fails with a data error (a NUL PostgreSQL refuses) or a
+    disk it may not write is no outage: the run ends ``error`` at once, its
+    step is never redone (a paid model is not asked again), and the server
+    logs its traceback."""
+    start, procs = own_server
+    server = start(AGENT_CLASS="tests.fakes.FaultyAgent", FAULTY_AGENT_ERROR=error)
+    c, _ = await open_session(server, cookie)
+    sent = await send_text(c, "hello", "m1")
+    end = await c.wait_event(
+        lambda f: f["kind"] == "run.finished" and f["run_id"] == sent["run_id"]
+    )
+    name = error.rsplit(".", 1)[1]
+    assert end["data"] == {"stop_reason": "error", "message": f"internal error: {name}"}
+    mine = [e["kind"] for e in c.events() if e["run_id"] == sent["run_id"]]
+    assert "run.resumed" not in mine and mine.count("assistant.delta") == 1
+    assert any(f"{name}: the step failed" in p.log_text() for p in procs)
+    await c.close()

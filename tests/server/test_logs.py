@@ -47,6 +47,32 @@ def test_an_outage_is_one_line_for_many_with_a_count(caplog):
     assert all(r.exc_info is None for r in caplog.records)
 
 
+@pytest.mark.parametrize(
+    "error, outage",
+    [
+        ("django.db.OperationalError", True),
+        ("django.db.InterfaceError", True),
+        ("redis.exceptions.ConnectionError", True),
+        ("builtins.ConnectionRefusedError", True),
+        ("builtins.TimeoutError", True),
+        ("django.db.DataError", False),  # a NUL in text: a bug, not an outage
+        ("django.db.IntegrityError", False),
+        ("builtins.PermissionError", False),  # a workspace it may not write
+        ("builtins.ValueError", False),
+    ],
+)
+def test_only_a_service_out_of_reach_is_an_outage(error, outage):
+    """An outage is a service out of reach (its connection refused, lost or
+    timed out); a database error the data or the code made, or a disk the
+    process may not write, is not: it keeps its traceback and its run ends."""
+    import importlib
+
+    from sessions_app.server.logs import is_outage
+
+    module, name = error.rsplit(".", 1)
+    assert is_outage(getattr(importlib.import_module(module), name)("x")) is outage
+
+
 def test_failed_keeps_the_traceback_of_what_is_not_an_outage(caplog):
     """``failed``: a database or network error is an outage's one line; a
     bug (a ValueError) is logged each time, with its traceback."""
