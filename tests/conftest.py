@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -45,6 +46,14 @@ def pytest_configure(config):
         settings.CACHES["default"]["KEY_PREFIX"] = prefix + "-cache"
 
     _flush_retries_a_deadlock()
+    # A stop (./scripts/test's Ctrl-C reaches the suites side by side as
+    # SIGTERM: their SIGINT is ignored in the background) ends the run as
+    # Ctrl-C does, with every fixture's teardown: no server left behind.
+    signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _flush_retries_a_deadlock() -> None:
