@@ -17,7 +17,10 @@ from agentsite.settings import *  # noqa: E402, F403 (the site's settings, as th
 # The scripted agent's /hold waits for its release file here (tests.harness
 # Hold): a folder of this run's, which the servers it starts inherit.
 if not AGENT_TEST_HOLDS:  # noqa: F405 (from the site's settings)
+    import atexit
+    import shutil
     import tempfile
 
     AGENT_TEST_HOLDS = tempfile.mkdtemp(prefix="agent-holds-")
     os.environ["AGENT_TEST_HOLDS"] = AGENT_TEST_HOLDS
+    atexit.register(shutil.rmtree, AGENT_TEST_HOLDS, ignore_errors=True)

@@ -263,7 +263,8 @@ class Drills:
             sid for r, sid in zip(self.readers, self.sessions, strict=True) if r.seqs != whole[sid]
         ]
         check(not bad, f"database: every SSE reader has every seq once, in order ({bad})")
-        odd = {c for t in self.tabs for c in t.closes} - RETRYABLE - {"ConnectionRefusedError"}
+        # With the database away an upgrade may be refused 503: retryable too.
+        odd = {c for t in self.tabs for c in t.closes} - RETRYABLE - {"http 503"}
         check(not odd, f"database: every socket close retryable ({sorted(map(str, odd))})")
         wrong = [
             (target, status, took)
@@ -288,6 +289,12 @@ class Drills:
         )
         ends = sorted({e for s in streams for e in s.ends})
         self.report.figure(f"database: how the streams ended: {ends}")
+        # Opened before each fault, a dialect's stream ends whole (its run's
+        # end, or at a failed read: its client comes back); a reader asking
+        # again meanwhile may be told 503, never anything else.
+        odd = {e for s in self.dialects for e in s.ends} - {"end"}
+        odd |= {e for s in self.readers for e in s.ends} - {"end", "status 503"}
+        check(not odd, f"database: every stream ended cleanly or was told 503 ({sorted(odd)})")
 
 
 def _head(session_id: str) -> int:

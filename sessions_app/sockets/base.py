@@ -171,6 +171,9 @@ class AppSocket(AsyncWebsocketConsumer):
             await self.close_with(p.CLOSE_INTERNAL_ERROR)
 
     async def connect(self) -> None:
+        # The id the access log gave the connection (``server.access_log``):
+        # every line of either socket carries it.
+        self.connection_id = self.scope.get("connection_id")
         self.bucket = p.TokenBucket()
         self.flow = Flow(transport.send_buffer_probe(self.scope))
         await self.accept()

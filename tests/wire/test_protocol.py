@@ -12,12 +12,7 @@ import pytest
 from sessions_app.wire import protocol as p
 
 CONSTANTS_JS = (
-    Path(__file__).resolve().parents[2]
-    / "static"
-    / "sessions_app"
-    / "js"
-    / "wire"
-    / "constants.js"
+    Path(__file__).resolve().parents[2] / "static" / "sessions_app" / "js" / "wire" / "constants.js"
 )
 
 
