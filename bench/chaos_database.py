@@ -35,10 +35,9 @@ import time
 
 import httpx
 from chaos_outages import RETRYABLE, Tab, _true, _until
-from chaos_verify import Report, _db, _quiet
+from chaos_verify import Report, _db, _quiet, head_of, stop_reasons
 from netfault import NetFault
 
-from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from tests.harness import api_key, session_cookie
 from tests.log.test_pgbouncer import PgBouncer
@@ -164,16 +163,6 @@ def _setup():
     return session_cookie(user), api_key(user), sessions
 
 
-def _ends(session_ids) -> list[str]:
-    """Every answer's stop reason, in these sessions."""
-    return [
-        e.data.get("stop_reason", "?")
-        for sid in session_ids
-        for e in read_events(sid, 0)
-        if e.kind == "run.finished"
-    ]
-
-
 class Drills:
     """The three faults, one after another, under the same tabs and readers."""
 
@@ -191,7 +180,7 @@ class Drills:
         self.figures: list[str] = []
 
     async def drill(self, name: str, fault, restore, seconds: float) -> None:
-        heads = {sid: await _db(_head, sid) for sid in self.sessions}
+        heads = {sid: await _db(head_of, sid) for sid in self.sessions}
         tokens = int((seconds + 3) * 10)  # an answer that streams through the fault
         async with httpx.AsyncClient(base_url=self.cluster.daphnes[1].http, timeout=30) as http:
             for n, sid in enumerate(self.sessions):
@@ -229,15 +218,15 @@ class Drills:
         heads: dict[str, int] = {}
 
         async def done() -> bool:
-            heads.update({sid: await _db(_head, sid) for sid in self.sessions})
+            heads.update({sid: await _db(head_of, sid) for sid in self.sessions})
             ended = await _db(_quiet, self.sessions)
             return ended and all(t.last == heads[t.session_id] for t in self.tabs)
 
         await _until(done, timeout, 0.3)
-        return await _db(_ends, self.sessions)
+        return await _db(stop_reasons, self.sessions)
 
     async def finish(self) -> None:
-        heads = {sid: await _db(_head, sid) for sid in self.sessions}
+        heads = {sid: await _db(head_of, sid) for sid in self.sessions}
         await _until(
             lambda: _true(
                 all(
@@ -294,10 +283,6 @@ class Drills:
         # never a 500, never cut.
         odd = {e for s in streams for e in s.ends} - {"end", "status 503"}
         check(not odd, f"database: every stream ended cleanly or was told 503 ({sorted(odd)})")
-
-
-def _head(session_id: str) -> int:
-    return max((e.seq for e in read_events(session_id, 0)), default=0)
 
 
 async def database_phase(cluster_for, log_dir, args, report: Report) -> None:

@@ -30,10 +30,9 @@ import time
 
 import httpx
 from chaos_outages import RETRYABLE, Tab, _true, _until
-from chaos_verify import Report, _db, _quiet
+from chaos_verify import Report, _db, _quiet, head_of, stop_reasons
 from netfault import NetFault
 
-from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from tests.harness import WsClient, api_key, session_cookie
 
@@ -46,19 +45,6 @@ def _setup():
     user, _ = get_user_model().objects.get_or_create(username="chaos-network")
     sessions = [create_session(user, f"network {i}") for i in range(3)]
     return session_cookie(user), api_key(user), sessions
-
-
-def _head(session_id: str) -> int:
-    return max((e.seq for e in read_events(session_id, 0)), default=0)
-
-
-def _ends(session_ids) -> list[str]:
-    return [
-        e.data.get("stop_reason", "?")
-        for sid in session_ids
-        for e in read_events(sid, 0)
-        if e.kind == "run.finished"
-    ]
 
 
 async def _send(base: str, key: str, sid: str, cmid: str, text: str) -> None:
@@ -118,7 +104,7 @@ async def _conditions(cluster, netfault, args, report: Report) -> None:
     base, url = cluster.daphnes[0].http, cluster.urls()[0]
     await _send(base, key, resumed, "history", f"/stream {BEHIND * 3} 0")
     await _until(lambda: _db(_quiet, [resumed]), 30)
-    head = await _db(_head, resumed)
+    head = await _db(head_of, resumed)
     tabs = [Tab(u, cookie, sid) for sid in followed for u in cluster.urls()]
     await _until(lambda: _true(all(t.live_at for t in tabs)), 30)
     delay, loss = args.net_delay_ms, args.net_loss
@@ -140,11 +126,11 @@ async def _conditions(cluster, netfault, args, report: Report) -> None:
         await _until(lambda: _db(_quiet, followed), 120, 0.3)
     for route in ("pg", "redis"):
         netfault.send(route, "clear")
-    heads = {sid: await _db(_head, sid) for sid in followed}
+    heads = {sid: await _db(head_of, sid) for sid in followed}
     await _until(lambda: _true(all(t.last == heads[t.session_id] for t in tabs)), 30)
     for tab in tabs:
         await tab.stop()
-    _verify(report, timings, tabs, heads, await _db(_ends, followed), delay, netfault)
+    _verify(report, timings, tabs, heads, await _db(stop_reasons, followed), delay, netfault)
 
 
 def _verify(report, timings, tabs, heads, ends, delay, netfault) -> None:

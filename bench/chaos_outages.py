@@ -25,10 +25,9 @@ import re
 import time
 
 import httpx
-from chaos_verify import Report, _db, _quiet
+from chaos_verify import Report, _db, _quiet, head_of
 from websockets.exceptions import WebSocketException
 
-from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from tests.harness import WsClient, api_key, session_cookie
 
@@ -121,10 +120,6 @@ def _setup():
     return session_cookie(user), api_key(user), sessions
 
 
-def _head(session_id: str) -> int:
-    return max((e.seq for e in read_events(session_id, 0)), default=0)
-
-
 async def _scrape(http: httpx.AsyncClient, daphne, name: str) -> float | None:
     r = await http.get(f"{daphne.http}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
     found = re.search(rf"^{name} (\S+)$", r.text, re.M)
@@ -165,7 +160,7 @@ async def outages_phase(cluster, redis, args, report: Report) -> None:
 
         async def caught_up() -> bool:
             # The answers ended (run.finished is the last event) and every tab has it all.
-            heads.update({sid: await _db(_head, sid) for sid in sessions})
+            heads.update({sid: await _db(head_of, sid) for sid in sessions})
             ended = await _db(_quiet, sessions)
             return ended and all(t.last == heads[t.session_id] for t in tabs)
 

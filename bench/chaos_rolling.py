@@ -30,9 +30,8 @@ from pathlib import Path
 
 import httpx
 from chaos_outages import RETRYABLE, Tab, _true, _until
-from chaos_verify import Report, _db, _quiet
+from chaos_verify import Report, _db, _quiet, head_of, stop_reasons
 
-from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from tests.browser.proxy import NGINX, deploy
 from tests.harness import Daphne, Worker, api_key, session_cookie
@@ -47,19 +46,6 @@ def _setup():
     user, _ = get_user_model().objects.get_or_create(username="chaos-rolling")
     sessions = [create_session(user, f"rolling {i}").id for i in range(SESSIONS)]
     return session_cookie(user), api_key(user), sessions
-
-
-def _head(session_id: str) -> int:
-    return max((e.seq for e in read_events(session_id, 0)), default=0)
-
-
-def _ends(session_ids) -> list[str]:
-    return [
-        e.data.get("stop_reason", "?")
-        for sid in session_ids
-        for e in read_events(sid, 0)
-        if e.kind == "run.finished"
-    ]
 
 
 def _rolling_restart(daphnes) -> None:
@@ -111,13 +97,13 @@ async def _under_tabs(site, daphnes, args, report: Report) -> None:
     heads: dict[str, int] = {}
 
     async def caught_up() -> bool:
-        heads.update({sid: await _db(_head, sid) for sid in sessions})
+        heads.update({sid: await _db(head_of, sid) for sid in sessions})
         return await _db(_quiet, sessions) and all(t.last == heads[t.session_id] for t in tabs)
 
     await _until(caught_up, 60, 0.3)
     for tab in tabs:
         await tab.stop()
-    _verify(report, site, tabs, heads, await _db(_ends, sessions), restarted)
+    _verify(report, site, tabs, heads, await _db(stop_reasons, sessions), restarted)
 
 
 def _verify(report: Report, site, tabs, heads, ends, restarted: float) -> None:

@@ -56,6 +56,21 @@ def _quiet(session_ids) -> bool:
     return not Run.objects.filter(session_id__in=session_ids, status__in=Run.ACTIVE).exists()
 
 
+def head_of(session_id: str) -> int:
+    """The session's last logged seq (0: none)."""
+    return max((e.seq for e in read_events(session_id, 0)), default=0)
+
+
+def stop_reasons(session_ids) -> list[str]:
+    """Every answer's stop reason in these sessions, in log order."""
+    return [
+        e.data.get("stop_reason", "?")
+        for sid in session_ids
+        for e in read_events(sid, 0)
+        if e.kind == "run.finished"
+    ]
+
+
 async def wait_quiet(session_ids, timeout: float = 120) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -19,7 +19,7 @@ from django.db import connection
 from sessions_app.models import AgentSession, Run
 from sessions_app.runtime.tools import workspace_for
 from tests.harness import ROOT, Process, WsClient, wait_until
-from tests.runtime.common import open_session, send_text
+from tests.runtime.common import open_session, send_text, taken_over_once
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -295,13 +295,5 @@ async def test_a_blip_under_an_answer_is_taken_over_at_once(own_server, cookie, 
     held = await asyncio.to_thread(HeldSession, sid)
     pids = await wait_until(lambda: held.waiting())
     await asyncio.to_thread(held.cut, pids)
-    end = await c.wait_event(
-        lambda f: f["kind"] == "run.finished" and f["run_id"] == sent["run_id"], timeout=40
-    )
-    assert end["data"] == {"stop_reason": "end_turn"}
-    mine = [e for e in c.events() if e["run_id"] == sent["run_id"]]
-    assert [e["data"]["reason"] for e in mine if e["kind"] == "run.resumed"] == ["takeover"]
-    [message] = [e for e in mine if e["kind"] == "assistant.message"]
-    assert message["data"]["text"] == "".join(f"tok{i} " for i in range(40))
-    assert c.seqs() == list(range(1, end["seq"] + 1))
+    await taken_over_once(c, sent["run_id"], 40)
     await c.close()

@@ -19,3 +19,17 @@ async def send_text(c: WsClient, text: str, cmid: str) -> dict:
     reply = await c.request({"type": "send", "client_message_id": cmid, "text": text})
     assert reply["type"] == "send_ok", reply
     return reply
+
+
+async def taken_over_once(c: WsClient, run_id: str, tokens: int) -> None:
+    """Run ``run_id`` (``/stream TOKENS …``) ends ``end_turn`` after exactly
+    one takeover, its answer whole once, and the socket has every seq once."""
+    end = await c.wait_event(
+        lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id, timeout=40
+    )
+    assert end["data"] == {"stop_reason": "end_turn"}
+    mine = [e for e in c.events() if e["run_id"] == run_id]
+    assert [e["data"]["reason"] for e in mine if e["kind"] == "run.resumed"] == ["takeover"]
+    [message] = [e for e in mine if e["kind"] == "assistant.message"]
+    assert message["data"]["text"] == "".join(f"tok{i} " for i in range(tokens))
+    assert c.seqs() == list(range(1, end["seq"] + 1))

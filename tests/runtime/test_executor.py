@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.harness import wait_until
-from tests.runtime.common import open_session, send_text
+from tests.runtime.common import open_session, send_text, taken_over_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -120,15 +120,7 @@ async def test_a_database_blip_under_an_answer_is_taken_over_at_once(own_server,
     sent = await send_text(c, "/stream 40 50", "m1")
     await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "tok5 " in f["data"]["text"])
     assert await sync_to_async(_terminate_the_servers_connections)() > 0
-    end = await c.wait_event(
-        lambda f: f["kind"] == "run.finished" and f["run_id"] == sent["run_id"], timeout=40
-    )
-    assert end["data"] == {"stop_reason": "end_turn"}
-    mine = [e for e in c.events() if e["run_id"] == sent["run_id"]]
-    assert [e["data"]["reason"] for e in mine if e["kind"] == "run.resumed"] == ["takeover"]
-    [message] = [e for e in mine if e["kind"] == "assistant.message"]
-    assert message["data"]["text"] == "".join(f"tok{i} " for i in range(40))
-    assert c.seqs() == list(range(1, end["seq"] + 1))
+    await taken_over_once(c, sent["run_id"], 40)
     await c.close()
 
 
