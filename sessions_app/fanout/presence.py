@@ -83,9 +83,9 @@ class _Coalescer(threading.Thread):
             try:
                 for sid in ready:
                     send_presence(sid)
-            except Exception:
+            except Exception as exc:
                 # Presence is advisory: a lost one is corrected by the next.
-                log.exception("presence of %s failed", ready)
+                _outage.failed("presence", exc, sessions=ready)
             finally:
                 try:
                     close_old_connections()

@@ -60,6 +60,7 @@ log = logging.getLogger("sessions_app.sockets.session")
 RIGHTS_READ_AFTER_SECONDS = 5.0
 # Every socket of a process meets a lost Redis host at once: one line for all.
 _layer_failures = Outage(log)
+_handler_failures = Outage(log)
 
 
 class AppSocket(AsyncWebsocketConsumer):
@@ -162,12 +163,15 @@ class AppSocket(AsyncWebsocketConsumer):
             # The client closed while a reply was on its way: not an error; its
             # websocket.disconnect follows and cleans up.
             self.to(Phase.CLOSING)
-        except Exception:
+        except Exception as exc:
             # A database or layer failure in the handshake, a push or live
             # delivery: close (1011, retryable) ourselves, so disconnect()
             # still runs its cleanup (counts, rows, groups) instead of daphne
-            # dropping the consumer with none of it.
-            self.log.exception("connection %s: %s failed", self.connection_id, message["type"])
+            # dropping the consumer with none of it. An outage meets every
+            # socket at once: one line for many; anything else its traceback.
+            _handler_failures.failed(
+                f"a socket's {message['type']}", exc, connection_id=self.connection_id
+            )
             await self.close_with(p.CLOSE_INTERNAL_ERROR)
 
     async def connect(self) -> None:

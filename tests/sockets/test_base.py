@@ -264,3 +264,30 @@ async def test_a_socket_whose_rights_ended_before_its_join_is_closed_4403(user, 
     assert (await _snapshot(user.pk, None))[1] is None
     await socket.rights_read(False)
     assert transport.messages == [{"type": "websocket.close", "code": 4403}]
+
+
+@pytest.mark.parametrize(
+    "error, traced",
+    [(ConnectionRefusedError("the database went away"), False), (KeyError("a bug"), True)],
+)
+async def test_a_failed_handler_closes_1011_and_an_outage_is_one_line(error, traced, caplog):
+    """A handler that fails closes its socket 1011 (retryable) either way; an
+    outage (a service out of reach) is one line for many sockets, a bug its
+    traceback each time."""
+    from sessions_app.sockets.listing import SessionListConsumer
+
+    class Failing(SessionListConsumer):
+        async def websocket_receive(self, message):
+            raise error
+
+    sockets = [_socket(Failing, _Transport(unread=0)) for _ in range(3)]
+    with caplog.at_level("ERROR", logger="sessions_app.sockets.session"):
+        for socket in sockets:
+            await socket.dispatch({"type": "websocket.receive", "text": "{}"})
+    closes = [m for s in sockets for m in s.base_send.__self__.messages]
+    assert closes == [{"type": "websocket.close", "code": 1011}] * 3
+    lines = [r for r in caplog.records if "websocket.receive" in r.getMessage()]
+    # (At most one: an outage line of an earlier test in this process may
+    # have started the 10 s window already.)
+    assert len(lines) == 3 if traced else len(lines) <= 1
+    assert all((r.exc_info is not None) is traced for r in lines)
