@@ -15,13 +15,18 @@ from tests.raw_http import ask_and_leave
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+# The server's connections say so (libpq's PGAPPNAME): the shared servers of
+# the suite use the same database, and their count moves on its own.
+APP_NAME = "agent-test-quick-closes"
+
+
 def _connections() -> int:
-    """Connections to this test's database but this one (the server's, with
-    other suites on the machine left out: each has a database of its own)."""
+    """This test's server's connections to the database."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "WHERE datname = current_database() AND application_name = %s",
+            [APP_NAME],
         )
         return cursor.fetchone()[0]
 
@@ -60,7 +65,7 @@ def test_quick_closes_keep_no_connection_and_log_no_error(user, cookie, tmp_path
     count), and its log has no CancelledError or traceback."""
     if settings.AGENT_RUNNER != "worker":
         pytest.skip("PostgreSQL's connections are the production profile's")
-    daphne = Daphne(tmp_path).start()
+    daphne = Daphne(tmp_path, PGAPPNAME=APP_NAME).start()
     try:
         for _ in range(3):
             ask_and_leave(daphne.port, "/", cookie)  # the server's own connections, opened
