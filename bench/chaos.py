@@ -368,7 +368,7 @@ async def main() -> int:
     # Latency each way and loss on the way to PostgreSQL and Redis (network).
     args.net_delay_ms = 5 if short else 10
     args.net_loss = 0.01 if short else 0.02
-    args.net_resumes = 40 if short else 200
+    args.net_resumes = 100 if short else 200
     # Tabs through nginx while the daphnes restart one by one (rolling).
     args.rolling_tabs = 100 if short else 200
 
