@@ -67,6 +67,21 @@ def server_env(**extra: str) -> dict[str, str]:
 POLL_SECONDS = 0.05  # for states only a database row shows (no frame announces them)
 
 
+def named_connections(app_name: str, terminate: bool = False) -> int:
+    """The connections to the test database of the servers started with
+    ``PGAPPNAME=app_name`` (libpq's): how many, or with ``terminate`` ended
+    by PostgreSQL as its restart ends them (``pg_terminate_backend``). The
+    suite's shared servers use the same database; a name keeps them out."""
+    counted = "pg_terminate_backend(pid)" if terminate else "*"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count({counted}) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = %s",
+            [app_name],
+        )
+        return cursor.fetchone()[0]
+
+
 class Hold:
     """A run that streams until the test releases it: send ``text`` (the
     scripted agent's ``/hold NAME``), and ``release()`` when the test is

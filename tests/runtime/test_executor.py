@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness import wait_until
+from tests.harness import named_connections, wait_until
 from tests.runtime.common import open_session, send_text, taken_over_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -92,17 +92,7 @@ APP_NAME = "agent-test-blip"  # the servers' connections' (libpq's PGAPPNAME)
 
 
 def _terminate_the_servers_connections() -> int:
-    """The servers' connections to this database ended by PostgreSQL, as its
-    restart ends them (``pg_terminate_backend``): how many."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name = %s",
-            [APP_NAME],
-        )
-        return cursor.fetchone()[0]
+    return named_connections(APP_NAME, terminate=True)
 
 
 @pytest.mark.postgres

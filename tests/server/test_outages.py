@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
-from tests.harness import Daphne, wait_for
+from tests.harness import Daphne, named_connections, wait_for
 from tests.raw_http import ask_and_leave
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,14 +20,7 @@ APP_NAME = "agent-test-quick-closes"
 
 
 def _connections() -> int:
-    """This test's server's connections to the database."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name = %s",
-            [APP_NAME],
-        )
-        return cursor.fetchone()[0]
+    return named_connections(APP_NAME)
 
 
 def test_the_apps_middleware_is_async_capable():
