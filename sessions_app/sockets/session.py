@@ -105,8 +105,8 @@ class SessionConsumer(AppSocket):
         # The handshake waits for no write: the diagnostic row is written
         # after its answer (``_record``; at the close if none came), so that
         # the write does not compete with the handshake for the pool and the GIL.
-        # The id the access log gave the connection (``server.access_log``).
-        self.connection_id = self.scope.get("connection_id") or new_connection_id()
+        # The access log's (``AppSocket.connect`` took it), or one of its own.
+        self.connection_id = self.connection_id or new_connection_id()
         self.opened = {
             "user_id": self.user.pk,
             "server_id": worker_id(),
