@@ -57,6 +57,9 @@ class Stream:
     def __init__(self, base: str, key: str, path: str, follow: bool = False) -> None:
         self.base, self.key, self.path, self.follow = base, key, path, follow
         self.silences: list[float] = []
+        # The longest silence: how long, when it began, and where (waiting
+        # for the answer's head, or in its body after which line).
+        self.longest: tuple[float, float, str] = (0.0, 0.0, "")
         self.ends: list[str] = []
         self.seqs: list[int] = []
         self.task = asyncio.ensure_future(self._run())
@@ -71,26 +74,36 @@ class Stream:
                     return
                 await asyncio.sleep(0.5)  # sleep-ok: a reader's backoff between streams
 
+    def _silent(self, began: float, until: float, where: str) -> float:
+        if until - began > self.longest[0]:
+            self.longest = (until - began, began, where)
+        return until - began
+
     async def _once(self, c: httpx.AsyncClient) -> None:
         last = time.monotonic()
         longest = 0.0
+        where = "before the answer's head"
         params = {"after": self.seqs[-1] if self.seqs else 0} if self.follow else None
         try:
             async with c.stream("GET", self.path, params=params) as r:
+                longest = self._silent(last, time.monotonic(), where)
+                last, where = time.monotonic(), "after the head"
                 if r.status_code != 200:
                     await r.aread()
                     self.ends.append(f"status {r.status_code}")
                     return
                 async for line in r.aiter_lines():
                     now = time.monotonic()
-                    longest, last = max(longest, now - last), now
+                    longest, last = max(longest, self._silent(last, now, where)), now
+                    where = f"after {line[:40]!r}"
                     if self.follow and line.startswith("id: "):
                         self.seqs.append(int(line[4:]))
             self.ends.append("end")
         except httpx.HTTPError as exc:
             self.ends.append(type(exc).__name__)
         finally:
-            self.silences.append(max(longest, time.monotonic() - last))
+            end = time.monotonic()
+            self.silences.append(max(longest, self._silent(last, end, where + ", to its end")))
 
     async def stop(self) -> None:
         self.task.cancel()
@@ -178,6 +191,7 @@ class Drills:
         self.dialects: list[Stream] = []
         self.prober = Prober(cluster, key, cookie)
         self.figures: list[str] = []
+        self.windows: list[tuple[str, float, float]] = []  # each drill's fault
 
     async def drill(self, name: str, fault, restore, seconds: float) -> None:
         heads = {sid: await _db(head_of, sid) for sid in self.sessions}
@@ -202,6 +216,7 @@ class Drills:
         await asyncio.sleep(seconds)  # sleep-ok: the fault lasts this long
         await asyncio.to_thread(restore)
         back = time.monotonic()
+        self.windows.append((name, down, back))
         await _until(lambda: _true(self.prober.all_ok_since(back)), 60)
         answering = self.prober.all_ok_since(back) - back
         ends = await self._caught_up(60 + seconds)
@@ -213,6 +228,11 @@ class Drills:
         self.report.check(
             set(ends) == {"end_turn"}, f"database: {name}: every answer ends end_turn ({ends})"
         )
+
+    def _when(self, at: float) -> str:
+        """A moment, as a drill's: how long after its fault began."""
+        name, down, back = min(self.windows, key=lambda w: abs(at - w[1]))
+        return f"began {at - down:+.2f} s from {name!r}, which lasted {back - down:.2f} s"
 
     async def _caught_up(self, timeout: float) -> list[str]:
         heads: dict[str, int] = {}
@@ -270,11 +290,13 @@ class Drills:
         slowest = max(took for *_, took in self.prober.answers)
         check(slowest < PATIENCE, f"database: the slowest probe answered in {slowest:.2f} s")
         streams = self.readers + self.dialects
-        longest, path = max((max(s.silences, default=0), s.path) for s in streams)
+        worst = max(streams, key=lambda s: s.longest[0])
+        longest, began, where = worst.longest
         check(
             longest <= BEAT + MARGIN,
             f"database: no stream silent past its heartbeat ({BEAT:g} s): the longest "
-            f"silence {longest:.2f} s over {len(streams)} streams ({path})",
+            f"silence {longest:.2f} s over {len(streams)} streams ({worst.path}: "
+            f"{self._when(began)}, {where})",
         )
         ends = sorted({e for s in streams for e in s.ends})
         self.report.figure(f"database: how the streams ended: {ends}")

@@ -117,6 +117,34 @@ class Follow:
     history: Callable[[int], Awaitable[Any]] | None = None
 
 
+async def with_keep_alives(
+    chunks: AsyncIterator[bytes], beat: float, keep_alive: bytes, wanted: Callable[[], bool]
+) -> AsyncIterator[bytes]:
+    """``chunks``, and ``keep_alive`` (when ``wanted()``) each time ``beat``
+    seconds pass with no chunk, whatever the stream waits on: idle, or a read
+    that a database outage holds (PgBouncer queues it until PostgreSQL is
+    back). A client's watchdog never takes a waiting server for a dead one."""
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(chunks, None))
+            done, _ = await asyncio.wait((pending,), timeout=beat)
+            if not done:
+                if wanted():
+                    yield keep_alive
+                continue
+            chunk, pending = pending.result(), None
+            if chunk is None:
+                return
+            yield chunk
+    finally:
+        if pending is not None:
+            pending.cancel()
+            await asyncio.wait((pending,))
+        await chunks.aclose()
+
+
 class StreamReader:
     """One response's delivery: a reader of one session on the delivery stage,
     its bytes made by ``encoder`` (the dialect: ``wire.sse.Encoder``).
@@ -186,7 +214,19 @@ class StreamReader:
             "the session's log was rebuilt: start again from 0 with the new epoch",
         )
 
-    async def body(self) -> AsyncIterator[bytes]:
+    def body(self) -> AsyncIterator[bytes]:
+        """The response's bytes: the log followed (``follow``), with a
+        keep-alive whenever a heartbeat period passes with nothing sent
+        (``with_keep_alives``), unless the reader is behind already."""
+        return with_keep_alives(
+            self.follow(),
+            settings.AGENT_SSE_HEARTBEAT_SECONDS,
+            self.encoder.keep_alive,
+            lambda: not self.closing and not self.flow.pressed(),
+        )
+
+    async def follow(self) -> AsyncIterator[bytes]:
+        """Join, read the head, replay, then live (see the module)."""
         self.slot.started()
         if not self.slot.held:  # lapsed: the response was never started in time
             return
@@ -295,7 +335,8 @@ class StreamReader:
 
     async def live(self, layer, channel: str) -> AsyncIterator[bytes]:
         """Live events, and every heartbeat period a check of the tail and of
-        the stream's standing, busy or idle (a key expires with no message).
+        the stream's standing, busy or idle (a key expires with no message;
+        the keep-alive while idle is ``body``'s).
         Whatever ends the response moves it to CLOSING, which ends the loop."""
         beat = settings.AGENT_SSE_HEARTBEAT_SECONDS
         loop = asyncio.get_running_loop()
@@ -308,20 +349,16 @@ class StreamReader:
                 message = None
             if loop.time() >= due:
                 due = loop.time() + beat
-                async for chunk in self.heartbeat(idle=message is None):
+                async for chunk in self.heartbeat():
                     yield chunk
             if message is not None and not self.closing:
                 async for chunk in self.delivered(message):
                     yield chunk
 
-    async def heartbeat(self, idle: bool) -> AsyncIterator[bytes]:
-        """A keep-alive when idle, then the tail check; what it read counts
+    async def heartbeat(self) -> AsyncIterator[bytes]:
+        """The tail check (the keep-alive is ``body``'s); what it read counts
         as delivered: a dialect whose response ends there (a gate whose
         publication was lost) ends."""
-        if idle:
-            if not await self.writable():
-                return
-            yield self.encoder.keep_alive
         async for chunk in self.check_tail():
             yield chunk
         end = self.encoder.caught_up()
