@@ -10,10 +10,16 @@ page read) and return what to do next, as actions the socket carries out:
 - ``Compacted(first, last, run_id)``: send one ``compacted`` frame standing for
   the superseded events ``first..last``.
 
-``Phase`` is a socket's one state field and ``TRANSITIONS`` its declared moves
-(``sockets.base.AppSocket.to`` refuses any other). ``Sequencer`` keeps a
-session socket's order: replay after the cursor, live events parked meanwhile,
-then live with no gap and no repeat. ``Batcher`` packs replayed frames into
+- ``End(reason)``: stop following (the log rebuilt, the session deleted, the
+  reader's standing gone); each transport says it its own way.
+
+``Phase`` is a reader's one state field and ``TRANSITIONS`` its declared moves
+(``sockets.base.AppSocket.to`` refuses any other). ``Follower`` decides for
+one reader of a session, socket or HTTP response alike, what each thing that
+happens means: an event published, a rotation, a revocation, a read of the
+tail; ``delivery.driver.Driver`` carries its answers out. ``Sequencer`` is
+its order: replay after the cursor, live events parked meanwhile, then live
+with no gap and no repeat. ``Batcher`` packs replayed frames into
 ``batch`` messages. ``interleave`` (``wire.ranges``) and ``contiguous`` walk
 pages of the log for a compacted and a plain replay.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from sessions_app.wire import frames
 from sessions_app.wire.ranges import Action, Compacted, Refill, Send, interleave
@@ -29,6 +36,27 @@ from sessions_app.wire.ranges import Action, Compacted, Refill, Send, interleave
 # The actions and the compacted walk are the wire's (``wire.ranges``: the SSE
 # stream replays with them too); named here as well, where the socket looks.
 __all__ = ["Action", "Compacted", "Refill", "Send", "interleave"]
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """Stop following, for ``reason`` (one of the three below)."""
+
+    reason: str
+
+
+# The session's log was rebuilt (its epoch rotated): the reader's cursor
+# means nothing now. A socket closes 1013, a stream resets epoch_mismatch.
+ROTATED = End("rotated")
+# The session was deleted: a socket closes 1013 (its resume is told
+# not_found), a stream resets not_found.
+DELETED = End("deleted")
+# The reader's standing ended (its user's rights, its key, its login): a
+# socket closes 4403, a stream ends and its next request is refused.
+REVOKED = End("revoked")
+
+# What a reader carries out.
+Step = Send | Refill | End
 
 
 class Phase(enum.Enum):
@@ -64,10 +92,6 @@ def check_transition(current: Phase, new: Phase) -> bool:
     return True
 
 
-# ``Sequencer.before``'s answer for an event sent already.
-REPEAT = True
-
-
 class Sequencer:
     """A session socket's order of delivery.
 
@@ -75,10 +99,10 @@ class Sequencer:
     ``<= last_sent`` went out, in order). While a replay runs, live events are
     ``hold``-ed: the first ``buffer_limit`` kept, the highest seq always
     remembered (what did not fit is read from the log afterwards). ``drain``
-    then returns what to send of them, and ``live`` what to send for an event
-    that arrives when live: nothing (a repeat), the frame, or a refill of the
-    hole before it and then the frame. The socket reports what it sent with
-    ``sent``; a refill that came back short (the socket closed) ends a drain.
+    then returns what to send of them, and ``live`` what to send for events
+    that arrive when live: nothing (a repeat), the frame, or a refill of the
+    hole before it and then the frame. The reader reports what it sent with
+    ``sent``; a refill that came back short (the reader closed) ends a drain.
     """
 
     def __init__(self, buffer_limit: int) -> None:
@@ -103,19 +127,10 @@ class Sequencer:
         if len(self.held) < self.buffer_limit:
             self.held.append((seq, text))
 
-    def live(self, seq: int, text: str) -> list[Action]:
-        """What to send for a live event (the socket is live)."""
-        return self._steps([(seq, text)], self.last_sent)
-
-    def before(self, seq: int) -> Refill | None | bool:
-        """``live``'s answer without building it, for the hot path (one call
-        per event per socket): ``REPEAT`` (send nothing), ``None`` (send the
-        frame), or the ``Refill`` that must go out before it."""
-        if seq <= self.last_sent:
-            return REPEAT
-        if seq > self.last_sent + 1:
-            return Refill(self.last_sent, seq - 1)
-        return None
+    def live(self, events: Iterable[tuple[int, str]]) -> list[Action]:
+        """What to send for events published live, in seq order (the reader
+        is live): each one's frame, a repeat dropped, a hole refilled first."""
+        return self._steps(events, self.last_sent)
 
     def drain(self) -> list[Action]:
         """What to send of the events held during the replay, in order, without
@@ -145,6 +160,59 @@ class Sequencer:
 
 def _last(step: Action) -> int:
     return step.seq if isinstance(step, Send) else step.upto if isinstance(step, Refill) else 0
+
+
+class Follower:
+    """What each thing that happens means to one reader of a session, as the
+    steps to carry out (``Step``). ``order`` is the reader's ``Sequencer``;
+    ``epoch`` the epoch it follows (its handshake's or its request's)."""
+
+    def __init__(self, buffer_limit: int, epoch: str | None = None) -> None:
+        self.order = Sequencer(buffer_limit)
+        self.epoch = epoch
+
+    def published(self, events: Iterable[tuple[int, str]], holding: bool) -> list[Step]:
+        """Events published live, in seq order: held while a replay runs
+        (``holding``; ``drained`` sends them after), else each one's frame,
+        a repeat dropped and a hole refilled from the log first."""
+        if holding:
+            for seq, text in events:
+                self.order.hold(seq, text)
+            return []
+        return self.order.live(events)
+
+    def drained(self) -> list[Step]:
+        """After a replay: the events held meanwhile (``Sequencer.drain``);
+        empty once nothing is held, and the reader may go live."""
+        return self.order.drain()
+
+    def rotated(self, epoch: str | None) -> list[Step]:
+        """The session's epoch is now ``epoch`` (its rotation's message, or a
+        read of its head): the end, unless it is the epoch followed (a late
+        message), or none was answered yet."""
+        if self.epoch is None or epoch == self.epoch:
+            return []
+        return [ROTATED]
+
+    def revoked(self) -> list[Step]:
+        """The reader's standing ended (its rights, its key or its login)."""
+        return [REVOKED]
+
+    def tail(self, head: tuple[int, str, int] | None, standing: bool | None) -> list[Step]:
+        """A read of the session's head, epoch and compacted point (None: the
+        session is gone), and of the reader's standing when it was asked
+        (None: not read this time): the end, or the events committed but
+        never published, read from the log."""
+        if head is None:
+            return [DELETED]
+        if standing is False:
+            return [REVOKED]
+        ended = self.rotated(head[1])
+        if ended:
+            return ended
+        if head[0] > self.order.last_sent:
+            return [Refill(self.order.last_sent, head[0])]
+        return []
 
 
 class Batcher:

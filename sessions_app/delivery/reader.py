@@ -6,7 +6,11 @@ rights, the cookie's logout or the token's revocation), reads the head and
 epoch once joined (nothing falls between; a log rebuilt meanwhile ends it
 with the dialect's reset), replays through ``delivery.replay`` (a hole ends
 it, never skipped), then goes live in the ``Sequencer``'s order (no gap, no
-repeat at the boundary). Flow control (``delivery.flow``) comes before
+repeat at the boundary). What each event, rotation, revocation and read of
+the head means is the one delivery driver's (``delivery.driver``), as for
+the session socket: this reader is a ``Transport`` of it. Its bytes reach
+the response through an ``Outbox``, with a keep-alive whenever a heartbeat
+passes with nothing sent. Flow control (``delivery.flow``) comes before
 every write, replay and live: a client that reads nothing for
 ``AGENT_SLOW_CONSUMER_SECONDS`` has its response ended, and holds at most
 ``AGENT_SEND_BUFFER_BYTES`` of the server's memory meanwhile. The groups
@@ -25,62 +29,36 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Any
 
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db.models import Q
-from django.utils import timezone
 
 from sessions_app import fanout
-from sessions_app.access.rights import still_granted
 from sessions_app.delivery import reads, replay
-from sessions_app.delivery.core import REPEAT, LogHole, Phase, Sequencer, check_transition
+from sessions_app.delivery.core import (
+    DELETED,
+    ROTATED,
+    End,
+    Follower,
+    LogHole,
+    Phase,
+    check_transition,
+)
+from sessions_app.delivery.driver import Driver
 from sessions_app.delivery.flow import Flow
 from sessions_app.delivery.groups import Membership
+from sessions_app.delivery.outbox import Outbox
+from sessions_app.delivery.standing import head_and_standing, owned_row
 from sessions_app.delivery.transport import send_buffer_probe
 from sessions_app.log.events import check_resume_cursor
-from sessions_app.models import AgentSession, ApiToken
-from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.server.logs import Outage, is_outage
 from sessions_app.wire import protocol as p
 
 log = logging.getLogger("sessions_app.delivery.reader")
 
-ROW = ("epoch", "head", "earliest", "compacted_through")
 # A replay writes its events in chunks of about this many bytes.
 WRITE_BYTES = 64 * 1024
-# Signed-cookie sessions keep no state on the server: a logout cannot be read back.
-SIGNED_COOKIES = "django.contrib.sessions.backends.signed_cookies"
-
-
-@reading_in_db_pool
-def owned_row(session_id: str, user_id: int) -> dict[str, Any] | None:
-    """The session's epoch, head, earliest and compacted point, if the user owns it."""
-    found = AgentSession.objects.filter(id=session_id, owner_id=user_id).values_list(*ROW).first()
-    return None if found is None else dict(zip(ROW, found, strict=True))
-
-
-def _standing(granted: tuple[int, str], token_id: str | None, session_key: str | None) -> bool:
-    """May the stream go on? The user's rights as it was let in with them, and
-    its key neither revoked nor expired, or its cookie's session still there
-    (a logout whose message was lost, a session that expired)."""
-    if not still_granted(granted):
-        return False
-    if token_id is not None:
-        live = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
-        return ApiToken.objects.filter(live, pk=token_id, revoked_at__isnull=True).exists()
-    if session_key is not None and settings.SESSION_ENGINE != SIGNED_COOKIES:
-        return import_module(settings.SESSION_ENGINE).SessionStore().exists(session_key)
-    return True
-
-
-@reading_in_db_pool
-def _state(session_id: str, granted, token_id, session_key):
-    """The session's head, epoch and compacted point (None: gone), and whether
-    the stream may go on, in one trip to the pool."""
-    return reads.head_row(session_id), _standing(granted, token_id, session_key)
 
 
 # A database or channel-layer outage meets every stream at once: one line for many.
@@ -117,45 +95,18 @@ class Follow:
     history: Callable[[int], Awaitable[Any]] | None = None
 
 
-async def with_keep_alives(
-    chunks: AsyncIterator[bytes], beat: float, keep_alive: bytes, wanted: Callable[[], bool]
-) -> AsyncIterator[bytes]:
-    """``chunks``, and ``keep_alive`` (when ``wanted()``) each time ``beat``
-    seconds pass with no chunk, whatever the stream waits on: idle, or a read
-    that a database outage holds (PgBouncer queues it until PostgreSQL is
-    back). A client's watchdog never takes a waiting server for a dead one."""
-    pending: asyncio.Future | None = None
-    try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(chunks, None))
-            done, _ = await asyncio.wait((pending,), timeout=beat)
-            if not done:
-                if wanted():
-                    yield keep_alive
-                continue
-            chunk, pending = pending.result(), None
-            if chunk is None:
-                return
-            yield chunk
-    finally:
-        if pending is not None:
-            pending.cancel()
-            await asyncio.wait((pending,))
-        await chunks.aclose()
-
-
 class StreamReader:
     """One response's delivery: a reader of one session on the delivery stage,
-    its bytes made by ``encoder`` (the dialect: ``wire.sse.Encoder``).
+    its bytes made by ``encoder`` (the dialect: ``wire.sse.Encoder``), its
+    steps decided by a ``Follower`` and carried out by the one ``Driver``,
+    whose ``Transport`` it is (``emit``, ``emit_range``, ``end``).
 
     ``phase`` is its one state field (``delivery.core.TRANSITIONS``): OPEN
     until the body starts, REPLAYING, LIVE, CLOSING once anything ended it.
-    ``order`` (a ``Sequencer``) holds what was sent: ``order.last_sent`` is
-    the cursor a reconnect comes back with."""
+    ``order.last_sent`` is the cursor a reconnect comes back with."""
 
     def __init__(self, request, follow: Follow, slot, encoder) -> None:
-        self.session_id, self.epoch = follow.session_id, follow.epoch
+        self.session_id = follow.session_id
         self.granted, self.token_id = follow.granted, follow.token_id
         self.compact, self.history = follow.compact, follow.history
         self.encoder = encoder
@@ -170,8 +121,12 @@ class StreamReader:
             self.groups.append(fanout.auth_group(self.session_key))
         self.slot = slot
         self.flow = Flow(send_buffer_probe(getattr(request, "scope", {})))
-        self.order = Sequencer(0)  # nothing is held: the layer's channel keeps live events
+        # Nothing is held: the layer's channel keeps live events meanwhile.
+        self.follower = Follower(0, follow.epoch)
+        self.order = self.follower.order
         self.order.attach(follow.after)
+        self.driver = Driver(self, self.follower)
+        self.outbox = Outbox()
         self.phase = Phase.OPEN
 
     @property
@@ -208,70 +163,39 @@ class StreamReader:
         self.to(Phase.CLOSING)
         return self.encoder.reset(self.session_id, reason, message, **extra)
 
-    def rotated(self) -> bytes:
-        return self.reset(
-            p.R_EPOCH_MISMATCH,
-            "the session's log was rebuilt: start again from 0 with the new epoch",
-        )
-
-    def body(self) -> AsyncIterator[bytes]:
-        """The response's bytes: the log followed (``follow``), with a
-        keep-alive whenever a heartbeat period passes with nothing sent
-        (``with_keep_alives``), unless the reader is behind already."""
-        return with_keep_alives(
-            self.follow(),
-            settings.AGENT_SSE_HEARTBEAT_SECONDS,
-            self.encoder.keep_alive,
-            lambda: not self.closing and not self.flow.pressed(),
-        )
-
-    async def follow(self) -> AsyncIterator[bytes]:
-        """Join, read the head, replay, then live (see the module)."""
-        self.slot.started()
-        if not self.slot.held:  # lapsed: the response was never started in time
-            return
-        layer = get_channel_layer()
-        membership = Membership(layer, await layer.new_channel())
+    async def body(self) -> AsyncIterator[bytes]:
+        """The response's bytes: what ``follow`` writes, with a keep-alive
+        whenever a heartbeat passes with nothing (``delivery.outbox``)."""
+        following = asyncio.ensure_future(self.follow())
         try:
+            async for chunk in self.outbox.chunks(
+                settings.AGENT_SSE_HEARTBEAT_SECONDS,
+                self.encoder.keep_alive,
+                lambda: not self.closing and not self.flow.pressed(),
+            ):
+                yield chunk
+        finally:
+            following.cancel()
+            await asyncio.wait((following,))
+
+    async def follow(self) -> None:
+        """Join, read the head, replay, then live (see the module); the
+        response ends when this does."""
+        self.slot.started()
+        membership = None
+        try:
+            if not self.slot.held:  # lapsed: the response was never started in time
+                return
+            layer = get_channel_layer()
+            membership = Membership(layer, await layer.new_channel())
             await membership.join(*self.groups)
-            # The head and epoch once joined: what is appended from here on
-            # also comes live (a repeat is dropped by its seq), and a rotation
-            # before the join is seen here.
-            state, standing = await _state(
-                self.session_id, self.granted, self.token_id, self.session_key
-            )
-            if state is None:
-                yield self.reset(p.R_NOT_FOUND, "this session no longer exists")
-                return
-            if not standing:  # revoked, or signed out, before the join
-                return
-            head, epoch, _ = state
-            if epoch != self.epoch:
-                yield self.rotated()
-                return
-            yield self.encoder.opening(self.session_id, epoch, head)
-            self.to(Phase.REPLAYING)
-            # The replay skips every superseded stretch, however short (as the
-            # socket's handshake does); a refill later only a long one.
-            plan = None
-            if self.compact:
-                plan = await reads.replay_plan(self.session_id, self.order.last_sent, head)
-            async for chunk in self.log_range(head, plan):
-                yield chunk
-            if self.closing:
-                return
-            # Caught up: a dialect that ends its response there says so.
-            end = self.encoder.caught_up()
-            if end:
-                yield end
-            if self.ended():
-                return
-            self.to(Phase.LIVE)
-            async for chunk in self.live(layer, membership.channel):
-                yield chunk
+            await self.replay()
+            if not self.closing:
+                self.to(Phase.LIVE)
+                await self.live(layer, membership.channel)
         except LogHole as hole:
             try:
-                yield await self.hole(hole.cursor)
+                await self.outbox.write(await self.hole(hole.cursor))
             except Exception as exc:
                 _failed(exc)
         except Exception as exc:
@@ -279,39 +203,103 @@ class StreamReader:
         finally:
             self.to(Phase.CLOSING)
             self.slot.release()
-            await membership.leave_all()
+            self.outbox.end()  # the response ends now, the groups left after
+            if membership is not None:
+                await membership.leave_all()
 
-    async def log_range(self, upto: int, plan=None) -> AsyncIterator[bytes]:
-        """The logged events after what was sent, up to ``upto``, under flow
-        control (``LogHole`` at a hole). Several events to a write, up to
-        ``WRITE_BYTES``: a write costs the server a call through Django and
-        daphne, and what a slow reader leaves unread is then held in a few
-        large buffers rather than thousands of small ones."""
-        pages = replay.frames(self.session_id, self.order.last_sent, upto, plan)
+    async def replay(self) -> None:
+        """The head and epoch once joined (what is appended from here on also
+        comes live, a repeat dropped by its seq; a rotation before the join
+        is seen here), the opening, the log up to that head."""
+        state, standing = await head_and_standing(
+            self.session_id, self.granted, self.token_id, self.session_key
+        )
+        steps = self.follower.tail(state, standing)
+        if steps and type(steps[0]) is End:
+            await self.driver.carry_out(steps)
+            return
+        head, epoch, _ = state
+        await self.outbox.write(self.encoder.opening(self.session_id, epoch, head))
+        self.to(Phase.REPLAYING)
+        # The replay skips every superseded stretch, however short (as the
+        # socket's handshake does); a refill later only a long one.
+        plan = None
+        if self.compact:
+            plan = await reads.replay_plan(self.session_id, self.order.last_sent, head)
+        sent = await self.emit_range(self.order.last_sent, head, plan)
+        if await self.driver.caught_up(sent):
+            await self.caught_up()  # a dialect that ends its response there says so
+
+    async def caught_up(self) -> None:
+        """The reader has everything so far: a dialect that ends its response
+        there (a run's finish, a gate) ends it."""
+        end = self.encoder.caught_up()
+        if end:
+            await self.outbox.write(end)
+        self.ended()
+
+    # --- the driver's transport (``delivery.driver.Transport``) -----------
+
+    async def emit(self, text: str, seq: int) -> bool:
+        """One live event (and the conversation so far, for an encoder that
+        asks), under flow control."""
+        if not await self.writable():
+            return False
+        chunk = self.encoder.logged(text, seq)
+        if self.encoder.wants_history:
+            chunk += await self.given_history(seq)
+        await self.outbox.write(chunk)
+        self.ended()
+        return True
+
+    async def emit_range(self, after: int, upto: int, plan=None) -> int:
+        """The logged events after ``after``, up to ``upto``, under flow
+        control (``LogHole`` at a hole); the last seq written. Several events
+        to a write, up to ``WRITE_BYTES``: a write costs the server a call
+        through Django and daphne, and what a slow reader leaves unread is
+        then held in a few large buffers rather than thousands of small ones."""
+        cursor = after
+        pages = replay.frames(self.session_id, after, upto, plan)
         try:
             async for page in pages:
                 out: list[bytes] = []
                 size = 0
                 for step in page:
-                    if isinstance(step, replay.Compacted):
-                        out.append(self.encoder.compacted(step.text(self.session_id), step.last))
-                    else:
-                        out.append(self.encoder.logged(step.text, step.seq))
-                        if self.encoder.wants_history:
-                            out.append(await self.given_history(step.seq))
+                    out.append(await self.encoded(step))
                     size += len(out[-1])
                     done = self.encoder.done
                     if size >= WRITE_BYTES or step is page[-1] or done:
                         if not await self.writable():
-                            return
-                        yield b"".join(out)
-                        self.order.sent(replay.last_seq(step))
-                        out, size = [], 0
+                            return cursor
+                        await self.outbox.write(b"".join(out))
+                        cursor, out, size = replay.last_seq(step), [], 0
                     if done:
                         self.to(Phase.CLOSING)
-                        return
+                        return cursor
         finally:
             await pages.aclose()
+        return cursor
+
+    async def encoded(self, step) -> bytes:
+        """One replayed step's bytes: a compacted stretch, or a logged event
+        (with the conversation so far, for an encoder that asks)."""
+        if isinstance(step, replay.Compacted):
+            return self.encoder.compacted(step.text(self.session_id), step.last)
+        chunk = self.encoder.logged(step.text, step.seq)
+        if self.encoder.wants_history:
+            chunk += await self.given_history(step.seq)
+        return chunk
+
+    async def end(self, end: End) -> None:
+        """Stop following: a reset that says why, or (the standing gone)
+        quietly, and the next request is refused."""
+        if end is ROTATED:
+            message = "the session's log was rebuilt: start again from 0 with the new epoch"
+            await self.outbox.write(self.reset(p.R_EPOCH_MISMATCH, message))
+        elif end is DELETED:
+            await self.outbox.write(self.reset(p.R_NOT_FOUND, "this session no longer exists"))
+        else:
+            self.to(Phase.CLOSING)
 
     async def given_history(self, seq: int) -> bytes:
         """The conversation up to ``seq`` for the encoder that asked for it."""
@@ -326,17 +314,18 @@ class StreamReader:
         if row is None:
             return self.reset(p.R_NOT_FOUND, "this session no longer exists")
         try:
-            check_resume_cursor(row, cursor, self.epoch, self.compact)
+            check_resume_cursor(row, cursor, self.follower.epoch, self.compact)
         except p.Rejection as rejection:
             return self.reset(rejection.reason, rejection.message, **rejection.extra)
         # Readable again (a refill raced a purge): the client comes back with its cursor.
         self.to(Phase.CLOSING)
         return self.encoder.keep_alive
 
-    async def live(self, layer, channel: str) -> AsyncIterator[bytes]:
+    # --- live --------------------------------------------------------------
+
+    async def live(self, layer, channel: str) -> None:
         """Live events, and every heartbeat period a check of the tail and of
-        the stream's standing, busy or idle (a key expires with no message;
-        the keep-alive while idle is ``body``'s).
+        the stream's standing, busy or idle (a key expires with no message).
         Whatever ends the response moves it to CLOSING, which ends the loop."""
         beat = settings.AGENT_SSE_HEARTBEAT_SECONDS
         loop = asyncio.get_running_loop()
@@ -349,77 +338,39 @@ class StreamReader:
                 message = None
             if loop.time() >= due:
                 due = loop.time() + beat
-                async for chunk in self.heartbeat():
-                    yield chunk
+                await self.check_tail()
             if message is not None and not self.closing:
-                async for chunk in self.delivered(message):
-                    yield chunk
+                await self.delivered(message)
 
-    async def heartbeat(self) -> AsyncIterator[bytes]:
-        """The tail check (the keep-alive is ``body``'s); what it read counts
-        as delivered: a dialect whose response ends there (a gate whose
-        publication was lost) ends."""
-        async for chunk in self.check_tail():
-            yield chunk
-        end = self.encoder.caught_up()
-        if end:
-            yield end
-        self.ended()
+    async def check_tail(self) -> None:
+        """The head (a publication lost on its way is in the log), the epoch
+        and the stream's standing, in one trip to the pool; what it read
+        counts as delivered (a gate whose publication was lost ends a
+        dialect's response)."""
+        state, standing = await head_and_standing(
+            self.session_id, self.granted, self.token_id, self.session_key
+        )
+        await self.driver.tail(state, standing)
+        if not self.closing:
+            await self.caught_up()
 
-    async def delivered(self, message: dict[str, Any]) -> AsyncIterator[bytes]:
-        """One message of the layer: the log's events in order (a hole
-        refilled from the log first), or what ends the stream."""
+    async def delivered(self, message: dict[str, Any]) -> None:
+        """One message of the layer: the log's events, or what ends the stream."""
         kind = message.get("type")
         if kind in (fanout.REVOKED_MESSAGE, fanout.LOGGED_OUT_MESSAGE):
-            self.to(Phase.CLOSING)  # the next request is refused
+            await self.driver.revoked()
             return
         if message.get("session_id") != self.session_id:
             return
         if kind == fanout.ROTATED_MESSAGE:
-            if message.get("epoch") != self.epoch:
-                yield self.rotated()
-            return  # else late: the stream began on that epoch
+            await self.driver.rotated(message.get("epoch"))
+            return
         if kind == fanout.EVENTS_MESSAGE:
             events = message["events"]
         elif kind == fanout.EVENT_MESSAGE:
-            events = [(message["seq"], message["text"])]
+            events = ((message["seq"], message["text"]),)
         else:
             return  # presence, titles: not part of the log
-        for seq, text in events:
-            before = self.order.before(seq)
-            if before is REPEAT:
-                continue
-            if before is not None:  # a hole: a publication lost or overtaken
-                async for chunk in self.log_range(before.upto):
-                    yield chunk
-            if not await self.writable():
-                return
-            yield self.encoder.logged(text, seq)
-            if self.encoder.wants_history:
-                yield await self.given_history(seq)
-            self.order.sent(seq)
-            if self.ended():
-                return
-        end = self.encoder.caught_up()
-        if end:
-            yield end
-        self.ended()
-
-    async def check_tail(self) -> AsyncIterator[bytes]:
-        """The head (a publication lost on its way is in the log), the epoch
-        and the stream's standing, in one trip to the pool."""
-        state, standing = await _state(
-            self.session_id, self.granted, self.token_id, self.session_key
-        )
-        if state is None:
-            yield self.reset(p.R_NOT_FOUND, "this session no longer exists")
-            return
-        if not standing:
-            self.to(Phase.CLOSING)  # the next request is refused
-            return
-        head, epoch, _ = state
-        if epoch != self.epoch:
-            yield self.rotated()
-            return
-        async for chunk in self.log_range(head):
-            yield chunk
+        await self.driver.published(events, holding=False)
+        if not self.closing:
+            await self.caught_up()

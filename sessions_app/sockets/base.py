@@ -318,12 +318,15 @@ class AppSocket(AsyncWebsocketConsumer):
             return None
         return self.granted
 
+    def rights_seen(self, granted: bool | None) -> None:
+        """That read happened (``granted`` None: they were not asked)."""
+        if granted is not None:
+            self.rights_checked = True
+
     async def rights_read(self, granted: bool | None) -> None:
         """What that read said: close 4403 if the rights are gone."""
-        if granted is None:
-            return
-        self.rights_checked = True
-        if not granted and not self.closing:
+        self.rights_seen(granted)
+        if granted is False and not self.closing:
             await self.auth_revoked({"type": fanout.REVOKED_MESSAGE})
 
     def _join_failed(self, task: asyncio.Future) -> None:

@@ -13,7 +13,7 @@ import asyncio
 from typing import Any, Protocol
 
 from sessions_app.delivery import reads
-from sessions_app.delivery.core import Sequencer
+from sessions_app.delivery.driver import Driver
 from sessions_app.server import tracing
 from sessions_app.sockets import queries as db
 from sessions_app.sockets.replay import RangeSender
@@ -31,8 +31,7 @@ class CommandTarget(Protocol):
     granted: tuple[int, str]  # the rights it was let in with
     last_ack: int
     compacted_through: int
-    sequencer: Sequencer
-    send_lock: asyncio.Lock
+    driver: Driver
     replay_task: asyncio.Task | None
     ranges: RangeSender
     tail: TailCheck
@@ -117,14 +116,14 @@ class Commands:
         if state is None:
             raise p.FrameError(p.E_NOT_FOUND, "this session no longer exists", rid)
         head, epoch, socket.compacted_through = state
-        if await socket.tail.rotated(epoch):
+        if await socket.driver.rotated(epoch):
             return
-        async with socket.send_lock:
+        async with socket.driver.lock:
             await socket.send_frame(frames.sync_ok(rid, after, head))
             # The client asked for these, so they may repeat what it already has.
             # Live delivery goes on after the head, whatever ``after`` said (a
             # cursor past the head sends nothing and must not skip what follows).
-            socket.sequencer.sent(min(await socket.ranges.send_range(after, head), head))
+            socket.driver.order.sent(min(await socket.ranges.send_range(after, head), head))
 
 
 def error_frame_for(exc: SessionError, request_id: Any) -> dict[str, Any]:

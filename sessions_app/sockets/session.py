@@ -12,8 +12,9 @@ keeps draining, so a long replay never overflows it). Live delivery then drops
 what is at or below the last sent seq and refills any hole from the log (a
 hole means a publication was lost or overtaken: seqs commit in order, so the
 missing events are already readable). In the steady state a live event costs
-no database query. Those decisions are the pure ``delivery.core.Sequencer``'s;
-this module carries them out.
+no database query. Those decisions are the pure ``delivery.core.Follower``'s,
+carried out by ``delivery.driver.Driver``, as for every HTTP reader: this
+socket is its ``Transport`` (``emit``, ``emit_range``, ``end``).
 
 Flow control, limits and the socket's lifecycle are ``sockets.base.AppSocket``'s
 (its base class). The rest are small objects the consumer holds, each behind
@@ -36,7 +37,8 @@ from django.utils.timezone import now
 from sessions_app import fanout
 from sessions_app.access.rights import RightsRevoked
 from sessions_app.delivery import transport
-from sessions_app.delivery.core import REPEAT, Phase, Refill, Send, Sequencer
+from sessions_app.delivery.core import REVOKED, End, Follower, Phase
+from sessions_app.delivery.driver import Driver
 from sessions_app.models import new_connection_id
 from sessions_app.server import metrics, tracing
 from sessions_app.server.identity import worker_id
@@ -67,8 +69,12 @@ class SessionConsumer(AppSocket):
 
     async def connect(self) -> None:
         fanout.publisher.attach(asyncio.get_running_loop())
-        # The order of delivery: last sent seq, live events held during a replay.
-        self.sequencer = Sequencer(LIVE_BUFFER_LIMIT)
+        # What delivery decides (the order: last sent seq, live events held
+        # during a replay; the epoch followed), and its one driver; its
+        # lock: one sender at a time (live delivery, the replay's drain, sync
+        # and the tail check, which runs outside the message loop).
+        self.follower = Follower(LIVE_BUFFER_LIMIT)
+        self.driver = Driver(self, self.follower)
         self.replay_task: asyncio.Task | None = None
         # The handshake's "compact" feature: replays skip superseded stretches.
         self.compact = False
@@ -83,16 +89,11 @@ class SessionConsumer(AppSocket):
         # The handshake's "branches" feature: said back likewise (regenerate,
         # edit_of and switch work on every socket).
         self.branches = False
-        # The epoch the handshake answered with (see ``tail.rotated``).
-        self.epoch: str | None = None
         # Retention deleted superseded deltas up to here (as last read): a
         # compacting replay from before it must skip, however short.
         self.compacted_through = 0
         self.pending_presence: dict[str, Any] | None = None
         self.last_ack = 0
-        # One sender at a time: live delivery, sync and the tail check all
-        # move the sequencer, and the tail check runs outside the message loop.
-        self.send_lock = asyncio.Lock()
         # The head re-read after the last live event, and while idle.
         self.tail = TailCheck(self)
         # What each command frame does, once the handshake was answered.
@@ -231,7 +232,7 @@ class SessionConsumer(AppSocket):
         self.batching = p.FEATURE_BATCH in start.features
         self.interrupt = p.FEATURE_INTERRUPT in start.features
         self.branches = p.FEATURE_BRANCHES in start.features
-        self.epoch = session["epoch"]
+        self.follower.epoch = session["epoch"]
         # Joined after creation: only this socket knows the new id, so nothing
         # can have been appended to it that we would miss.
         await self.join(fanout.group_name(session["id"]))
@@ -279,7 +280,7 @@ class SessionConsumer(AppSocket):
         self.batching = p.FEATURE_BATCH in resume.features
         self.interrupt = p.FEATURE_INTERRUPT in resume.features
         self.branches = p.FEATURE_BRANCHES in resume.features
-        self.epoch = head["epoch"]
+        self.follower.epoch = head["epoch"]
         self.compacted_through = head["compacted_through"]
         await self.send_frame(
             frames.handshake_ok(
@@ -315,7 +316,7 @@ class SessionConsumer(AppSocket):
 
     def _attached(self, session_id: str, after: int) -> None:
         self.session_id = session_id
-        self.sequencer.attach(after)
+        self.follower.order.attach(after)
 
     async def _reject(self, rid: Any, session_id: Any, exc: p.Rejection) -> None:
         metrics.HANDSHAKES.labels(p.RESUME, exc.reason).inc()
@@ -352,17 +353,9 @@ class SessionConsumer(AppSocket):
         try:
             with tracing.span("socket.replay", **ids):
                 sent = await self.ranges.send_range(after, head, first_page, plan)
-            self.sequencer.sent(sent)
             # Live events that arrived meanwhile, in order, deduplicated; what
-            # did not fit in the buffer comes from the log. More may arrive
-            # while these go out: drained until none is held.
-            while not self.closing:
-                async with self.send_lock:
-                    steps = self.sequencer.drain()
-                    if not steps:
-                        break
-                    await self._carry_out(steps)
-            if self.closing:
+            # did not fit in the buffer comes from the log.
+            if not await self.driver.caught_up(sent):
                 return
             self.to(Phase.LIVE)
             metrics.REPLAY_EVENTS.observe(head - after)
@@ -386,59 +379,40 @@ class SessionConsumer(AppSocket):
 
     async def session_event(self, message: dict[str, Any]) -> None:
         """A committed event published to the session's group."""
-        if not self.follows(message):
-            return  # left over from a group this socket no longer follows
-        if self.phase is Phase.REPLAYING:
-            self.sequencer.hold(message["seq"], message["text"])
-            return
-        await self._deliver(message["seq"], message["text"])
+        if self.follows(message):
+            await self._published(((message["seq"], message["text"]),))
 
     async def session_events(self, message: dict[str, Any]) -> None:
         """Several committed events of the session, in seq order (a busy publisher
         merges what it had queued)."""
-        if not self.follows(message):
-            return
-        for seq, text in message["events"]:
-            if self.phase is Phase.REPLAYING:
-                self.sequencer.hold(seq, text)
-            else:
-                await self._deliver(seq, text)
+        if self.follows(message):
+            await self._published(message["events"])
 
-    async def _deliver(self, seq: int, text: str) -> None:
-        async with self.send_lock:
-            if self.closing:
-                return
-            # The sequencer decides (``live``); this is its answer unbuilt,
-            # since it runs once per event per socket.
-            order = self.sequencer
-            before = order.before(seq)
-            if before is REPEAT:
-                return
-            if before is not None:
-                order.sent(await self.ranges.send_range(before.after, before.upto))
-                if self.closing:
-                    return
-            await self._send_event(text, seq)
-        self.tail.live()
+    async def _published(self, events) -> None:
+        """Held during the replay, else delivered (``Driver.published``)."""
+        if await self.driver.published(events, holding=self.phase is Phase.REPLAYING):
+            self.tail.live()
 
-    async def _carry_out(self, steps: list[Send | Refill]) -> None:
-        """Send what the sequencer decided, in order; a refill that comes back
-        short (the socket closed) ends it. Under ``send_lock``."""
-        for step in steps:
-            if self.closing:
-                return
-            if isinstance(step, Refill):
-                self.sequencer.sent(await self.ranges.send_range(step.after, step.upto))
-            elif not await self._send_event(step.text, step.seq):
-                return
+    # --- the driver's transport (``delivery.driver.Transport``) -----------
 
-    async def _send_event(self, text: str, seq: int) -> bool:
+    async def emit(self, text: str, seq: int) -> bool:
         """One event's frame, under flow control; False if the socket closed."""
         if not await self.writable():
             return False
         await self.send(text_data=text)
-        self.sequencer.sent(seq)
         return True
+
+    async def emit_range(self, after: int, upto: int) -> int:
+        return await self.ranges.send_range(after, upto)
+
+    async def end(self, end: End) -> None:
+        """Stop following: the rights gone close 4403; the log rebuilt or the
+        session deleted 1013, whose resume is told epoch_mismatch or not_found."""
+        if end is REVOKED:
+            await self.auth_revoked({"type": fanout.REVOKED_MESSAGE})
+            return
+        self.log.info("connection %s: session %s: closing 1013", self.connection_id, end.reason)
+        await self.close_with(p.CLOSE_TRY_AGAIN)
 
     async def session_title(self, message: dict[str, Any]) -> None:
         """The session's title changed: its tabs show it at once."""
@@ -452,7 +426,7 @@ class SessionConsumer(AppSocket):
         ``epoch_mismatch`` (a late message, for the epoch it resumed on, is
         ignored)."""
         if self.follows(message):
-            await self.tail.rotated(message.get("epoch"))
+            await self.driver.rotated(message.get("epoch"))
 
     async def session_presence(self, message: dict[str, Any]) -> None:
         if not self.follows(message):

@@ -5,9 +5,10 @@ the hole, so each socket checks the tail: ``AGENT_TAIL_SETTLE_SECONDS`` after
 the last live event (and every ``AGENT_TAIL_PROBE_SECONDS`` while idle) it
 reads the session's head once and refills up to it if it is behind. The
 first check at least ``RIGHTS_READ_AFTER_SECONDS`` after the open reads the
-user's rights in the same trip (``sockets.base``). An epoch rotation seen
-with a head read closes the socket (``rotated``). What it needs of its
-socket is ``TailTarget``.
+user's rights in the same trip (``sockets.base``). What the read means (a
+refill, the rights gone, the log rebuilt, the session deleted) is the
+delivery driver's (``Driver.tail``), as for every HTTP reader; this module
+only says when to read. What it needs of its socket is ``TailTarget``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from sessions_app.delivery import reads, transport
-from sessions_app.delivery.core import Phase, Sequencer
+from sessions_app.delivery.core import Phase
+from sessions_app.delivery.driver import Driver
 from sessions_app.server.logs import Outage
-from sessions_app.sockets.replay import RangeSender
-from sessions_app.wire import protocol as p
 
 # Every socket of a daphne checks its tail: in a database outage they all
 # fail at once, one line for them all.
@@ -35,11 +35,8 @@ class TailTarget(Protocol):
     session_id: str | None
     connection_id: str | None
     phase: Phase
-    epoch: str | None  # the epoch its handshake answered with
     compacted_through: int
-    sequencer: Sequencer
-    send_lock: asyncio.Lock
-    ranges: RangeSender
+    driver: Driver
     log: Any
 
     @property
@@ -49,9 +46,7 @@ class TailTarget(Protocol):
 
     def rights_to_check(self, soon: bool = False) -> tuple[int, str] | None: ...
 
-    async def rights_read(self, granted: bool | None) -> None: ...
-
-    async def close_with(self, code: int) -> None: ...
+    def rights_seen(self, granted: bool | None) -> None: ...
 
     def renew_groups_now(self) -> None: ...
 
@@ -103,6 +98,15 @@ class TailCheck:
         if self.task is task:  # an idle socket keeps no finished task
             self.task = None
 
+    def _refilling(self, refill) -> None:
+        """Said before the refill goes out (a test reads it once the tab has it)."""
+        self.socket.log.info(
+            "connection %s: refilling %s..%s after a lost publication",
+            self.socket.connection_id,
+            refill.after + 1,
+            refill.upto,
+        )
+
     async def _check(self) -> None:
         """Refill events that were committed but whose publication never came."""
         socket = self.socket
@@ -112,21 +116,10 @@ class TailCheck:
             # group was joined reads the rights too (``AppSocket``).
             rights = socket.rights_to_check()
             state, granted = await reads.tail_state(socket.session_id, rights)
-            await socket.rights_read(granted)
-            head = None
-            if state is not None and not await self.rotated(state[1]):
-                head, socket.compacted_through = state[0], state[2]
-            order = socket.sequencer
-            if head is not None and head > order.last_sent and not socket.closing:
-                async with socket.send_lock:
-                    if head > order.last_sent:
-                        socket.log.info(
-                            "connection %s: refilling %s..%s after a lost publication",
-                            socket.connection_id,
-                            order.last_sent + 1,
-                            head,
-                        )
-                        order.sent(await socket.ranges.send_range(order.last_sent, head))
+            socket.rights_seen(granted)
+            if state is not None:
+                socket.compacted_through = state[2]
+            if await socket.driver.tail(state, granted, self._refilling) is not None:
                 # A lost publication may be a lost membership (a Redis host
                 # restarted empty): join again now, not at the next renewal.
                 socket.renew_groups_now()
@@ -138,16 +131,3 @@ class TailCheck:
             _outage.failed("a socket's tail check", exc, connection_id=socket.connection_id)
         if not socket.closing:
             self.arm(settings.AGENT_TAIL_PROBE_SECONDS)
-
-    async def rotated(self, epoch: str) -> bool:
-        """Whether the session's epoch changed since the handshake: then close
-        (1013), as for the rotation's own message. Checked whenever the head is
-        read anyway (sync, tail check), so a rotation whose message could not
-        reach this process (a command run beside an embedded server) is still
-        noticed."""
-        socket = self.socket
-        if socket.epoch is None or epoch == socket.epoch:
-            return False
-        socket.log.info("connection %s: session epoch rotated: closing 1013", socket.connection_id)
-        await socket.close_with(p.CLOSE_TRY_AGAIN)
-        return True

@@ -25,7 +25,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.authentication import CSRFCheck
 
-from sessions_app.delivery.reader import Follow, StreamReader, owned_row
+from sessions_app.delivery.reader import Follow, StreamReader
+from sessions_app.delivery.standing import owned_row
 from sessions_app.server.db_pool import in_db_pool
 from sessions_app.web.api import throttle_wait
 from sessions_app.web.stream import Slot, StreamResponse, request_user, slots

@@ -35,7 +35,8 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from sessions_app.access.tokens import token_user
-from sessions_app.delivery.reader import Follow, StreamReader, owned_row
+from sessions_app.delivery.reader import Follow, StreamReader
+from sessions_app.delivery.standing import owned_row
 from sessions_app.log.events import check_resume_cursor
 from sessions_app.server.db_pool import in_db_pool, reading_in_db_pool
 from sessions_app.web.api import throttle_wait

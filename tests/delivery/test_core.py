@@ -63,10 +63,10 @@ def test_live_in_order_sends_each_once():
     seq = Sequencer(buffer_limit=10)
     client = Client(seq)
     for n in (1, 2, 3):
-        client.run(seq.live(n, text(n)))
-    client.run(seq.live(2, text(2)))  # a repeat (a refill sent it already)
+        client.run(seq.live([(n, text(n))]))
+    client.run(seq.live([(2, text(2))]))  # a repeat (a refill sent it already)
     assert client.got == [1, 2, 3]
-    assert seq.live(3, text(3)) == []
+    assert seq.live([(3, text(3))]) == []
 
 
 def test_hole_is_refilled_before_the_frame():
@@ -74,9 +74,9 @@ def test_hole_is_refilled_before_the_frame():
     frame; the client sees no gap."""
     seq = Sequencer(buffer_limit=10)
     seq.attach(4)
-    assert seq.live(8, text(8)) == [Refill(4, 7), Send(text(8), 8)]
+    assert seq.live([(8, text(8))]) == [Refill(4, 7), Send(text(8), 8)]
     client = Client(seq)
-    client.run(seq.live(8, text(8)))
+    client.run(seq.live([(8, text(8))]))
     assert client.got == [5, 6, 7, 8]
 
 
@@ -85,11 +85,11 @@ def test_short_refill_stops_the_drain():
     the range stopped: nothing past it is counted as sent."""
     seq = Sequencer(buffer_limit=10)
     seq.attach(2)
-    actions = seq.live(9, text(9))
+    actions = seq.live([(9, text(9))])
     assert actions[0] == Refill(2, 8)
     seq.sent(5)  # the range stopped at 5
     assert seq.last_sent == 5
-    assert seq.live(9, text(9))[0] == Refill(5, 8)
+    assert seq.live([(9, text(9))])[0] == Refill(5, 8)
 
 
 @pytest.mark.parametrize("head", [0, 1, 5])
@@ -170,7 +170,7 @@ def test_random_interleavings_never_gap_or_repeat():
         client.replay(after, head)
         client.drain()
         for n in sorted(published[split:]):
-            client.run(seq.live(n, text(n)))
+            client.run(seq.live([(n, text(n))]))
         expected_top = max([head, *published]) if published else head
         assert client.got == list(range(after + 1, expected_top + 1))
 
@@ -264,20 +264,3 @@ def test_the_core_imports_no_asyncio_django_or_channels():
             for name in names:
                 top = name.split(".")[0]
                 assert top in allowed or name.startswith("sessions_app.wire"), (path.name, name)
-
-
-def test_before_is_live_unbuilt():
-    """The hot path's answer (``before``) says what ``live`` says, for repeats,
-    events in order and events past a hole."""
-    for last_sent in range(0, 4):
-        for seq in range(1, 8):
-            order = Sequencer(buffer_limit=1)
-            order.attach(last_sent)
-            steps = order.live(seq, text(seq))
-            answer = order.before(seq)
-            if not steps:
-                assert answer is d.REPEAT
-            elif len(steps) == 1:
-                assert answer is None and steps == [Send(text(seq), seq)]
-            else:
-                assert answer == steps[0] and steps[1] == Send(text(seq), seq)
