@@ -395,6 +395,29 @@ async def test_idle_socket_probe_refills_a_lone_lost_event(
         daphne.stop()
 
 
+async def test_a_session_deleted_under_a_socket_closes_it_1013(
+    cookie, user, tmp_path, transactional_db
+):
+    """The session is deleted where no message tells its socket (a command
+    beside the server): its tail check finds it gone and closes 1013, and the
+    resume that follows is told not_found, never a silent empty session."""
+    from tests.harness import Daphne
+
+    daphne = Daphne(tmp_path, AGENT_TAIL_PROBE_SECONDS="0.3").start()
+    try:
+        s = create_session(user)
+        c = await _connect(daphne, cookie)
+        await c.resume(s.id, 1, epoch=s.epoch)
+        await c.wait(lambda f: f["type"] == "presence")
+        await asyncio.to_thread(AgentSession.objects.filter(id=s.id).delete)
+        assert await c.wait_closed() == 1013
+        again = await _connect(daphne, cookie)
+        assert (await again.resume(s.id, 1, epoch=s.epoch))["reason"] == "not_found"
+        await again.close()
+    finally:
+        daphne.stop()
+
+
 async def test_presence_of_many_joining_sockets_is_coalesced(server, cookie, user):
     """40 sockets joining one session at once: every socket ends with viewers == 40,
     and the presence frames sent are far fewer than one broadcast per join (820)."""
