@@ -201,12 +201,13 @@ class Follower:
     def tail(self, head: tuple[int, str, int] | None, standing: bool | None) -> list[Step]:
         """A read of the session's head, epoch and compacted point (None: the
         session is gone), and of the reader's standing when it was asked
-        (None: not read this time): the end, or the events committed but
+        (None: not read this time): the end (the standing gone first, then
+        the session, then its log rebuilt), or the events committed but
         never published, read from the log."""
+        if standing is False:  # first: the rights gone say more than the session
+            return [REVOKED]
         if head is None:
             return [DELETED]
-        if standing is False:
-            return [REVOKED]
         ended = self.rotated(head[1])
         if ended:
             return ended

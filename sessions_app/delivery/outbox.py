@@ -22,6 +22,7 @@ class Outbox:
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.ended = False  # ``end`` was called: the response ends after what it has
 
     async def write(self, chunk: bytes) -> None:
         """Hand ``chunk`` over; returns once the response has written it."""
@@ -29,8 +30,11 @@ class Outbox:
         await self.queue.join()
 
     def end(self) -> None:
-        """Nothing more comes: the response ends after what it was given."""
-        self.queue.put_nowait(None)
+        """Nothing more comes: the response ends after what it was given
+        (once; a second call changes nothing)."""
+        if not self.ended:
+            self.ended = True
+            self.queue.put_nowait(None)
 
     async def chunks(
         self, beat: float, keep_alive: bytes, wanted: Callable[[], bool]

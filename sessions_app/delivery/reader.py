@@ -167,6 +167,7 @@ class StreamReader:
         """The response's bytes: what ``follow`` writes, with a keep-alive
         whenever a heartbeat passes with nothing (``delivery.outbox``)."""
         following = asyncio.ensure_future(self.follow())
+        following.add_done_callback(self._followed)
         try:
             async for chunk in self.outbox.chunks(
                 settings.AGENT_SSE_HEARTBEAT_SECONDS,
@@ -175,8 +176,16 @@ class StreamReader:
             ):
                 yield chunk
         finally:
-            following.cancel()
+            if not self.outbox.ended:  # the client left first: stop following
+                following.cancel()
             await asyncio.wait((following,))
+
+    def _followed(self, task: asyncio.Task) -> None:
+        """``follow`` is over, however: the response ends (a failure that
+        escaped it is logged, never a response left open and silent)."""
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a stream's reader failed", exc_info=task.exception())
+        self.outbox.end()
 
     async def follow(self) -> None:
         """Join, read the head, replay, then live (see the module); the
@@ -203,9 +212,9 @@ class StreamReader:
         finally:
             self.to(Phase.CLOSING)
             self.slot.release()
-            self.outbox.end()  # the response ends now, the groups left after
             if membership is not None:
                 await membership.leave_all()
+            self.outbox.end()
 
     async def replay(self) -> None:
         """The head and epoch once joined (what is appended from here on also
@@ -248,7 +257,8 @@ class StreamReader:
         chunk = self.encoder.logged(text, seq)
         if self.encoder.wants_history:
             chunk += await self.given_history(seq)
-        await self.outbox.write(chunk)
+        if chunk:  # an encoder's nothing (another run's event) is no write
+            await self.outbox.write(chunk)
         self.ended()
         return True
 
@@ -271,7 +281,8 @@ class StreamReader:
                     if size >= WRITE_BYTES or step is page[-1] or done:
                         if not await self.writable():
                             return cursor
-                        await self.outbox.write(b"".join(out))
+                        if size:
+                            await self.outbox.write(b"".join(out))
                         cursor, out, size = replay.last_seq(step), [], 0
                     if done:
                         self.to(Phase.CLOSING)

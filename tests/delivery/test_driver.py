@@ -135,12 +135,16 @@ async def test_rotation_ends_the_reader_and_a_late_message_does_not():
 
 async def test_a_deleted_session_and_a_revoked_standing_end_the_reader():
     """A tail read that finds no session ends it DELETED; one that finds the
-    standing gone, or a revocation's message, REVOKED; nothing is sent."""
+    standing gone (whatever else it found), or a revocation's message,
+    REVOKED; nothing is sent."""
     reader, driver = driven(head=3)
     await driver.tail(None, True)
     assert reader.ended is DELETED
     reader, driver = driven(head=3)
     await driver.tail((3, "E1", 0), False)
+    assert reader.ended is REVOKED
+    reader, driver = driven(head=3)
+    await driver.tail(None, False)  # both: the rights gone say more (a socket's 4403)
     assert reader.ended is REVOKED
     reader, driver = driven(head=3)
     await driver.revoked()
