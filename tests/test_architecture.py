@@ -164,3 +164,27 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return found
+
+
+# The socket's frame parsers: an HTTP view that calls one builds a fake frame.
+FRAME_PARSERS = re.compile(r"\bparse_(send|switch|decide|cancel|sync|ack|start|resume)\(")
+
+
+def http_views_building_frames(folder: Path) -> list[str]:
+    """Calls of a socket frame's parser in ``folder`` (file:line)."""
+    return [
+        f"{path.name}:{n}"
+        for path in sorted(folder.glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if FRAME_PARSERS.search(line)
+    ]
+
+
+def test_http_views_build_commands_by_their_constructors(tmp_path):
+    """The HTTP views (web/) build a command from its fields with the wire's
+    constructors (``protocol.send_of``, ``switch_of``), never by parsing a
+    socket frame made up for it; a planted one is caught."""
+    assert http_views_building_frames(APP / "web") == []
+    planted = tmp_path / "view.py"
+    planted.write_text('send = p.parse_send({"type": p.SEND, **body})\n')
+    assert http_views_building_frames(tmp_path) == ["view.py:1"]

@@ -51,6 +51,7 @@ from sessions_app.server import metrics
 from sessions_app.server.logs import Outage, SocketLog, is_outage
 from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
+from sessions_app.wire.rates import TokenBucket
 
 log = logging.getLogger("sessions_app.sockets.session")
 
@@ -178,7 +179,7 @@ class AppSocket(AsyncWebsocketConsumer):
         # The id the access log gave the connection (``server.access_log``):
         # every line of either socket carries it.
         self.connection_id = self.scope.get("connection_id")
-        self.bucket = p.TokenBucket()
+        self.bucket = TokenBucket()
         self.flow = Flow(transport.send_buffer_probe(self.scope))
         await self.accept()
         metrics.SOCKETS_OPEN.inc()

@@ -21,6 +21,7 @@ from sessions_app.sockets.tail import TailCheck
 from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import BranchRateLimited, SessionError
+from sessions_app.wire.rates import TokenBucket
 
 
 class CommandTarget(Protocol):
@@ -47,7 +48,7 @@ class Commands:
     def __init__(self, socket: CommandTarget) -> None:
         self.socket = socket
         # Regenerates, edits and switches have a rate of their own.
-        self.branch_bucket = p.TokenBucket(p.BRANCH_RATE_PER_SECOND, p.BRANCH_RATE_BURST)
+        self.branch_bucket = TokenBucket(p.BRANCH_RATE_PER_SECOND, p.BRANCH_RATE_BURST)
 
     async def dispatch(self, frame: dict[str, Any]) -> None:
         kind = frame["type"]

@@ -162,9 +162,7 @@ def _new_input(asked: RunAgentInput) -> p.Send:
     content = last.content
     if not isinstance(content, str):
         content = "\n".join(getattr(part, "text", "") for part in content if part.type == "text")
-    return p.parse_send(
-        {"type": p.SEND, "request_id": "ag-ui", "client_message_id": last.id, "text": content}
-    )
+    return p.send_of({"client_message_id": last.id, "text": content})
 
 
 def _went_on(session: AgentSession, run_id: str, after: int):

@@ -70,8 +70,7 @@ def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
     by = who.user.get_username()
     if asked.user is not None:
         # Validated before anything is made: a refused message makes no chat.
-        frame = {"client_message_id": asked.user[0], "text": asked.user[1]}
-        send = p.parse_send({"type": p.SEND, "request_id": "ai-sdk", **frame})
+        send = p.send_of({"client_message_id": asked.user[0], "text": asked.user[1]})
         session = conversation.find_or_make(who.user, asked.chat_id)
         return (session.id, *conversation.send(session, send, by, "ai-sdk"))
     # Only a new message makes a conversation: an answer or a regenerate
@@ -81,11 +80,12 @@ def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
         raise Refused(404, "not_found", "no such chat")
     if asked.trigger != requests.REGENERATE:
         return (session.id, *conversation.answer_gates(session, asked.answers, by))
-    frame = {
-        "client_message_id": f"regenerate-{uuid.uuid4().hex}",
-        "regenerate": asked.message_id or session.leaf_run_id,
-    }
-    send = p.parse_send({"type": p.SEND, "request_id": "ai-sdk", **frame})
+    send = p.send_of(
+        {
+            "client_message_id": f"regenerate-{uuid.uuid4().hex}",
+            "regenerate": asked.message_id or session.leaf_run_id,
+        }
+    )
     return (session.id, *conversation.send(session, send, by, "ai-sdk"))
 
 

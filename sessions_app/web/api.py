@@ -9,7 +9,7 @@ and the admin; their domain errors become responses in ``exception_handler``
 (``{"code", "message", ...}`` with the error's HTTP status).
 
 ``POST sessions/<id>/messages/`` is the socket's ``send``: the same
-validation (``protocol.parse_send``) and the same idempotent function, so a
+validation (``protocol.send_of``, as ``protocol.parse_send``) and the same idempotent function, so a
 program that retries with the same ``client_message_id`` gets the first
 result with ``status: "duplicate"`` and nothing is appended twice. The schema
 (OpenAPI 3, drf-spectacular) is at ``/api/schema/``, its docs at ``/api/docs/``.
@@ -100,8 +100,8 @@ class CreateSessionSerializer(serializers.Serializer):
 
 class MessageSerializer(serializers.Serializer):
     """A user input, as the socket's ``send``. What the schema shows: the body
-    is checked by ``protocol.parse_send`` itself, so the API and the socket
-    refuse exactly the same inputs with the same codes."""
+    is checked by ``protocol.send_of``, as the socket's frame is, so the API
+    and the socket refuse exactly the same inputs with the same codes."""
 
     client_message_id = serializers.CharField(
         max_length=p.MAX_ID_CHARS,
@@ -322,17 +322,7 @@ class SessionMessages(OwnedSessions, generics.GenericAPIView):
     def post(self, request, session_id: str):
         session = self.get_object()
         data = request.data if isinstance(request.data, dict) else {}
-        send = p.parse_send(
-            {
-                "type": p.SEND,
-                "request_id": "api",
-                "client_message_id": data.get("client_message_id"),
-                "text": data.get("text"),
-                "interrupt": data.get("interrupt", False),
-                "regenerate": data.get("regenerate"),
-                "edit_of": data.get("edit_of"),
-            }
-        )
+        send = p.send_of(data)
         with tracing.span("session.send", **{"session.id": session.id, "via": "rest"}):
             result = turns.send(
                 session.id,
@@ -408,7 +398,7 @@ class SessionBranch(OwnedSessions, generics.GenericAPIView):
     def post(self, request, session_id: str):
         session = self.get_object()
         data = request.data if isinstance(request.data, dict) else {}
-        _, run_id = p.parse_switch({"type": p.SWITCH, "run_id": data.get("run_id")})
+        run_id = p.switch_of(data)
         path = turns.switch(session.id, run_id, by=request.user.get_username())
         return Response({"leaf_run_id": path[-1], "path": path})
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -421,18 +422,26 @@ def parse_ack(frame: dict[str, Any]) -> int:
 
 
 def parse_send(frame: dict[str, Any]) -> Send:
-    rid = request_id_of(frame, strict=True)
-    cmid = _string(frame, "client_message_id")
-    regenerate = _string(frame, "regenerate", required=False, max_len=MAX_RUN_ID_CHARS)
-    edit_of = _string(frame, "edit_of", required=False, max_len=MAX_RUN_ID_CHARS)
-    interrupt = frame.get("interrupt", False)
+    request_id_of(frame, strict=True)
+    return send_of(frame)
+
+
+def send_of(fields: Mapping[str, Any]) -> Send:
+    """A send from its fields, validated alike from a socket's frame
+    (``parse_send``) and an HTTP body (the REST API, the dialects): a
+    ``FrameError`` names the field."""
+    rid = request_id_of(fields)
+    cmid = _string(fields, "client_message_id")
+    regenerate = _string(fields, "regenerate", required=False, max_len=MAX_RUN_ID_CHARS)
+    edit_of = _string(fields, "edit_of", required=False, max_len=MAX_RUN_ID_CHARS)
+    interrupt = fields.get("interrupt", False)
     if not isinstance(interrupt, bool):
         raise FrameError(E_BAD_FRAME, "'interrupt' must be true or false", rid)
     if regenerate is not None:
-        if edit_of is not None or frame.get("text") is not None:
+        if edit_of is not None or fields.get("text") is not None:
             raise FrameError(E_BAD_FRAME, "a 'regenerate' has no 'text' and no 'edit_of'", rid)
         return Send(request_id=rid, client_message_id=cmid, text="", regenerate=regenerate)
-    text = frame.get("text")
+    text = fields.get("text")
     if not isinstance(text, str) or not text.strip() or not is_unicode(text):
         raise FrameError(E_BAD_FRAME, "'text' must be a non-empty Unicode string", rid)
     if len(text) > MAX_TEXT_CHARS:
@@ -443,8 +452,12 @@ def parse_send(frame: dict[str, Any]) -> Send:
 
 
 def parse_switch(frame: dict[str, Any]) -> tuple[Any, str]:
-    rid = request_id_of(frame, strict=True)
-    return rid, _string(frame, "run_id", max_len=MAX_RUN_ID_CHARS)
+    return request_id_of(frame, strict=True), switch_of(frame)
+
+
+def switch_of(fields: Mapping[str, Any]) -> str:
+    """The run a switch goes to, validated alike from a frame and an HTTP body."""
+    return _string(fields, "run_id", max_len=MAX_RUN_ID_CHARS)
 
 
 def parse_decide(frame: dict[str, Any]) -> Decide:
@@ -471,23 +484,3 @@ def error_frame(code: str, message: str, request_id: Any = None, **extra: Any) -
     frame = {"type": ERROR, "request_id": request_id, "code": code, "message": message}
     frame.update(extra)
     return frame
-
-
-class TokenBucket:
-    """Rate limit: ``rate`` frames per second sustained, ``burst`` at once."""
-
-    def __init__(self, rate: float = RATE_PER_SECOND, burst: float = RATE_BURST):
-        self.rate = rate
-        self.burst = burst
-        self.tokens = burst
-        self.stamp: float | None = None
-
-    def take(self, now: float) -> bool:
-        """Spend one token at time ``now``; False when the bucket is empty."""
-        if self.stamp is not None:
-            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens < 1 - 1e-9:  # float steps of 1/rate must not starve a steady client
-            return False
-        self.tokens -= 1
-        return True
