@@ -39,7 +39,6 @@ from sessions_app.web.dialects import (
     Reading,
     Refused,
     caller,
-    check_rates,
     dialect_view,
     json_body,
 )
@@ -187,9 +186,9 @@ def _turn(turn: conversation.Turn):
 @dialect_view("GET", "HEAD")
 async def join(request: HttpRequest, answer: Answer, thread_id: str) -> HttpResponse:
     """``GET /api/ag-ui/<threadId>/stream`` (see the module's comment)."""
-    who = await caller(request, rates=False)
+    who = await caller(request)
     position = _position(request)
-    found = await reading_in_db_pool(_joined)(request, who, thread_id)
+    found = await reading_in_db_pool(_joined)(who, thread_id)
     if found is None:
         raise Refused(404, "not_found", "no such thread")
     session_id, epoch, active, snapshot = found
@@ -211,12 +210,11 @@ async def _once(body: bytes):
     yield body
 
 
-def _joined(request: HttpRequest, who: Caller, thread_id: str):
-    """The rates checked, then the thread's session and epoch, its run still
-    going (and the seq before it), and its turns as AG-UI messages (of a run
-    not finished, only its question: the stream replays the rest), in one
-    trip to the pool; None for no such thread."""
-    check_rates(request)
+def _joined(who: Caller, thread_id: str):
+    """The thread's session and epoch, its run still going (and the seq
+    before it), and its turns as AG-UI messages (of a run not finished, only
+    its question: the stream replays the rest), in one trip to the pool;
+    None for no such thread."""
     session = conversation.find(who.user, thread_id)
     if session is None:
         return None

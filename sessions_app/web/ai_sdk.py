@@ -38,7 +38,6 @@ from sessions_app.web.dialects import (
     Reading,
     Refused,
     caller,
-    check_rates,
     dialect_view,
     json_body,
 )
@@ -92,11 +91,11 @@ def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
 @dialect_view("GET", "HEAD")
 async def resume(request: HttpRequest, answer: Answer, chat_id: str) -> HttpResponse:
     """``GET /api/ai-sdk/chat/<id>/stream[?run=ID]`` (see the module's comment)."""
-    who = await caller(request, rates=False)
+    who = await caller(request)
     run_id = request.GET.get("run")
     if run_id is not None and not p.is_session_id(run_id):
         raise Refused(400, p.E_BAD_FRAME, "run must be a run id")
-    found = await reading_in_db_pool(_to_resume)(request, who, chat_id, run_id)
+    found = await reading_in_db_pool(_to_resume)(who, chat_id, run_id)
     if found is None:
         return HttpResponse(status=204)
     session_id, epoch, run_id, start = found
@@ -105,12 +104,11 @@ async def resume(request: HttpRequest, answer: Answer, chat_id: str) -> HttpResp
     return _stream(await answer.stream(request, who, Reading(session_id, start, epoch), encoder))
 
 
-def _to_resume(request: HttpRequest, who: Caller, chat_id: str, run_id: str | None):
-    """The rates checked, then the session (and its epoch) and the run a
-    reconnect streams, and a seq before it, in one trip to the pool: the run
-    the page's messages left out when it names one, else the run still
-    going; None for nothing (or no such chat of the caller's)."""
-    check_rates(request)
+def _to_resume(who: Caller, chat_id: str, run_id: str | None):
+    """The session (and its epoch) and the run a reconnect streams, and a
+    seq before it, in one trip to the pool: the run the page's messages
+    left out when it names one, else the run still going; None for nothing
+    (or no such chat of the caller's)."""
     session = conversation.find(who.user, chat_id)
     if session is None:
         return None
@@ -126,14 +124,12 @@ def _to_resume(request: HttpRequest, who: Caller, chat_id: str, run_id: str | No
 async def messages(request: HttpRequest, answer: Answer, chat_id: str) -> HttpResponse:
     """``GET /api/ai-sdk/chat/<id>/messages[?before=RUN&limit=N]`` (see the
     module's comment)."""
-    who = await caller(request, rates=False)
+    who = await caller(request)
     before = request.GET.get("before")
     if before is not None and not p.is_session_id(before):
         raise Refused(400, p.E_BAD_FRAME, "before must be a run id (X-Agent-Older)")
     limit = _limit(request.GET.get("limit"))
-    listed, left_out, older = await reading_in_db_pool(_messages)(
-        request, who, chat_id, before, limit
-    )
+    listed, left_out, older = await reading_in_db_pool(_messages)(who, chat_id, before, limit)
     response = JsonResponse(listed, safe=False)
     # What the page's reconnect passes as ?run=: the first run left out,
     # streamed then even if it finished in between.
@@ -162,13 +158,11 @@ def _limit(value: str | None) -> int:
 
 
 def _messages(
-    request: HttpRequest, who: Caller, chat_id: str, before: str | None, limit: int
+    who: Caller, chat_id: str, before: str | None, limit: int
 ) -> tuple[list[dict], str, str]:
-    """The rates checked, then a page of the chat's turns as ``UIMessage``s
-    (``conversation.path_turns``), the first run they leave out (not
-    finished: the reconnect's; "" when none is), and the run to ask
-    ``before`` for older turns ("" when there are none)."""
-    check_rates(request)
+    """A page of the chat's turns as ``UIMessage``s (``conversation.path_turns``),
+    the first run they leave out (not finished: the reconnect's; "" when none
+    is), and the run to ask ``before`` for older turns ("" when there are none)."""
     session = conversation.find(who.user, chat_id)
     if session is None:
         return [], "", ""

@@ -17,55 +17,25 @@ result with ``status: "duplicate"`` and nothing is appended twice. The schema
 
 from __future__ import annotations
 
-from django.conf import settings
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import generics, serializers, status
-from rest_framework.authentication import SessionAuthentication
-from rest_framework.exceptions import ParseError, Throttled
+from rest_framework.exceptions import ParseError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
-from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
-from rest_framework.views import exception_handler as drf_exception_handler
 
 from sessions_app import fanout
-from sessions_app.access.tokens import TokenAuthentication
 from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import runs, turns
 from sessions_app.server import tracing
+from sessions_app.web.policy import Pipeline, exception_handler
 from sessions_app.wire import bodies, frames
 from sessions_app.wire import protocol as p
-from sessions_app.wire.errors import SessionError
 from sessions_app.wire.frames import event_frame
 
 MAX_PAGE = 1000
-
-
-def exception_handler(exc, context):
-    """DRF's handler, plus the domain errors with their code and status."""
-    if isinstance(exc, SessionError):
-        return Response(exc.detail(), status=exc.status)
-    if isinstance(exc, p.FrameError):
-        # A body the protocol's parser refused: the socket's error, as a 400.
-        return Response({"code": exc.code, "message": exc.message}, status=400)
-    if isinstance(exc, ParseError):
-        return Response({"code": p.E_BAD_JSON, "message": str(exc.detail)}, status=400)
-    if isinstance(exc, Throttled):
-        # The protocol's shape, as ``too_many_runs``' 429 has it.
-        retry = int(exc.wait or 1)
-        return Response(
-            {
-                "code": "throttled",
-                "message": f"too many requests: try again in {retry} s",
-                "retry_after": retry,
-            },
-            status=429,
-            headers={"Retry-After": str(retry)},
-        )
-    return drf_exception_handler(exc, context)
 
 
 class BoundedJSONParser(JSONParser):
@@ -163,68 +133,12 @@ class EventsQuerySerializer(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, default=MAX_PAGE)
 
 
-class ApiRateThrottle(UserRateThrottle):
-    """Every request of a user to the API: ``AGENT_API_RATE``."""
+class AppView(Pipeline):
+    """What every view of the API needs: the one policy (``web.policy.Pipeline``:
+    the cookie or a key, a signed-in user, the rates), its parsers, and the
+    protocol's error codes."""
 
-    scope = "agent_api"
-
-    def get_rate(self) -> str:
-        return settings.AGENT_API_RATE
-
-
-class AnonApiRateThrottle(AnonRateThrottle):
-    """Anonymous requests (the schema and docs, where public), per address."""
-
-    scope = "agent_api_anon"
-
-    def get_rate(self) -> str:
-        return settings.AGENT_API_RATE
-
-
-class SendRateThrottle(UserRateThrottle):
-    """What starts work or spends (a message, a decision, a cancel):
-    ``AGENT_API_SEND_RATE``, on top of the general rate."""
-
-    scope = "agent_send"
-
-    def get_rate(self) -> str:
-        return settings.AGENT_API_SEND_RATE
-
-
-class _View:
-    """What DRF's throttles read of a view (nothing here)."""
-
-
-def throttle_wait(request, spends: bool = False) -> int | None:
-    """For a view outside DRF (the streams, the dialects), with
-    ``request.user`` set: seconds to wait past the user's rates
-    (``AGENT_API_RATE``, and ``AGENT_API_SEND_RATE`` when it ``spends``);
-    None when allowed, and the request counted."""
-    throttles = [ApiRateThrottle()] + ([SendRateThrottle()] if spends else [])
-    for throttle in throttles:
-        if not throttle.allow_request(request, _View()):
-            return int(throttle.wait() or 1)
-    return None
-
-
-class AppView:
-    """What every view of the API needs, whatever the project's REST_FRAMEWORK
-    defaults are (a project embedding the app may allow anonymous access or
-    use other error shapes elsewhere): the session cookie or a token, a
-    signed-in user, the protocol's error codes, and a rate per user (429
-    with ``Retry-After`` past it; counted in Django's cache, so per process
-    unless the project's cache is shared)."""
-
-    authentication_classes = [SessionAuthentication, TokenAuthentication]
-    permission_classes = [IsAuthenticated]
-    throttle_classes = [ApiRateThrottle]
     parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
-
-    def get_throttles(self):
-        throttles = [ApiRateThrottle()]
-        if self.request.method == "POST" and getattr(self, "spends", False):
-            throttles.append(SendRateThrottle())
-        return throttles
 
     def get_exception_handler(self):
         return exception_handler

@@ -2,11 +2,10 @@
 
 from django.conf import settings
 from django.urls import path
-from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import BasePermission
 
 from sessions_app.access.tokens import TokenAuthentication
-from sessions_app.web import ag_ui, ai_sdk, api, stream, tokens
+from sessions_app.web import ag_ui, ai_sdk, api, policy, stream, tokens
 from sessions_app.web.openapi import ApiDocs, ApiSchema
 
 
@@ -21,9 +20,9 @@ class DocsAllowed(BasePermission):
 
 
 _docs = {
-    "authentication_classes": [SessionAuthentication, TokenAuthentication],
+    "authentication_classes": [policy.CookieAuthentication, TokenAuthentication],
     "permission_classes": [DocsAllowed],
-    "throttle_classes": [api.ApiRateThrottle, api.AnonApiRateThrottle],
+    "throttle_classes": [policy.ApiRateThrottle, policy.AnonApiRateThrottle],
 }
 
 urlpatterns = [

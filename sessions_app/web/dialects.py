@@ -1,12 +1,14 @@
-"""What every dialect's HTTP endpoints share: who is asking, whether they
-may (CSRF, rates, a stream's per-user slot), and the streamed response.
+"""What every dialect's HTTP endpoints share: who is asking and whether they
+may (the one HTTP policy, ``web.policy``), a stream's per-user slot, and
+the streamed response.
 
 A dialect (the AI SDK's UI message stream, AG-UI) is an encoder in
 ``wire/`` and a few views; the views call these, so that each speaks with
-the REST API's auth (the session cookie with the CSRF header, or
-``Authorization: Token …``), its ownership (another user's session is like
-one that does not exist), its rates (``AGENT_API_RATE``, and
-``AGENT_API_SEND_RATE`` for what starts work), and the native stream's
+the REST API's policy, through the same DRF classes (the session cookie
+with the CSRF header, or ``Authorization: Token …``; the rates,
+``AGENT_API_RATE`` and ``AGENT_API_SEND_RATE`` for what starts work), its
+ownership (another user's session is like one that does not exist), and
+the native stream's
 limits and delivery (``web.stream``: ``AGENT_USER_MAX_SOCKETS`` streams per
 user and server, flow control, the groups that end a stream on logout or
 revocation).
@@ -19,88 +21,24 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework.authentication import CSRFCheck
 
 from sessions_app.delivery.reader import Follow, StreamReader
 from sessions_app.delivery.standing import owned_row
-from sessions_app.server.db_pool import in_db_pool
-from sessions_app.web.api import throttle_wait
-from sessions_app.web.stream import Slot, StreamResponse, request_user, slots
+from sessions_app.web.policy import Caller, Refused, admit
+from sessions_app.web.stream import Slot, StreamResponse, slots
 from sessions_app.wire import bodies
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionError
 
 
-class Refused(Exception):
-    """A request refused before its stream starts: a JSON error response."""
-
-    def __init__(self, status: int, code: str, message: str, **headers: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.headers = status, code, message, headers
-
-    def response(self) -> JsonResponse:
-        response = JsonResponse({"code": self.code, "message": self.message}, status=self.status)
-        for name, value in self.headers.items():
-            response[name.replace("_", "-")] = value
-        return response
-
-    @classmethod
-    def from_error(cls, error: SessionError | p.FrameError) -> Refused:
-        if isinstance(error, p.FrameError):
-            return cls(400, error.code, error.message)
-        return cls(error.status, error.code, error.message)
-
-
-@dataclass
-class Caller:
-    user: Any
-    token_id: str | None
-
-    @property
-    def granted(self) -> tuple[int, str]:
-        return (self.user.pk, getattr(self.user, "password", ""))
-
-
-def _csrf_reason(request: HttpRequest) -> str | None:
-    check = CSRFCheck(lambda _request: None)
-    check.process_request(request)
-    return check.process_view(request, None, (), {})
-
-
-async def caller(request: HttpRequest, *, spends: bool = False, rates: bool = True) -> Caller:
-    """The signed-in caller, checked: CSRF for a cookie's write, and the rates
-    (``rates`` False: the view checks them itself, with ``check_rates`` in
-    the one trip to the database pool it makes anyway). Nobody's body is
-    read before they are known: its size is checked after sign-in, before
-    the CSRF check (which may read a form), and ``json_body`` parses it."""
-    user, token_id = await request_user(request)
-    if user is None:
-        raise Refused(403, "not_authenticated", "sign in, or send Authorization: Token …")
-    request.user = user
-    if request.method == "POST":
-        _read_body(request)
-    if token_id is None and request.method not in ("GET", "HEAD", "OPTIONS"):
-        reason = await sync_to_async(_csrf_reason)(request)
-        if reason:
-            raise Refused(403, "csrf_failed", f"CSRF failed: {reason}")
-    if rates:
-        await in_db_pool(check_rates)(request, spends)
-    return Caller(user, token_id)
-
-
-def check_rates(request: HttpRequest, spends: bool = False) -> None:
-    """``Refused`` 429 past the user's rates (sync: on the database pool; in
-    a reading trip, which runs again after a stale connection, a request
-    may then count twice against its own user's rate: rare, and harmless)."""
-    wait = throttle_wait(request, spends)
-    if wait is not None:
-        raise Refused(
-            429, "throttled", f"too many requests: try again in {wait} s", Retry_After=str(wait)
-        )
+async def caller(request: HttpRequest, *, spends: bool = False) -> Caller:
+    """The signed-in caller, admitted by the one HTTP policy
+    (``web.policy``: the REST API's authentication, CSRF, permission and
+    rates, in one trip to the pool); ``Refused`` as the REST API answers."""
+    return await admit(request, spends)
 
 
 def _read_body(request: HttpRequest) -> bytes:

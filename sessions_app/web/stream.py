@@ -13,11 +13,12 @@ One dialect on the sockets' delivery stage: the response's delivery is
 ``delivery.reader.StreamReader`` (groups joined before the head is read,
 replay, live in the ``Sequencer``'s order, flow control before every write,
 the slot given back on every way out), its bytes ``wire.sse.NativeEncoder``.
-This module is the HTTP side every streamed dialect shares: the auth, the
-per-user slots and the response (docs/sse.md).
+This module is the HTTP side every streamed dialect shares: the per-user
+slots and the response (docs/sse.md).
 
-Auth and ownership are the REST API's: the session cookie or an
-``Authorization: Token …`` header, and only the owner's sessions (another
+Who may ask is the one HTTP policy's (``web.policy``: the REST API's
+pipeline, the session cookie or an ``Authorization: Token …`` header, the
+rates), and ownership the REST API's: only the owner's sessions (another
 user's is 404, like one that does not exist). Sends, decisions and cancels
 stay on REST.
 """
@@ -28,18 +29,15 @@ import asyncio
 import collections
 import threading
 from collections.abc import AsyncIterator
-from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from sessions_app.access.tokens import token_user
 from sessions_app.delivery.reader import Follow, StreamReader
 from sessions_app.delivery.standing import owned_row
 from sessions_app.log.events import check_resume_cursor
-from sessions_app.server.db_pool import in_db_pool, reading_in_db_pool
-from sessions_app.web.api import throttle_wait
+from sessions_app.web.policy import Refused, admit
 from sessions_app.wire import protocol as p
 from sessions_app.wire import sse
 
@@ -139,15 +137,11 @@ async def session_stream(request: HttpRequest, session_id: str):
     """The view (see the module's comment)."""
     if request.method not in ("GET", "HEAD"):
         return _problem("method_not_allowed", "the stream is read-only: GET it", 405)
-    user, token_id = await request_user(request)
-    if user is None:
-        return _problem("not_authenticated", "sign in, or send Authorization: Token …", 403)
-    request.user = user
-    wait = await _throttle_in_pool(request)
-    if wait is not None:
-        response = _problem("throttled", f"too many requests: try again in {wait} s", 429)
-        response["Retry-After"] = str(wait)
-        return response
+    try:
+        who = await admit(request)  # the one HTTP policy: a stream counts as a request
+    except Refused as refused:
+        return refused.response()
+    user, token_id = who.user, who.token_id
     row = await owned_row(session_id, user.pk) if p.is_session_id(session_id) else None
     if row is None:
         return _problem("not_found", "no such session", 404)
@@ -181,18 +175,3 @@ async def session_stream(request: HttpRequest, session_id: str):
 
 async def _once(body: bytes) -> AsyncIterator[bytes]:
     yield body
-
-
-_token_user_in_pool = reading_in_db_pool(token_user)
-# The user's request rate (AGENT_API_RATE), as the REST API's: a stream
-# opened (or reconnected) counts as one request.
-_throttle_in_pool = in_db_pool(throttle_wait)
-
-
-async def request_user(request: HttpRequest) -> tuple[Any, str | None]:
-    """The user, and the API key's id when it signed in with one."""
-    header = request.headers.get("Authorization", "")
-    if header.lower().startswith("token "):
-        return await _token_user_in_pool(header) or (None, None)
-    user = await request.auser()
-    return (user if user.is_authenticated and user.is_active else None), None

@@ -11,15 +11,16 @@ and revokes only their own keys; another's is 404.
 from __future__ import annotations
 
 from django.conf import settings
+from drf_spectacular.authentication import SessionScheme
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework import generics, serializers, status
-from rest_framework.authentication import SessionAuthentication
 from rest_framework.response import Response
 
 from sessions_app.access import tokens
 from sessions_app.models import ApiToken
 from sessions_app.web.api import AppView
+from sessions_app.web.policy import CookieAuthentication
 
 MAX_DAYS = 3650
 
@@ -36,6 +37,13 @@ class TokenScheme(OpenApiAuthenticationExtension):
             header_name="Authorization",
             token_prefix="Token",  # noqa: S106 (a scheme)
         )
+
+
+class CookieScheme(SessionScheme):
+    """The schema's name for ``web.policy.CookieAuthentication``: DRF's
+    session scheme (``cookieAuth``), as the class it refines."""
+
+    target_class = "sessions_app.web.policy.CookieAuthentication"
 
 
 class TokenSerializer(serializers.ModelSerializer):
@@ -66,7 +74,7 @@ class IssuedSerializer(TokenSerializer):
 class OwnTokens(AppView):
     # Signed in as a person, with the cookie: a key cannot make, list or
     # revoke keys (a leaked one could otherwise outlive itself).
-    authentication_classes = [SessionAuthentication]
+    authentication_classes = [CookieAuthentication]
 
     def get_queryset(self):
         return ApiToken.objects.filter(user=self.request.user)

@@ -232,6 +232,7 @@ def _request(user, session_id: str, **params):
         return user
 
     request.auser = auser
+    request.user = user  # as Django's auth middleware leaves it (DRF reads it)
 
     class NoSession:
         session_key = None
