@@ -15,6 +15,7 @@ one transaction under the session's lock, like every run transition
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, replace
 
 from django.conf import settings
@@ -40,18 +41,36 @@ class SendResult:
     status: str
 
 
+class BehindGate(enum.Enum):
+    """What a new input does while a gate waits in its session (a tool's
+    approval, or a question a running tool asked): the transport's rule, one
+    object. The socket and the REST API queue it behind the gate; the chat
+    dialects refuse it (their clients answer a gate; they do not send past
+    one). "Stop and send" (an interrupt) is never refused."""
+
+    QUEUE = "queue"
+    REFUSE = "refuse"
+
+    def check(self, session_id: str, interrupt: bool) -> None:
+        """``ApprovalPending`` if this rule refuses the input now (under the
+        session's lock)."""
+        if self is BehindGate.QUEUE or interrupt:
+            return
+        gated = Run.objects.filter(session_id=session_id, status=Run.Status.AWAITING_APPROVAL)
+        if gated.exists() or questions.waiting(session_id):
+            raise ApprovalPending()
+
+
 @dataclass(frozen=True)
 class Sender:
     """Who sends, and by which transport's rule: ``by`` names them (for a gate
     an interrupt closes), ``trace`` is the send's traceparent, which its run
-    continues (``server.tracing``), and ``not_behind_gate`` refuses
-    (``ApprovalPending``, under the lock) rather than queue an input behind a
-    gate: the chat dialects' rule (their clients answer a gate; they do not
-    send past one)."""
+    continues (``server.tracing``), and ``behind_gate`` what an input does
+    while a gate waits (``BehindGate``)."""
 
     by: str = ""
     trace: str = ""
-    not_behind_gate: bool = False
+    behind_gate: BehindGate = BehindGate.QUEUE
 
 
 @dataclass(frozen=True)
@@ -91,11 +110,7 @@ def _submit(
     session: AgentSession, client_message_id: str, text: str, interrupt: bool, sender: Sender
 ) -> SendResult:
     session_id = session.id
-    if sender.not_behind_gate and not interrupt:
-        gated = Run.objects.filter(session_id=session_id, status=Run.Status.AWAITING_APPROVAL)
-        # A question a running tool waits on is a gate too (runtime.questions).
-        if gated.exists() or questions.waiting(session_id):
-            raise ApprovalPending()
+    sender.behind_gate.check(session_id, interrupt)
     if interrupt:
         active = Run.objects.filter(session_id=session_id, status__in=runs.EXECUTING).first()
         if active is not None:

@@ -64,7 +64,7 @@ def send(session: AgentSession, send: p.Send, by: str, via: str) -> tuple[str, i
     run first, as everywhere."""
     with tracing.span("session.send", **{"session.id": session.id, "via": via}):
         result = turns.send(
-            session.id, send, turns.Sender(by, tracing.carrier(), not_behind_gate=True)
+            session.id, send, turns.Sender(by, tracing.carrier(), turns.BehindGate.REFUSE)
         )
     return result.run_id, result.seq
 

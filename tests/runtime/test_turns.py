@@ -216,3 +216,27 @@ async def test_the_handshake_says_branches_are_honoured(server, cookie):
     )
     assert bad["type"] == "error" and bad["code"] == "bad_frame"
     await c.close()
+
+
+@pytest.mark.django_db
+def test_the_gate_rule_is_the_transports_one_object(user):
+    """``BehindGate``: with a gate waiting, the chat dialects' rule refuses a
+    new input (``ApprovalPending``, their 409) unless it is a stop and send;
+    the socket's and the REST API's queues it; with no gate both let it in."""
+    from sessions_app.log.sessions import create_session
+    from sessions_app.wire.errors import ApprovalPending
+
+    session = create_session(user)
+    turns.BehindGate.REFUSE.check(session.id, interrupt=False)
+    Run.objects.create(
+        id="r_gated",
+        session=session,
+        client_message_id="m-gated",
+        text="write",
+        message_seq=1,
+        status=Run.Status.AWAITING_APPROVAL,
+    )
+    with pytest.raises(ApprovalPending):
+        turns.BehindGate.REFUSE.check(session.id, interrupt=False)
+    turns.BehindGate.REFUSE.check(session.id, interrupt=True)
+    turns.BehindGate.QUEUE.check(session.id, interrupt=False)
