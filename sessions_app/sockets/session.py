@@ -228,11 +228,7 @@ class SessionConsumer(AppSocket):
             return
         session = await db.start_session(self.user, start)
         metrics.HANDSHAKES.labels(p.START, "ok").inc()
-        self.compact = p.FEATURE_COMPACT in start.features
-        self.batching = p.FEATURE_BATCH in start.features
-        self.interrupt = p.FEATURE_INTERRUPT in start.features
-        self.branches = p.FEATURE_BRANCHES in start.features
-        self.follower.epoch = session["epoch"]
+        self._answered(start.features, session["epoch"])
         # Joined after creation: only this socket knows the new id, so nothing
         # can have been appended to it that we would miss.
         await self.join(fanout.group_name(session["id"]))
@@ -276,11 +272,7 @@ class SessionConsumer(AppSocket):
             return
         self._attached(resume.session_id, resume.after)
         metrics.HANDSHAKES.labels(p.RESUME, "ok").inc()
-        self.compact = p.FEATURE_COMPACT in resume.features
-        self.batching = p.FEATURE_BATCH in resume.features
-        self.interrupt = p.FEATURE_INTERRUPT in resume.features
-        self.branches = p.FEATURE_BRANCHES in resume.features
-        self.follower.epoch = head["epoch"]
+        self._answered(resume.features, head["epoch"])
         self.compacted_through = head["compacted_through"]
         await self.send_frame(
             frames.handshake_ok(
@@ -294,6 +286,14 @@ class SessionConsumer(AppSocket):
         )
         self.record(session_id=resume.session_id, **seen)
         self._begin_replay(resume.after, head["head"], head["page"], head["plan"])
+
+    def _answered(self, features: frozenset[str], epoch: str) -> None:
+        """The handshake's features this socket uses, and the epoch it follows."""
+        self.compact = p.FEATURE_COMPACT in features
+        self.batching = p.FEATURE_BATCH in features
+        self.interrupt = p.FEATURE_INTERRUPT in features
+        self.branches = p.FEATURE_BRANCHES in features
+        self.follower.epoch = epoch
 
     def _features(self) -> list[str]:
         """The handshake features this socket uses, for its start_ok / resume_ok."""
