@@ -18,7 +18,7 @@ from django.conf import settings
 from sessions_app.log.events import read_events
 from sessions_app.models import Run
 from sessions_app.runtime.tools import workspace_for
-from tests.harness import Daphne, Worker, WsClient, session_cookie, wait_until
+from tests.harness import Daphne, Hold, Worker, WsClient, session_cookie, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -191,8 +191,10 @@ async def test_sigterm_hands_every_run_over_at_a_checkpoint(one_executor, cookie
     finished, none keeps an owner, and the worker logs each hand-over."""
     server, worker = one_executor(AGENT_WORKER_GRACE_SECONDS="30", AGENT_LEASE_SECONDS="30")
     tabs = await _sessions(server, cookie, 3)
+    holds = [Hold() for _ in tabs]  # never released: busy until handed over
     run_ids = [
-        (await _send(c, "/stream 1000 50", f"m{i}"))["run_id"] for i, (c, _) in enumerate(tabs)
+        (await _send(c, hold.text, f"m{i}"))["run_id"]
+        for i, ((c, _), hold) in enumerate(zip(tabs, holds, strict=True))
     ]
     await wait_until(lambda: _held_by_one_process(run_ids), timeout=20)
     worker.proc.send_signal(signal.SIGTERM)
@@ -220,8 +222,8 @@ async def test_user_limit_queues_beyond_it_and_does_not_delay_others(
     first two ends."""
     server, _ = one_executor(AGENT_USER_MAX_RUNS="2")
     tabs = await _sessions(server, cookie, 3)
-    first = await _send(tabs[0][0], "/stream 1000 50", "a0")
-    second = await _send(tabs[1][0], "/stream 1000 50", "a1")
+    first = await _send(tabs[0][0], Hold().text, "a0")  # busy until cancelled
+    second = await _send(tabs[1][0], Hold().text, "a1")
     third = await _send(tabs[2][0], "/stream 3 0", "a2")
     assert [first["status"], second["status"], third["status"]] == [
         "started",
