@@ -264,7 +264,7 @@ def _quiesce() -> None:
     from django.utils import timezone
 
     from sessions_app.models import Run
-    from tests.harness import poll_pause
+    from tests.support.waiting import poll_pause
 
     deadline = time.monotonic() + 5
     active = Run.objects.filter(status__in=(Run.Status.RUNNING, Run.Status.QUEUED))

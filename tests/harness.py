@@ -64,9 +64,6 @@ def server_env(**extra: str) -> dict[str, str]:
     return env
 
 
-POLL_SECONDS = 0.05  # for states only a database row shows (no frame announces them)
-
-
 def named_connections(app_name: str, terminate: bool = False) -> int:
     """The connections to the test database of the servers started with
     ``PGAPPNAME=app_name`` (libpq's): how many, or with ``terminate`` ended
@@ -96,21 +93,6 @@ class Hold:
 
     def release(self) -> None:
         (Path(settings.AGENT_TEST_HOLDS) / self.name).touch()
-
-
-def poll_pause() -> None:
-    """One pause between two reads of a database state that no frame announces."""
-    threading.Event().wait(POLL_SECONDS)
-
-
-def wait_for(fn, timeout: float = 40.0):
-    """Wait until ``fn()`` gives a true value (a database state no frame
-    announces), and return it."""
-    deadline = time.monotonic() + timeout
-    while not (found := fn()):
-        assert time.monotonic() < deadline, "state not reached"
-        poll_pause()
-    return found
 
 
 class Process:
@@ -435,19 +417,6 @@ class WsClient:
         if epoch is not None:
             frame["epoch"] = epoch
         return await self.request(frame)
-
-
-async def wait_until(fetch, timeout: float = 10.0):
-    """Wait for ``fetch()`` (run in a thread: it may query the database) to be truthy."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = await asyncio.to_thread(fetch)
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(POLL_SECONDS)  # sleep-ok: a database state no frame announces
 
 
 def rss_kib(pid: int) -> int:

@@ -9,7 +9,7 @@ import pytest
 from sessions_app.models import Event, Run
 from sessions_app.runtime.base import AgentError, Parked
 from sessions_app.testing import FakeContext
-from tests.harness import wait_for
+from tests.support.waiting import wait_for
 
 
 class EchoToFile:

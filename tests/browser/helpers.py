@@ -12,7 +12,7 @@ Three kinds of evidence, all exact:
   the session's workspace. ``expected_transcript`` derives from the log what
   the transcript must show, item by item.
 
-Waiting is always on a condition: ``expect`` on a DOM state, or ``wait_db``
+Waiting is always on a condition: ``expect`` on a DOM state, or ``wait_for``
 for database states that no element shows.
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from typing import Any
 
 from playwright.sync_api import BrowserContext, Page, expect
@@ -39,6 +38,7 @@ from tests.browser.transcripts import (  # noqa: F401 (re-exported: the tests im
     transcript,
     transcript_text,
 )
+from tests.support.waiting import wait_for
 
 TIMEOUT = 20_000  # ms, for DOM states that follow server work
 
@@ -222,20 +222,6 @@ def runs(session_id: str) -> list[Run]:
     return list(Run.objects.filter(session_id=session_id).order_by("message_seq"))
 
 
-def wait_db(fetch, timeout: float = 30.0):
-    """Wait for a database state no DOM attribute shows (e.g. a run finished)."""
-    from tests.harness import poll_pause
-
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fetch()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError("database state not reached")
-        poll_pause()
-
-
 def wait_runs_finished(session_id: str, count: int, timeout: float = 30.0) -> list[Run]:
     """Wait until the session has exactly ``count`` runs, all finished."""
 
@@ -243,12 +229,12 @@ def wait_runs_finished(session_id: str, count: int, timeout: float = 30.0) -> li
         rows = runs(session_id)
         return rows if len(rows) == count and all(r.status == "finished" for r in rows) else None
 
-    return wait_db(done, timeout)
+    return wait_for(done, timeout)
 
 
 def wait_run_status(session_id: str, status: str, timeout: float = 30.0) -> Run:
     rows = Run.objects.filter(session_id=session_id, status=status)
-    return wait_db(lambda: rows.first(), timeout)
+    return wait_for(lambda: rows.first(), timeout)
 
 
 def settle(page: Page | list[Page], session_id: str, runs: int = 1) -> int:

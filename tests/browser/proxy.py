@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from tests.harness import ROOT, Process, server_env, wait_for
+from tests.harness import ROOT, Process, server_env
+from tests.support.waiting import wait_for
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 RECIPE = ROOT / "deploy" / "nginx" / "agent-sessions.conf"

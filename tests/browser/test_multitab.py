@@ -46,7 +46,6 @@ from tests.browser.helpers import (
     settle,
     states_since,
     wait_cursor_at_least,
-    wait_db,
     wait_resumed,
 )
 from tests.browser.scenarios import (
@@ -58,6 +57,7 @@ from tests.browser.scenarios import (
     tokens,
 )
 from tests.harness import session_cookie
+from tests.support.waiting import wait_for
 
 
 # 1. The socket reconnects but the agent starts over / the session returns with a hole.
@@ -229,7 +229,7 @@ def test_ambiguous_send_is_delivered_once(server, ctx, refresh):
         expect(pending).to_have_attribute("data-state", "sent")
         cmid = pending.get_attribute("data-client-message-id")
         # The server has it; the tab does not know: its new socket is unanswered.
-        wait_db(lambda: Run.objects.filter(session_id=session_id, client_message_id=cmid).exists())
+        wait_for(lambda: Run.objects.filter(session_id=session_id, client_message_id=cmid).exists())
         expect_state(a, "resuming")
         a.reload()
         expect(pending).to_have_attribute("data-client-message-id", cmid)

@@ -18,7 +18,8 @@ from django.conf import settings
 from sessions_app.log.events import read_events
 from sessions_app.models import Run
 from sessions_app.runtime.tools import workspace_for
-from tests.harness import Daphne, Hold, Worker, WsClient, session_cookie, wait_until
+from tests.harness import Daphne, Hold, Worker, WsClient, session_cookie
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

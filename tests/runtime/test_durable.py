@@ -21,8 +21,9 @@ from sessions_app.runtime import registry
 from sessions_app.runtime.toolcalls import UNKNOWN_NOTE, UNKNOWN_OUTPUT
 from sessions_app.runtime.tools import workspace_for
 from tests.durable_tools import TOOLS, lines
-from tests.harness import WsClient, wait_until
+from tests.harness import WsClient
 from tests.runtime.common import open_session, send_text
+from tests.support.waiting import wait_until
 from tests.web.test_stream import client_for, read_until
 
 STREAM = "/stream 60 50"  # 3 s of output: a checkpoint at least every second

@@ -19,8 +19,9 @@ from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime.toolcalls import UNKNOWN_NOTE
 from sessions_app.runtime.tools import workspace_for
 from tests.durable_tools import TOOLS, lines
-from tests.harness import WsClient, wait_until
+from tests.harness import WsClient
 from tests.runtime.common import open_session, send_text
+from tests.support.waiting import wait_until
 
 ROUNDS = 20
 ENV = {"AGENT_TOOLS": TOOLS, "AGENT_LEASE_SECONDS": "1", "AGENT_SWEEP_SECONDS": "0.3"}

@@ -16,9 +16,11 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from sessions_app.models import ApprovalRequest, Event, Run
-from tests.harness import api_key, wait_for
+from sessions_app.models import ApprovalRequest, Event
+from tests.harness import api_key
 from tests.mcp import servers
+from tests.support.log import finished
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,10 +40,6 @@ def send(client: httpx.Client, text: str, cmid: str) -> tuple[str, str]:
     )
     assert sent.status_code == 201, sent.text
     return session, sent.json()["run_id"]
-
-
-def finished(run_id: str) -> Run | None:
-    return Run.objects.filter(id=run_id, status="finished").first()
 
 
 def test_a_gated_mcp_tool_runs_once_after_approval_and_an_auto_one_at_once(mcp_server, user):

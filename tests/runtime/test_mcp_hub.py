@@ -16,8 +16,8 @@ import pytest
 
 from sessions_app.runtime.mcp_hub import CALL_META, Caller, McpUnavailable, hub
 from sessions_app.wire import protocol as p
-from tests.harness import wait_for
 from tests.mcp import ROOT
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

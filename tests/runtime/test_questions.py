@@ -20,9 +20,10 @@ from django.conf import settings
 from sessions_app.models import ApprovalRequest, Event, Run
 from sessions_app.runtime.durable import UNKNOWN_OUTPUT
 from sessions_app.runtime.mcp_hub import approving_answer
-from tests.harness import api_key, wait_for
+from tests.harness import api_key
 from tests.mcp import servers
 from tests.runtime.test_mcp import finished, kinds, send
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

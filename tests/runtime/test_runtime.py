@@ -19,8 +19,9 @@ import pytest
 from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime.tools import workspace_for
 from tests.fakes import FakeOpenAIServer, text_response, tool_call_response
-from tests.harness import Hold, WsClient, session_cookie, wait_until
+from tests.harness import Hold, WsClient, session_cookie
 from tests.runtime.common import kinds, open_session, send_text
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from tests.harness import Daphne, named_connections, wait_for
+from tests.harness import Daphne, named_connections
 from tests.raw_http import ask_and_leave
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

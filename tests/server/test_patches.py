@@ -138,9 +138,10 @@ def test_the_probe_reads_a_tls_transport(tmp_path, cookie, user, transactional_d
     4408, as over plain TCP: the probe reads through TLSMemoryBIOProtocol to
     the socket's buffer (the review found it returned 0 there)."""
     from sessions_app.models import Connection
-    from tests.harness import Daphne, wait_until
+    from tests.harness import Daphne
     from tests.raw_http import client_frame, raw_socket_that_never_reads, self_signed_certificate
     from tests.sockets.test_session_limits import _big_log
+    from tests.support.waiting import wait_until
 
     key, cert = self_signed_certificate(tmp_path)
     daphne = Daphne(

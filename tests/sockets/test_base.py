@@ -12,13 +12,9 @@ import urllib.request
 import pytest
 
 from sessions_app.delivery.flow import Flow
-from tests.harness import (
-    Daphne,
-    WsClient,
-    rss_kib,
-    wait_until,
-)
+from tests.harness import Daphne, WsClient, rss_kib
 from tests.raw_http import client_frame, raw_socket_that_never_reads
+from tests.support.waiting import wait_until
 
 SOCKETS = {"session": "/ws/sessions/", "list": "/ws/list/"}
 METRICS_TOKEN = "metrics-token-for-tests"

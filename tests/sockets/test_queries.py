@@ -10,7 +10,7 @@ import pytest
 from sessions_app.log.sessions import create_session
 from sessions_app.sockets import queries
 from sessions_app.wire import protocol as p
-from tests.harness import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

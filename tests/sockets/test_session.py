@@ -10,11 +10,8 @@ import websockets
 from sessions_app.log.events import append_event
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, Connection, Event, Run
-from tests.harness import (
-    WsClient,
-    session_cookie,
-    wait_until,
-)
+from tests.harness import WsClient, session_cookie
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,14 +11,10 @@ import pytest
 import websockets
 
 from sessions_app.models import AgentSession, Connection
-from tests.harness import (
-    WsClient,
-    rss_kib,
-    session_cookie,
-    wait_until,
-)
+from tests.harness import WsClient, rss_kib, session_cookie
 from tests.logs_made import session_with_deltas
 from tests.raw_http import client_frame, raw_socket_that_never_reads
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,7 +17,7 @@ from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, Event
 from sessions_app.sockets.session import SessionConsumer
 from sessions_app.wire.frames import dumps, event_frame
-from tests.harness import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

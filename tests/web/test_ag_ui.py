@@ -14,9 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
+from sessions_app.models import AgentSession, ApprovalRequest, Run
 from tests.harness import api_key
 from tests.node_clients import clients_installed, run_node
+from tests.support.log import logged
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,14 +50,6 @@ def clean(report: dict, tmp_path, name: str) -> None:
     assert found["summary"] == {"errors": 0, "warnings": 0, "info": 0}, found["diagnostics"]
 
 
-def logged(session_id: str, kind: str) -> list[dict]:
-    return list(
-        Event.objects.filter(session__external_id=session_id, kind=kind)
-        .order_by("seq")
-        .values_list("data", flat=True)
-    )
-
-
 def assistant_text(messages: list[dict]) -> str:
     return "".join(m.get("content") or "" for m in messages if m["role"] == "assistant")
 
@@ -68,7 +61,7 @@ def test_a_turn_is_one_valid_ag_ui_run(server, user, tmp_path):
     (run,) = report["runs"]
     assert run.get("thrown") is None and run["outcome"] == "success"
     assert assistant_text(report["messages"]) == "Hello AG-UI world"
-    assert logged("thread1", "assistant.message")[-1]["text"] == "Hello AG-UI world"
+    assert logged("thread1", "assistant.message", external=True)[-1]["text"] == "Hello AG-UI world"
     clean(report, tmp_path, "turn")
 
 
@@ -84,7 +77,7 @@ def test_a_gate_is_an_interrupt_and_its_resume_runs_the_tool_once(server, user, 
     assert report["interrupt"]["reason"] == "tool_approval"
     assert second.get("thrown") is None and second["outcome"] == "success"
     assert gate.status == "approved" or ApprovalRequest.objects.get().status == "approved"
-    results = logged("thread2", "tool.result")
+    results = logged("thread2", "tool.result", external=True)
     assert len(results) == 1 and results[0]["ok"] is True
     tools = [m for m in report["messages"] if m["role"] == "tool"]
     assert [t["toolCallId"] for t in tools] == [gate.tool_call_id]
@@ -101,7 +94,7 @@ def test_a_denied_interrupt_runs_nothing(server, user, tmp_path):
     report = agent(server, api_key(user), "thread3", "deny", "/write notes.txt hi")
     assert [r["outcome"] for r in report["runs"]] == ["interrupt", "success"]
     assert ApprovalRequest.objects.get().status == "denied"
-    assert logged("thread3", "tool.result")[0]["output"] == "denied"
+    assert logged("thread3", "tool.result", external=True)[0]["output"] == "denied"
     clean(report, tmp_path, "deny")
 
 
@@ -115,8 +108,8 @@ def test_a_cut_stream_resumes_with_last_event_id_exactly(server, user, tmp_path)
     assert report["runs"][-1]["outcome"] == "success"
     whole = "".join(f"tok{i} " for i in range(40))
     assert assistant_text(report["messages"]) == whole
-    assert logged("thread4", "user.message")[0]["text"] == "/stream 40 30"
-    assert len(logged("thread4", "user.message")) == 1
+    assert logged("thread4", "user.message", external=True)[0]["text"] == "/stream 40 30"
+    assert len(logged("thread4", "user.message", external=True)) == 1
     clean({"recorded": report["recorded"][1:]}, tmp_path, "cut")
 
 
@@ -176,9 +169,11 @@ def test_bad_input_is_refused_and_thread_ids_are_per_user(server, user, other_us
         ran = c.post("/api/ag-ui/", json=body, headers=auth)
         assert ran.status_code == 200 and '"threadId":"' + theirs.id + '"' in ran.text
     assert AgentSession.objects.get(owner=user).external_id == theirs.id
-    assert logged("theirs", "user.message") == [
+    assert logged("theirs", "user.message", external=True) == [
         {
-            "client_message_id": logged("theirs", "user.message")[0]["client_message_id"],
+            "client_message_id": logged("theirs", "user.message", external=True)[0][
+                "client_message_id"
+            ],
             "text": "/echo theirs",
         }
     ]

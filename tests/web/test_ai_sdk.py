@@ -11,6 +11,7 @@ import pytest
 from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
 from tests.harness import api_key
 from tests.node_clients import clients_installed, run_node
+from tests.support.log import logged
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,14 +30,6 @@ def tool_parts(message: dict) -> list[dict]:
     return [p for p in message["parts"] if p["type"].startswith("tool-")]
 
 
-def logged(session_id: str, kind: str) -> list[dict]:
-    return list(
-        Event.objects.filter(session__external_id=session_id, kind=kind)
-        .order_by("seq")
-        .values_list("data", flat=True)
-    )
-
-
 def test_a_turn_streams_the_answer_into_one_assistant_message(server, user):
     """A user message sent by useChat's transport becomes the session's
     user.message (its id the client_message_id) and the answer arrives as
@@ -50,7 +43,9 @@ def test_a_turn_streams_the_answer_into_one_assistant_message(server, user):
     run = Run.objects.get(session__external_id="chatTurn1")
     assert run.client_message_id == user_msg["id"] and answer["id"] == run.id
     assert texts(answer) == "Hello, world of streams"
-    assert [m["text"] for m in logged("chatTurn1", "assistant.message")] == [texts(answer)]
+    assert [m["text"] for m in logged("chatTurn1", "assistant.message", external=True)] == [
+        texts(answer)
+    ]
     first, last = answer["metadata"]["first_seq"], answer["metadata"]["last_seq"]
     assert last == Event.objects.filter(session__external_id="chatTurn1").order_by("-seq")[0].seq
     assert first < last and answer["metadata"]["run_id"] == run.id
@@ -71,10 +66,12 @@ def test_an_approval_runs_the_tool_once_and_the_message_goes_on(server, user):
     assert tool["approval"]["approved"] is True
     gate = ApprovalRequest.objects.get()
     assert gate.status == "approved" and gate.executed_at is not None
-    assert len(logged("chatGate1", "tool.result")) == 1
-    assert len(logged("chatGate1", "approval.decided")) == 1
+    assert len(logged("chatGate1", "tool.result", external=True)) == 1
+    assert len(logged("chatGate1", "approval.decided", external=True)) == 1
     assert Run.objects.get().stop_reason == "end_turn"
-    assert texts(answer).endswith(logged("chatGate1", "assistant.message")[-1]["text"])
+    assert texts(answer).endswith(
+        logged("chatGate1", "assistant.message", external=True)[-1]["text"]
+    )
 
 
 def test_a_denial_is_told_as_output_denied(server, user):
@@ -85,7 +82,7 @@ def test_a_denial_is_told_as_output_denied(server, user):
     (tool,) = tool_parts(report["messages"][-1])
     assert tool["state"] == "output-denied"
     assert ApprovalRequest.objects.get().status == "denied"
-    assert logged("chatDeny1", "tool.result") == [
+    assert logged("chatDeny1", "tool.result", external=True) == [
         {"tool_call_id": tool["toolCallId"], "ok": False, "output": "denied"}
     ]
 
@@ -112,7 +109,7 @@ def test_a_fresh_page_resumes_the_run_from_the_log_exactly_once(server, user):
     assert messages[3]["id"] == run.id
     whole = "".join(f"tok{i} " for i in range(40))
     assert texts(messages[3]) == whole
-    assert [m["text"] for m in logged("chatCut1", "assistant.message")][-1] == whole
+    assert [m["text"] for m in logged("chatCut1", "assistant.message", external=True)][-1] == whole
 
 
 def test_chat_ids_are_per_user_and_nothing_running_is_204(server, user, other_user):
@@ -133,12 +130,4 @@ def test_chat_ids_are_per_user_and_nothing_running_is_204(server, user, other_us
         assert texts(mine["messages"][-1]) == "mine"
         made = AgentSession.objects.get(owner=user)
         assert made.external_id == theirs.id and made.id != theirs.id
-        assert [m["text"] for m in logged_in(theirs.id, "assistant.message")] == ["theirs"]
-
-
-def logged_in(session_id: str, kind: str) -> list[dict]:
-    return list(
-        Event.objects.filter(session_id=session_id, kind=kind)
-        .order_by("seq")
-        .values_list("data", flat=True)
-    )
+        assert [m["text"] for m in logged(theirs.id, "assistant.message")] == ["theirs"]

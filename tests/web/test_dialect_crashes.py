@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from sessions_app.models import ApprovalRequest, Event, Run
-from tests.harness import api_key, wait_for
+from tests.harness import api_key
 from tests.node_clients import CLIENTS, clients_installed
+from tests.support.waiting import wait_for
 from tests.web.test_ag_ui import validate
 from tests.web.test_ai_sdk import chat, texts
 

@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
-from tests.harness import api_key, wait_for
+from tests.harness import api_key
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

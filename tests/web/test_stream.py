@@ -15,9 +15,11 @@ from httpx_sse import connect_sse
 
 from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
-from sessions_app.models import AgentSession, Run
+from sessions_app.models import AgentSession
 from sessions_app.wire.frames import event_frame
-from tests.harness import api_key, poll_pause
+from tests.harness import api_key
+from tests.support.log import finished
+from tests.support.waiting import poll_pause, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,10 +38,6 @@ def post(c: httpx.Client, session_id: str, cmid: str, text: str) -> dict:
     return r.json()
 
 
-def finished(run_id: str):
-    return lambda: Run.objects.filter(id=run_id, status="finished").exists()
-
-
 def read_until(events, stop) -> list:
     """SSE events from ``events`` until (and with) the first ``stop`` accepts."""
     got = []
@@ -50,14 +48,6 @@ def read_until(events, stop) -> list:
     raise AssertionError(f"the stream ended after {[e.event for e in got]}")
 
 
-def wait_db(fn, timeout: float = 30.0) -> None:
-    """Wait for a database state (a run finished) no response says."""
-    deadline = time.monotonic() + timeout
-    while not fn():
-        assert time.monotonic() < deadline, "database state not reached"
-        poll_pause()
-
-
 def test_replay_then_live_with_no_gap_and_no_repeat(server, user):
     """Opened after seq 2 of a finished run, the stream replays the rest of the
     log, then goes live for a run started while it is open: ids are exactly
@@ -66,7 +56,7 @@ def test_replay_then_live_with_no_gap_and_no_repeat(server, user):
     s = create_session(user)
     with client_for(server, user) as c:
         first = post(c, s.id, "m1", "/stream 5 0")
-        wait_db(finished(first["run_id"]))
+        wait_for(lambda: finished(first["run_id"]))
         with connect_sse(c, "GET", f"/api/sessions/{s.id}/stream/?after=2") as source:
             assert source.response.headers["content-type"].startswith("text/event-stream")
             events = source.iter_sse()
@@ -100,7 +90,7 @@ def test_last_event_id_resumes_after_it(server, user):
     s = create_session(user)
     with client_for(server, user) as c:
         run = post(c, s.id, "m1", "/stream 5 0")
-        wait_db(finished(run["run_id"]))
+        wait_for(lambda: finished(run["run_id"]))
         headers = {"Last-Event-ID": "4"}
         with connect_sse(
             c, "GET", f"/api/sessions/{s.id}/stream/?after=1", headers=headers
@@ -206,7 +196,7 @@ def test_compact_skips_the_superseded_deltas_of_a_finished_run(server, user):
     s = create_session(user)
     with client_for(server, user) as c:
         run = post(c, s.id, "m1", "/stream 30 0")
-        wait_db(finished(run["run_id"]))
+        wait_for(lambda: finished(run["run_id"]))
         head = AgentSession.objects.get(id=s.id).head
         with connect_sse(c, "GET", f"/api/sessions/{s.id}/stream/?after=0&compact=1") as source:
             events = source.iter_sse()

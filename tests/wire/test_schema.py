@@ -15,7 +15,9 @@ from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 from sessions_app.wire.schema import document
 from tests.harness import ROOT, WsClient
-from tests.web.test_stream import client_for, finished, post, read_until, wait_db
+from tests.support.log import finished
+from tests.support.waiting import wait_for
+from tests.web.test_stream import client_for, post, read_until
 
 SCHEMA = document()
 Draft202012Validator.check_schema(SCHEMA)
@@ -227,7 +229,7 @@ def test_the_sse_streams_own_events_fit_the_schema(server, user):
     sid = create_session(user, "sse").id
     with client_for(server, user) as c:
         sent = post(c, sid, "m1", "/stream 3 0")
-        wait_db(finished(sent["run_id"]))
+        wait_for(lambda: finished(sent["run_id"]))
         head = AgentSession.objects.get(id=sid).head
         with connect_sse(c, "GET", f"/api/sessions/{sid}/stream/?after=0&compact=1") as source:
             got = read_until(source.iter_sse(), lambda e: e.id == str(head))
