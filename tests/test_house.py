@@ -170,3 +170,29 @@ def test_every_dotted_name_of_the_app_in_docs_and_docstrings_exists():
                 (str(path.relative_to(ROOT)), n) for n in names if not _resolves(n.rstrip("."))
             }
     assert sorted(missing) == []
+
+
+# A path out of the repository: the workplace's folders beside a clone.
+OUTSIDE = re.compile(r"\.\./shared\b|/work/(?:shared|main)\b")
+
+
+def outside_references(root) -> list[str]:
+    """Lines of the docs, README, scripts and CI under ``root`` that point out of it."""
+    files = [root / "README.md", *(root / "docs").rglob("*.md"), *(root / "scripts").glob("*")]
+    files += [*(root / ".ci").glob("*"), *(root / "bench").glob("*.py")]
+    return [
+        f"{path.relative_to(root)}:{n}"
+        for path in files
+        if path.is_file()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+
+
+def test_nothing_points_outside_the_repository(tmp_path):
+    """A clone stands on its own: no doc, script or bench names a path
+    beside it (the workplace's ``../shared``); a planted one is caught."""
+    assert outside_references(ROOT) == []
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "x.md").write_text("run ../shared/perf/run.sh\n")
+    assert outside_references(tmp_path) == ["docs/x.md:1"]
