@@ -1,6 +1,7 @@
 """The house's rules for its own text, held by tests: a deliberate pause in a
-test says why, tests read no private member of the app, and every dotted name
-of the app in a docstring or a doc names something that exists."""
+test says why, tests read no private member of the app, every dotted name of
+the app in a docstring or a doc names something that exists, and nothing
+points outside the repository."""
 
 from __future__ import annotations
 
