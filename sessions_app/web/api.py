@@ -133,6 +133,12 @@ class EventsQuerySerializer(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, default=MAX_PAGE)
 
 
+def fields(request) -> dict:
+    """A command's fields from the request's body (nothing from one that is
+    not an object: the constructor then names what is missing)."""
+    return request.data if isinstance(request.data, dict) else {}
+
+
 class AppView(Pipeline):
     """What every view of the API needs: the one policy (``web.policy.Pipeline``:
     the cookie or a key, a signed-in user, the rates), its parsers, and the
@@ -235,8 +241,7 @@ class SessionMessages(OwnedSessions, generics.GenericAPIView):
     )
     def post(self, request, session_id: str):
         session = self.get_object()
-        data = request.data if isinstance(request.data, dict) else {}
-        send = p.send_of(data)
+        send = p.send_of(fields(request))
         with tracing.span("session.send", **{"session.id": session.id, "via": "rest"}):
             result = turns.send(
                 session.id,
@@ -311,8 +316,7 @@ class SessionBranch(OwnedSessions, generics.GenericAPIView):
     )
     def post(self, request, session_id: str):
         session = self.get_object()
-        data = request.data if isinstance(request.data, dict) else {}
-        run_id = p.switch_of(data)
+        run_id = p.switch_of(fields(request))
         path = turns.switch(session.id, run_id, by=request.user.get_username())
         return Response({"leaf_run_id": path[-1], "path": path})
 
