@@ -19,9 +19,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import generics, serializers, status
-from rest_framework.exceptions import ParseError
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 
 from sessions_app import fanout
@@ -31,22 +29,11 @@ from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import runs, turns
 from sessions_app.server import tracing
 from sessions_app.web.policy import Pipeline, exception_handler
-from sessions_app.wire import bodies, frames
+from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
 from sessions_app.wire.frames import event_frame
 
 MAX_PAGE = 1000
-
-
-class BoundedJSONParser(JSONParser):
-    """DRF's JSON parser through ``wire.bodies``: a body nested too deep is
-    a 400 with a JSON reason, never a 500."""
-
-    def parse(self, stream, media_type=None, parser_context=None):
-        try:
-            return bodies.loads(stream.read() if stream is not None else b"")
-        except p.FrameError as error:
-            raise ParseError(error.message) from None
 
 
 class SessionPagination(PageNumberPagination):
@@ -141,10 +128,8 @@ def fields(request) -> dict:
 
 class AppView(Pipeline):
     """What every view of the API needs: the one policy (``web.policy.Pipeline``:
-    the cookie or a key, a signed-in user, the rates), its parsers, and the
-    protocol's error codes."""
-
-    parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
+    the cookie or a key, a signed-in user, the rates, the bounded parsers),
+    and the protocol's error codes."""
 
     def get_exception_handler(self):
         return exception_handler

@@ -21,9 +21,10 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from rest_framework import exceptions
-from rest_framework.authentication import SessionAuthentication
+from rest_framework.authentication import CSRFCheck, SessionAuthentication
 from rest_framework.exceptions import ParseError, Throttled
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.permissions import SAFE_METHODS, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
 from rest_framework.views import APIView
@@ -31,6 +32,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from sessions_app.access.tokens import TokenAuthentication
 from sessions_app.server.db_pool import in_db_pool
+from sessions_app.wire import bodies
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionError
 
@@ -73,19 +75,42 @@ class CsrfFailed(exceptions.PermissionDenied):
 
 
 class CookieAuthentication(SessionAuthentication):
-    """DRF's session authentication, in this order on a cookie's write: the
-    user known, then the body's size (413; nobody's body is read before
-    they are known), then CSRF (which may read a form)."""
+    """DRF's session authentication, for a request that names no key (one
+    that sends ``Authorization: Token …`` is the key's, cookie or not), and
+    in this order on a cookie's write: the user known, then the body's size
+    (413; nobody's body is read before they are known), then CSRF, on the
+    Django request (which parses a form body only, never JSON: the body is
+    parsed once, by whoever asked for it)."""
+
+    def authenticate(self, request):
+        if request.META.get("HTTP_AUTHORIZATION", "").lower().startswith("token "):
+            return None
+        return super().authenticate(request)
 
     def enforce_csrf(self, request) -> None:
+        plain = request._request  # the HttpRequest under DRF's (documented)
+        if plain.method in SAFE_METHODS:
+            return
         try:
-            request._request.body  # noqa: B018  (read now: 413 before the CSRF check)
+            plain.body  # noqa: B018  (read now: 413 before the CSRF check)
         except RequestDataTooBig:
             raise TooLarge() from None
+        check = CSRFCheck(lambda _request: None)
+        check.process_request(plain)
+        reason = check.process_view(plain, None, (), {})
+        if reason:
+            raise CsrfFailed(f"CSRF Failed: {reason}")
+
+
+class BoundedJSONParser(JSONParser):
+    """DRF's JSON parser through ``wire.bodies``: a body nested too deep is
+    a 400 with a JSON reason, never a 500."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
         try:
-            super().enforce_csrf(request)
-        except exceptions.PermissionDenied as denied:
-            raise CsrfFailed(str(denied.detail)) from None
+            return bodies.loads(stream.read() if stream is not None else b"")
+        except p.FrameError as error:
+            raise ParseError(error.message) from None
 
 
 @dataclass
@@ -141,6 +166,7 @@ class Pipeline:
     authentication_classes = [CookieAuthentication, TokenAuthentication]
     permission_classes = [IsAuthenticated]
     throttle_classes = [ApiRateThrottle]
+    parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
     spends = False
 
     def get_throttles(self):
@@ -175,7 +201,8 @@ def exception_handler(exc, context):
             headers={"Retry-After": str(retry)},
         )
     response = drf_exception_handler(exc, context)
-    detail = response.data.get("detail") if response is not None else None
+    data = response.data if response is not None else None
+    detail = data.get("detail") if isinstance(data, dict) else None
     if isinstance(detail, str):
         code = getattr(detail, "code", "refused")
         message = NOT_SIGNED_IN if code == "not_authenticated" else str(detail)
@@ -210,13 +237,10 @@ class Policy(Pipeline, APIView):
         headers = {
             name: answer[name] for name in ("Retry-After", "WWW-Authenticate") if name in answer
         }
-        return Refused(
-            answer.status_code,
-            answer.data["code"],
-            answer.data["message"],
-            body=answer.data,
-            **headers,
-        )
+        data = answer.data if isinstance(answer.data, dict) else {}
+        code = data.get("code") or exc.default_code
+        message = data.get("message") or str(exc.detail)
+        return Refused(answer.status_code, code, message, body=data or None, **headers)
 
     def get_exception_handler(self):
         return exception_handler

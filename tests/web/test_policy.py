@@ -79,3 +79,34 @@ def test_the_rate_refuses_every_endpoint_alike(user, tmp_path):
                 assert int(r.headers["Retry-After"]) == r.json()["retry_after"] > 0
     finally:
         daphne.stop()
+
+
+def test_a_cookies_write_with_its_csrf_header_is_parsed_once_and_bounded(server, cookie):
+    """A cookie's POST with its CSRF header reaches the dialect, whose own
+    reading of the body answers: a body nested too deep is a 400 bad_json
+    from both dialects and the REST API (never the 500 of a parser without
+    the bound), and a text/plain JSON body is read as JSON (no 415)."""
+    name, value = cookie.split("=", 1)
+    with httpx.Client(base_url=server.http, cookies={name: value}, timeout=30) as c:
+        c.get("/accounts/login/")  # the CSRF cookie
+        headers = {"X-CSRFToken": c.cookies.get("csrftoken") or "", "Referer": server.http + "/"}
+        deep = "[" * 5000 + "]" * 5000
+        for path in ("/api/ai-sdk/chat", "/api/ag-ui/", "/api/sessions/"):
+            r = c.post(path, content=deep, headers={**headers, "Content-Type": "application/json"})
+            assert (r.status_code, r.json()["code"]) == (400, "bad_json"), path
+        plain = {**headers, "Content-Type": "text/plain"}
+        r = c.post("/api/ai-sdk/chat", content='{"id": "p2", "messages": []}', headers=plain)
+        assert r.status_code == 400 and r.json()["code"] != "unsupported_media_type", r.text
+
+
+def test_a_request_that_names_a_key_is_the_keys(server, user, cookie):
+    """A request with ``Authorization: Token …`` is the key's, whatever cookie
+    it carries: a bad key is refused though the cookie is good, and a good
+    key's write needs no CSRF header."""
+    name, value = cookie.split("=", 1)
+    with httpx.Client(base_url=server.http, cookies={name: value}, timeout=30) as c:
+        bad = c.get("/api/sessions/", headers={"Authorization": "Token not-a-key"})
+        assert (bad.status_code, bad.json()["code"]) == (403, "authentication_failed")
+        good = {"Authorization": f"Token {api_key(user)}"}
+        made = c.post("/api/sessions/", json={"title": "by key"}, headers=good)
+        assert made.status_code == 201, made.text
