@@ -274,9 +274,15 @@ class StreamReader:
             async for page in pages:
                 out: list[bytes] = []
                 size = 0
-                for step in page:
-                    out.append(await self.encoded(step))
-                    size += len(out[-1])
+                for step in page:  # the per-event path of every replay: no call to spare
+                    if type(step) is replay.Compacted:
+                        chunk = self.encoder.compacted(step.text(self.session_id), step.last)
+                    else:
+                        chunk = self.encoder.logged(step.text, step.seq)
+                        if self.encoder.wants_history:  # AG-UI, after a redo
+                            chunk += await self.given_history(step.seq)
+                    out.append(chunk)
+                    size += len(chunk)
                     done = self.encoder.done
                     if size >= WRITE_BYTES or step is page[-1] or done:
                         if not await self.writable():
@@ -290,16 +296,6 @@ class StreamReader:
         finally:
             await pages.aclose()
         return cursor
-
-    async def encoded(self, step) -> bytes:
-        """One replayed step's bytes: a compacted stretch, or a logged event
-        (with the conversation so far, for an encoder that asks)."""
-        if isinstance(step, replay.Compacted):
-            return self.encoder.compacted(step.text(self.session_id), step.last)
-        chunk = self.encoder.logged(step.text, step.seq)
-        if self.encoder.wants_history:
-            chunk += await self.given_history(step.seq)
-        return chunk
 
     async def end(self, end: End) -> None:
         """Stop following: a reset that says why, or (the standing gone)
