@@ -58,6 +58,12 @@ def key_of(header: str) -> str:
     return parts[1] if len(parts) == 2 and parts[0].lower() == KEYWORD.lower() else ""
 
 
+def names_a_key(header: str) -> bool:
+    """Does an ``Authorization`` header name a key (``Token …``)? Such a
+    request is the key's, whatever cookie it carries."""
+    return header.lower().startswith(KEYWORD.lower() + " ")
+
+
 def token_user(header: str):
     """``(user, token id)`` for a header with a live key of an active user, else None."""
     key = key_of(header)
@@ -91,7 +97,7 @@ class TokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate(self, request):
         header = request.META.get("HTTP_AUTHORIZATION", "")
-        if not header.lower().startswith(KEYWORD.lower() + " "):
+        if not names_a_key(header):
             return None
         found = token_user(header)
         if found is None:

@@ -153,11 +153,10 @@ class StreamReader:
             self.to(Phase.CLOSING)
         return False
 
-    def ended(self) -> bool:
-        """Has the dialect ended the response (its stream is complete)?"""
+    def ended(self) -> None:
+        """The dialect ended the response (its stream is complete): closing."""
         if self.encoder.done:
             self.to(Phase.CLOSING)
-        return self.closing
 
     def reset(self, reason: str, message: str, **extra: Any) -> bytes:
         self.to(Phase.CLOSING)

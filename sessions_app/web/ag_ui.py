@@ -38,10 +38,10 @@ from sessions_app.web.dialects import (
     Caller,
     Reading,
     Refused,
-    caller,
     dialect_view,
     json_body,
 )
+from sessions_app.web.policy import admit
 from sessions_app.web.stream import StreamResponse
 from sessions_app.wire import ag_ui, ag_ui_messages
 from sessions_app.wire import protocol as p
@@ -50,7 +50,7 @@ from sessions_app.wire import protocol as p
 @dialect_view("POST")
 async def run(request: HttpRequest, answer: Answer) -> HttpResponse:
     """``POST /api/ag-ui/`` (see the module's comment)."""
-    who = await caller(request, spends=True)
+    who = await admit(request, spends=True)
     try:
         asked = RunAgentInput.model_validate(json_body(request))
     except ValidationError as error:
@@ -186,7 +186,7 @@ def _turn(turn: conversation.Turn):
 @dialect_view("GET", "HEAD")
 async def join(request: HttpRequest, answer: Answer, thread_id: str) -> HttpResponse:
     """``GET /api/ag-ui/<threadId>/stream`` (see the module's comment)."""
-    who = await caller(request)
+    who = await admit(request)
     position = _position(request)
     found = await reading_in_db_pool(_joined)(who, thread_id)
     if found is None:

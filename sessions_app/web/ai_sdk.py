@@ -37,10 +37,10 @@ from sessions_app.web.dialects import (
     Caller,
     Reading,
     Refused,
-    caller,
     dialect_view,
     json_body,
 )
+from sessions_app.web.policy import admit
 from sessions_app.wire import ai_sdk, frames
 from sessions_app.wire import ai_sdk_requests as requests
 from sessions_app.wire import protocol as p
@@ -55,7 +55,7 @@ def _stream(response):
 @dialect_view("POST")
 async def chat(request: HttpRequest, answer: Answer) -> HttpResponse:
     """``POST /api/ai-sdk/chat`` (see the module's comment)."""
-    who = await caller(request, spends=True)
+    who = await admit(request, spends=True)
     asked = requests.parse_chat(json_body(request))
     answer.take_slot(who)
     session_id, run_id, after = await sync_to_async(_act)(who, asked)
@@ -91,7 +91,7 @@ def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
 @dialect_view("GET", "HEAD")
 async def resume(request: HttpRequest, answer: Answer, chat_id: str) -> HttpResponse:
     """``GET /api/ai-sdk/chat/<id>/stream[?run=ID]`` (see the module's comment)."""
-    who = await caller(request)
+    who = await admit(request)
     run_id = request.GET.get("run")
     if run_id is not None and not p.is_session_id(run_id):
         raise Refused(400, p.E_BAD_FRAME, "run must be a run id")
@@ -124,7 +124,7 @@ def _to_resume(who: Caller, chat_id: str, run_id: str | None):
 async def messages(request: HttpRequest, answer: Answer, chat_id: str) -> HttpResponse:
     """``GET /api/ai-sdk/chat/<id>/messages[?before=RUN&limit=N]`` (see the
     module's comment)."""
-    who = await caller(request)
+    who = await admit(request)
     before = request.GET.get("before")
     if before is not None and not p.is_session_id(before):
         raise Refused(400, p.E_BAD_FRAME, "before must be a run id (X-Agent-Older)")

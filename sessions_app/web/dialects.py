@@ -27,18 +27,11 @@ from django.views.decorators.csrf import csrf_exempt
 
 from sessions_app.delivery.reader import Follow, StreamReader
 from sessions_app.delivery.standing import owned_row
-from sessions_app.web.policy import Caller, Refused, admit
+from sessions_app.web.policy import Caller, Refused
 from sessions_app.web.stream import Slot, StreamResponse, slots
 from sessions_app.wire import bodies
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionError
-
-
-async def caller(request: HttpRequest, *, spends: bool = False) -> Caller:
-    """The signed-in caller, admitted by the one HTTP policy
-    (``web.policy``: the REST API's authentication, CSRF, permission and
-    rates, in one trip to the pool); ``Refused`` as the REST API answers."""
-    return await admit(request, spends)
 
 
 def _read_body(request: HttpRequest) -> bytes:
@@ -54,7 +47,7 @@ def _read_body(request: HttpRequest) -> bytes:
 
 
 def json_body(request: HttpRequest) -> Any:
-    """The request's JSON body, read after ``caller``: 413 past Django's
+    """The request's JSON body, read after ``web.policy.admit``: 413 past Django's
     upload limit, 400 if not JSON or nested too deep (``wire.bodies``)."""
     return bodies.loads(_read_body(request))
 

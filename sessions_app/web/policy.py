@@ -30,7 +30,7 @@ from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from sessions_app.access.tokens import TokenAuthentication
+from sessions_app.access.tokens import TokenAuthentication, names_a_key
 from sessions_app.server.db_pool import in_db_pool
 from sessions_app.wire import bodies
 from sessions_app.wire import protocol as p
@@ -83,7 +83,7 @@ class CookieAuthentication(SessionAuthentication):
     parsed once, by whoever asked for it)."""
 
     def authenticate(self, request):
-        if request.META.get("HTTP_AUTHORIZATION", "").lower().startswith("token "):
+        if names_a_key(request.META.get("HTTP_AUTHORIZATION", "")):
             return None
         return super().authenticate(request)
 

@@ -31,7 +31,7 @@ import threading
 from collections.abc import AsyncIterator
 
 from django.conf import settings
-from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from sessions_app.delivery.reader import Follow, StreamReader
@@ -124,10 +124,6 @@ def _cursor(value: str | None) -> int | None:
     return int(value)
 
 
-def _problem(code: str, message: str, status: int) -> JsonResponse:
-    return JsonResponse({"code": code, "message": message}, status=status)
-
-
 # --- the view ---------------------------------------------------------------------
 
 
@@ -136,19 +132,18 @@ def _problem(code: str, message: str, status: int) -> JsonResponse:
 async def session_stream(request: HttpRequest, session_id: str):
     """The view (see the module's comment)."""
     if request.method not in ("GET", "HEAD"):
-        return _problem("method_not_allowed", "the stream is read-only: GET it", 405)
+        return Refused(405, "method_not_allowed", "the stream is read-only: GET it").response()
     try:
         who = await admit(request)  # the one HTTP policy: a stream counts as a request
     except Refused as refused:
         return refused.response()
-    user, token_id = who.user, who.token_id
-    row = await owned_row(session_id, user.pk) if p.is_session_id(session_id) else None
+    row = await owned_row(session_id, who.user.pk) if p.is_session_id(session_id) else None
     if row is None:
-        return _problem("not_found", "no such session", 404)
+        return Refused(404, "not_found", "no such session").response()
     last = request.headers.get("Last-Event-ID")
     after = _cursor(last if last is not None else request.GET.get("after"))
     if after is None:
-        return _problem(p.E_BAD_FRAME, "the cursor must be an integer from 0", 400)
+        return Refused(400, p.E_BAD_FRAME, "the cursor must be an integer from 0").response()
     compact = request.GET.get("compact") in ("1", "true")
     # Without an epoch a reconnect cannot tell a rebuilt log: it is trusted.
     # From 0 the client takes the log as it is now, whatever epoch it had.
@@ -160,15 +155,11 @@ async def session_stream(request: HttpRequest, session_id: str):
         return StreamResponse(_once(body))
     # Reserved now, not when the body starts: a burst cannot pass the check
     # together. Nothing is awaited from here to the response.
-    slot = slots.take(user.pk)
+    slot = slots.take(who.user.pk)
     if slot is None:
-        response = _problem(
-            "too_many_streams", "too many streams of yours are open here: retry later", 429
-        )
-        response["Retry-After"] = "5"
-        return response
-    granted = (user.pk, getattr(user, "password", ""))
-    follow = Follow(session_id, after, epoch, granted, token_id, compact)
+        message = "too many streams of yours are open here: retry later"
+        return Refused(429, "too_many_streams", message, Retry_After="5").response()
+    follow = Follow(session_id, after, epoch, who.granted, who.token_id, compact)
     reader = StreamReader(request, follow, slot, sse.NativeEncoder())
     return StreamResponse(reader.body(), slot)
 
