@@ -106,6 +106,13 @@ async def _under_tabs(site, daphnes, args, report: Report) -> None:
     _verify(report, site, tabs, heads, await _db(stop_reasons, sessions), restarted)
 
 
+def _how_wrong(tab, heads) -> str:
+    """What a tab's seqs are, against its session's head (a failure's evidence)."""
+    seqs, head = tab.seqs, heads[tab.session_id]
+    missing = sorted(set(range(1, head + 1)) - set(seqs))[:10]
+    return f": {len(seqs)} seqs {seqs[:3]}..{seqs[-3:]}, head {head}, missing {missing}"
+
+
 def _verify(report: Report, site, tabs, heads, ends, restarted: float) -> None:
     closes = collections.Counter(c for t in tabs for c in t.closes)
     backs = [b for t in tabs for b in t.back]
@@ -124,6 +131,10 @@ def _verify(report: Report, site, tabs, heads, ends, restarted: float) -> None:
     report.check(not bad, f"rolling: nginx answered no 502 or 504 ({len(bad)}: {bad[:2]})")
     odd = set(closes) - RETRYABLE
     report.check(not odd, f"rolling: every close retryable ({sorted(map(str, odd))})")
-    wrong = [t.session_id for t in tabs if t.seqs != list(range(1, heads[t.session_id] + 1))]
-    report.check(not wrong, f"rolling: every tab has every seq once, in order ({wrong[:3]})")
+    wrong = [t for t in tabs if t.seqs != list(range(1, heads[t.session_id] + 1))]
+    report.check(
+        not wrong,
+        f"rolling: every tab has every seq once, in order ({[t.session_id for t in wrong[:3]]}"
+        f"{_how_wrong(wrong[0], heads) if wrong else ''})",
+    )
     report.check(set(ends) == {"end_turn"}, f"rolling: every answer ends end_turn ({ends[:3]})")
