@@ -119,6 +119,15 @@ def log_dir(tmp_path) -> Path:
 
 
 @pytest.fixture(autouse=True)
+def _holds_released():
+    """Every ``/hold`` a test sent ends with it, released or not."""
+    from tests.support.rig import Hold
+
+    yield
+    Hold.release_all()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_channel_layer():
     """Each test gets a new channel layer (the in-memory one is bound to a loop)."""
     from channels.layers import channel_layers

@@ -79,22 +79,6 @@ def named_connections(app_name: str, terminate: bool = False) -> int:
         return cursor.fetchone()[0]
 
 
-class Hold:
-    """A run that streams until the test releases it: send ``text`` (the
-    scripted agent's ``/hold NAME``), and ``release()`` when the test is
-    ready for it to end: a run busy for as long as the test needs, never a
-    timed ``/stream`` guessed long enough."""
-
-    _ids = itertools.count(1)
-
-    def __init__(self) -> None:
-        self.name = f"h{os.getpid()}-{next(self._ids)}"
-        self.text = f"/hold {self.name}"
-
-    def release(self) -> None:
-        (Path(settings.AGENT_TEST_HOLDS) / self.name).touch()
-
-
 class Process:
     """A subprocess whose output a reader thread copies to a log file.
 

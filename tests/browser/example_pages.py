@@ -76,16 +76,25 @@ def ready(page) -> None:
 
 
 def refreshed_mid_answer(page) -> None:
-    """``/stream 40 60`` sent, the page refreshed mid-answer: it shows the
-    whole answer, each token once, and is ready again."""
-    from sessions_app.models import Run
+    """A held answer, the page refreshed mid-answer (then released): it shows
+    the whole answer, each delta once, and is ready again."""
+    from sessions_app.models import Event, Run
+    from tests.support.log import finished
+    from tests.support.rig import Hold
+    from tests.support.waiting import wait_for
 
-    send(page, "/stream 40 60")
-    expect(page.get_by_test_id("assistant-message").last).to_contain_text("tok3 ", timeout=TIMEOUT)
-    assert Run.objects.order_by("-created_at").first().status == "running"
+    hold = Hold(pace=60)
+    send(page, hold.text)
+    last = page.get_by_test_id("assistant-message").last
+    expect(last).to_contain_text("held3 ", timeout=TIMEOUT)
+    run = Run.objects.order_by("-created_at").first()
+    assert run.status == "running"
     page.reload()
     expect(page.locator("#app")).to_have_attribute("data-loaded", "true", timeout=TIMEOUT)
-    whole = "".join(f"tok{i} " for i in range(40))
+    hold.release()
+    wait_for(lambda: finished(run.id))
+    whole = Event.objects.get(run_id=run.id, kind="assistant.message").data["text"]
+    assert Hold.answer(whole)
     expect(page.get_by_test_id("assistant-message").last).to_have_text(whole, timeout=TIMEOUT)
     ready(page)
     assert page.locator("#app").get_attribute("data-error") is None

@@ -41,16 +41,14 @@ from tests.browser.helpers import (
     wait_cursor_at_least,
     wait_resumed,
 )
+from tests.support.rig import Hold
 
 RESUMED = ["reconnecting", "resuming", "live"]
 
 
-# A stream that goes on until it is cancelled (about 100 s at most).
-LONG_STREAM = "/stream 5000 20"
-
-
-def tokens(n: int) -> str:
-    return "".join(f"tok{i} " for i in range(n))
+def long_stream() -> str:
+    """A run that streams (a delta every 20 ms) until the test cancels it."""
+    return Hold(pace=20).text
 
 
 def cancel_after_more(session_id: str, pages: list[Page], more: int = 5) -> None:
@@ -63,7 +61,7 @@ def cancel_after_more(session_id: str, pages: list[Page], more: int = 5) -> None
 
 
 def assert_streamed(session_id: str, pages: list[Page], stop_reason: str) -> None:
-    """The session's one run streamed tok0, tok1, … (a step redone after a
+    """The session's one run streamed held0, held1, … (a step redone after a
     takeover is cut back by its run.resumed, never shown twice) and ended
     with ``stop_reason``; every tab shows exactly the log."""
     (run,) = runs(session_id)
@@ -74,8 +72,7 @@ def assert_streamed(session_id: str, pages: list[Page], stop_reason: str) -> Non
             text += e.data["text"]
         elif e.kind == "run.resumed":
             text = text[: e.data["keep"]]
-    count = len(text.split())
-    assert text == "".join(f"tok{i} " for i in range(count))
+    Hold.answer(text)
     for page in pages:
         assert assistant_texts(page) == [text]
         assert_shows_log(page, session_id)
@@ -132,7 +129,7 @@ def socket_lost_mid_run(context: BrowserContext, server_a, server_b, fault: str)
     a, wire_a = tab(context, server_a)
     session_id = new_session(a, server_a)
     b, wire_b = tab(context, server_b, session_id)
-    send(a, LONG_STREAM)
+    send(a, long_stream())
     wait_cursor_at_least(a, 10)
     wait_cursor_at_least(b, 10)
     since_a, since_b = mark(a), mark(b)
@@ -303,7 +300,7 @@ def server_restart(context: BrowserContext, server_a, server_b) -> None:
     b, wire_b = tab(context, server_b, session_id)
 
     # 1. During streaming.
-    send(a, LONG_STREAM)
+    send(a, long_stream())
     wait_cursor_at_least(a, 10)
     wait_cursor_at_least(b, 10)
     since = [mark(a), mark(b)]
@@ -356,7 +353,8 @@ def stop_and_send(context: BrowserContext, server_a, server_b) -> None:
     a, _ = tab(context, server_a)
     session_id = new_session(a, server_a)
     b, _ = tab(context, server_b, session_id)
-    send(a, "/stream 500 20")
+    first_text = long_stream()  # until the stop
+    send(a, first_text)
     for page in (a, b):
         wait_cursor_at_least(page, 5)
     send(a, "/stream 1 0")  # queued behind the stream
@@ -367,7 +365,7 @@ def stop_and_send(context: BrowserContext, server_a, server_b) -> None:
     stop.click()
     settle([a, b], session_id, runs=3)
     first, queued, now = sorted(runs(session_id), key=lambda r: r.message_seq)
-    assert (first.stop_reason, first.text) == ("cancelled", "/stream 500 20")
+    assert (first.stop_reason, first.text) == ("cancelled", first_text)
     assert now.text == "/stream 3 0" and now.stop_reason == "end_turn"
     assert queued.stop_reason == "end_turn"
     assert now.started_at < queued.started_at, "the interrupting input ran first"

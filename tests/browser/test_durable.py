@@ -25,17 +25,18 @@ from tests.browser.helpers import (
     wait_runs_finished,
 )
 from tests.harness import Worker
+from tests.support.log import logged
+from tests.support.rig import Hold
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.browser
 
 
-def _answer(n: int) -> str:
-    return "".join(f"tok{i} " for i in range(n))
-
-
-def _shows_answer_once(page, session_id: str, text: str) -> None:
+def _shows_answer_once(page, session_id: str) -> None:
+    """The page shows the run's one answer (held0 … each once), exactly the log."""
     settle(page, session_id)
-    assert assistant_texts(page) == [text]
+    [message] = logged(session_id, "assistant.message")
+    assert assistant_texts(page) == [message["text"]] and Hold.answer(message["text"])
     assert_shows_log(page, session_id)
 
 
@@ -48,7 +49,8 @@ def test_kill_9_of_every_executor_mid_answer_shows_the_answer_once(server, daphn
     site = server if production else daphnes()
     page = ctx.new_page()
     session_id = new_session(page, site)
-    send(page, "/stream 80 50")
+    hold = Hold(pace=50)
+    send(page, hold.text)
     wait_cursor_at_least(page, 40)  # past a checkpoint or two
     if production:
         for worker in server.workers:
@@ -56,14 +58,16 @@ def test_kill_9_of_every_executor_mid_answer_shows_the_answer_once(server, daphn
         server.workers[0].start()
     else:
         site.restart()
+    wait_for(lambda: logged(session_id, "run.resumed"), timeout=60)
+    hold.release()
     (run,) = wait_runs_finished(session_id, 1, timeout=60)
     assert run.stop_reason == "end_turn"
     expect(page.get_by_test_id("run-resumed")).to_have_text("Resumed after a server restart")
-    _shows_answer_once(page, session_id, _answer(80))
+    _shows_answer_once(page, session_id)
     page.reload()
-    _shows_answer_once(page, session_id, _answer(80))
+    _shows_answer_once(page, session_id)
     fresh = open_tab(ctx, site, session_id)
-    _shows_answer_once(fresh, session_id, _answer(80))
+    _shows_answer_once(fresh, session_id)
 
 
 @pytest.mark.postgres
@@ -73,7 +77,8 @@ def test_a_rolling_deploy_of_the_workers_never_cuts_an_answer(server, ctx, tmp_p
     the tab shows it whole and once."""
     page = ctx.new_page()
     session_id = new_session(page, server)
-    send(page, "/stream 300 100")
+    hold = Hold(pace=100)
+    send(page, hold.text)
     wait_cursor_at_least(page, 20)
     fresh = []
     try:
@@ -82,9 +87,10 @@ def test_a_rolling_deploy_of_the_workers_never_cuts_an_answer(server, ctx, tmp_p
             old.kill(signal.SIGTERM)
             assert old.proc.returncode == 0
             wait_cursor_at_least(page, 20 + 10 * len(fresh))  # it goes on
+        hold.release()
         (run,) = wait_runs_finished(session_id, 1, timeout=90)
     finally:
         for worker in fresh:
             worker.kill()
     assert run.stop_reason == "end_turn"
-    _shows_answer_once(page, session_id, _answer(300))
+    _shows_answer_once(page, session_id)

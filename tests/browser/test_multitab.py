@@ -49,14 +49,14 @@ from tests.browser.helpers import (
     wait_resumed,
 )
 from tests.browser.scenarios import (
-    LONG_STREAM,
     RESUMED,
     assert_streamed,
     cancel_after_more,
+    long_stream,
     tab,
-    tokens,
 )
 from tests.harness import session_cookie
+from tests.support.rig import Hold
 from tests.support.waiting import wait_for
 
 
@@ -79,7 +79,8 @@ def test_drop_between_receipt_render_and_ack_replays_from_the_cursor(server, ctx
     first replayed seq is cursor+1 and nothing shows twice."""
     a, wire = tab(ctx, server)
     session_id = new_session(a, server)
-    send(a, "/stream 60 40")
+    hold = Hold(pace=40)
+    send(a, hold.text)
     wait_cursor_at_least(a, 10)
     # Read the cursor and arm in one task: the next event applied is cursor+1.
     armed = a.evaluate(
@@ -96,6 +97,7 @@ def test_drop_between_receipt_render_and_ack_replays_from_the_cursor(server, ctx
     # A fast resume can find nothing new to replay yet: the first event after
     # it (replayed or live) is what the assertions below are about.
     a.wait_for_function("() => window.__test.state().firstReplayedSeq !== null")
+    hold.release()
 
     state = client_state(a)
     assert state["lastResumeAfter"] == after
@@ -112,7 +114,8 @@ def test_drop_between_receipt_render_and_ack_replays_from_the_cursor(server, ctx
     # frames, so the cursor moves in steps there).
     assert_each_seq_once(a, armed, last)
     assert states_since(a, armed) == RESUMED
-    assert assistant_texts(a) == [tokens(60)]
+    [answer] = assistant_texts(a)
+    Hold.answer(answer)
     assert_shows_log(a, session_id)
     assert client_state(a)["stats"]["duplicates"] == 0
 
@@ -130,7 +133,8 @@ def test_tab_opened_mid_run_never_stays_stale(server, ctx):
     its result, also after reloading them."""
     a, _ = tab(ctx, server)
     session_id = new_session(a, server)
-    send(a, "/stream 80 40")
+    hold = Hold(pace=40)
+    send(a, hold.text)
     send(a, "/write grow.txt grown in place")
     wait_cursor_at_least(a, 12)
     b = open_from(a, session_url(server, session_id))
@@ -139,6 +143,7 @@ def test_tab_opened_mid_run_never_stays_stale(server, ctx):
     # B resumed (on its only socket) after the cursor of the copy it started from.
     b_start = client_state(b)["lastResumeAfter"]
     assert b_start > 0  # a stale partial copy of A's transcript
+    hold.release()  # B and C opened mid-run
 
     park([a, b, c], session_id)
     assert b_start < events_of(session_id, "run.finished")[0].seq  # opened mid-run
@@ -148,7 +153,8 @@ def test_tab_opened_mid_run_never_stays_stale(server, ctx):
     for page in (a, b, c):
         assert_shows_log(page, session_id)
     assert_same_transcript(a, b, c)
-    assert assistant_texts(a) == [tokens(80), "Wrote to grow.txt: appended 15 bytes to grow.txt"]
+    answer, wrote = assistant_texts(a)
+    assert Hold.answer(answer) and wrote == "Wrote to grow.txt: appended 15 bytes to grow.txt"
     assert_each_seq_once(b, since_b, last)
     assert (workspace_for(session_id) / "grow.txt").read_text() == "grown in place\n"
     for page in (b, c):
@@ -166,7 +172,7 @@ def test_other_tabs_never_kill_a_stream(server, ctx):
     a, wire_a = tab(ctx, server)
     session_id = new_session(a, server)
     since = mark(a)
-    send(a, LONG_STREAM)
+    send(a, long_stream())
     wait_cursor_at_least(a, 6)
 
     b, _ = tab(ctx, server, session_id)
@@ -387,7 +393,8 @@ def test_inputs_queued_behind_a_run_run_in_order(server, ctx):
     a, _ = tab(ctx, server)
     session_id = new_session(a, server)
     b, _ = tab(ctx, server, session_id)
-    send(a, "/stream 80 30")
+    hold = Hold(pace=30)
+    send(a, hold.text)
     wait_cursor_at_least(b, 4)
     texts = ["first in line", "second in line", "third in line"]
     for text in texts:
@@ -396,10 +403,11 @@ def test_inputs_queued_behind_a_run_run_in_order(server, ctx):
     expect(queued).to_have_count(3, timeout=TIMEOUT)
     expect(queued).to_contain_text(texts)
     queued_ids = [queued.nth(i).get_attribute("data-client-message-id") for i in range(3)]
+    hold.release()
     settle([a, b], session_id, runs=4)
 
     rows = runs(session_id)
-    assert [r.text for r in rows] == ["/stream 80 30", *texts]
+    assert [r.text for r in rows] == [hold.text, *texts]
     assert [r.client_message_id for r in rows[1:]] == queued_ids
     assert [r.stop_reason for r in rows] == ["end_turn"] * 4
     assert [e.data["client_message_id"] for e in events_of(session_id, "run.queued")] == queued_ids
@@ -409,7 +417,8 @@ def test_inputs_queued_behind_a_run_run_in_order(server, ctx):
     for done, nxt in zip(finished, started[1:], strict=False):
         assert done.seq < nxt.seq  # one after the other
     expect(queued).to_have_count(0)
-    assert assistant_texts(b) == [tokens(80)] + [
+    answer, *replies = assistant_texts(b)
+    assert Hold.answer(answer) and replies == [
         f"You said: {t}. This is the scripted demo agent." for t in texts
     ]
     assert_shows_log(b, session_id)

@@ -10,6 +10,9 @@ from sessions_app.log.events import read_events
 from sessions_app.wire import protocol as p
 from tests.browser.helpers import new_session, runs, wait_runs_finished
 from tests.harness import api_key
+from tests.support.log import logged
+from tests.support.rig import Hold
+from tests.support.waiting import wait_for
 
 KINDS = [v for k, v in vars(p).items() if k.startswith("K_")]
 
@@ -39,15 +42,18 @@ def test_event_source_survives_a_kill_9_with_no_gap_and_no_repeat(daphnes, ctx, 
     page.evaluate(FOLLOW_JS, [f"/api/sessions/{session_id}/stream/?after=0", KINDS])
     page.wait_for_function("() => window.__seen.length >= 1")
     auth = {"Authorization": f"Token {api_key(user)}"}
+    hold = Hold(pace=20)
     sent = httpx.post(
         f"{server.http}/api/sessions/{session_id}/messages/",
-        json={"client_message_id": "m1", "text": "/stream 300 20"},
+        json={"client_message_id": "m1", "text": hold.text},
         headers=auth,
         timeout=30,
     )
     assert sent.status_code == 201
     page.wait_for_function("() => window.__seen.length >= 20")
     server.restart()
+    wait_for(lambda: logged(session_id, "run.resumed"), timeout=60)  # taken over
+    hold.release()
     (run,) = wait_runs_finished(session_id, 1, timeout=60)
     head = max(e.seq for e in read_events(session_id, 0))
     page.wait_for_function(

@@ -20,6 +20,7 @@ from sessions_app.models import AgentSession, Run
 from sessions_app.runtime.tools import workspace_for
 from tests.harness import ROOT, Process, WsClient
 from tests.runtime.common import open_session, send_text, taken_over_once
+from tests.support.rig import Hold
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -141,10 +142,13 @@ async def test_every_promise_holds_through_pgbouncer_in_transaction_mode(
     assert (workspace_for(sid) / "notes.txt").read_text() == "hello\n"
 
     c, sid = tabs[1]
-    sent = await send_text(c, "/stream 40 50", "k1")
-    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "tok10 " in f["data"]["text"])
+    hold = Hold(pace=50)
+    sent = await send_text(c, hold.text, "k1")
+    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "held10 " in f["data"]["text"])
     holder = await wait_until(lambda: Run.objects.get(id=sent["run_id"]).worker)
     os.kill(int(holder.split(":")[1]), signal.SIGKILL)
+    await c.wait_event(lambda f: f["kind"] == "run.resumed", timeout=40)
+    hold.release()
     end = await c.wait_event(
         lambda f: f["kind"] == "run.finished" and f["run_id"] == sent["run_id"], timeout=40
     )
@@ -152,7 +156,7 @@ async def test_every_promise_holds_through_pgbouncer_in_transaction_mode(
     [message] = [
         e for e in c.events() if e["kind"] == "assistant.message" and e["run_id"] == sent["run_id"]
     ]
-    assert message["data"]["text"] == "".join(f"tok{i} " for i in range(40))
+    Hold.answer(message["data"]["text"])
 
     refreshed = await WsClient.connect(server.ws, cookie)
     ok = await refreshed.resume(sid, 0)
@@ -291,10 +295,11 @@ async def test_a_blip_under_an_answer_is_taken_over_at_once(own_server, cookie, 
         DATABASE_URL=bouncer.url(), DATABASE_POOL_MODE="transaction", AGENT_LEASE_SECONDS="60"
     )
     c, sid = await open_session(server, cookie)
-    sent = await send_text(c, "/stream 40 50", "m1")
-    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "tok5 " in f["data"]["text"])
+    hold = Hold(pace=50)
+    sent = await send_text(c, hold.text, "m1")
+    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "held5 " in f["data"]["text"])
     held = await asyncio.to_thread(HeldSession, sid)
     pids = await wait_until(lambda: held.waiting())
     await asyncio.to_thread(held.cut, pids)
-    await taken_over_once(c, sent["run_id"], 40)
+    await taken_over_once(c, sent["run_id"], hold)
     await c.close()

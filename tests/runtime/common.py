@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.harness import WsClient
+from tests.support.rig import Hold
 
 
 async def open_session(server, cookie) -> tuple[WsClient, str]:
@@ -21,9 +22,15 @@ async def send_text(c: WsClient, text: str, cmid: str) -> dict:
     return reply
 
 
-async def taken_over_once(c: WsClient, run_id: str, tokens: int) -> None:
-    """Run ``run_id`` (``/stream TOKENS …``) ends ``end_turn`` after exactly
-    one takeover, its answer whole once, and the socket has every seq once."""
+async def taken_over_once(c: WsClient, run_id: str, hold: Hold) -> None:
+    """Run ``run_id`` (``hold.text``) is taken over exactly once: the test
+    releases it after its ``run.resumed``, and it ends ``end_turn`` with its
+    answer whole once, and the socket has every seq once."""
+    resumed = await c.wait_event(
+        lambda f: f["kind"] == "run.resumed" and f["run_id"] == run_id, timeout=40
+    )
+    assert resumed["data"]["reason"] == "takeover"
+    hold.release()
     end = await c.wait_event(
         lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id, timeout=40
     )
@@ -31,5 +38,5 @@ async def taken_over_once(c: WsClient, run_id: str, tokens: int) -> None:
     mine = [e for e in c.events() if e["run_id"] == run_id]
     assert [e["data"]["reason"] for e in mine if e["kind"] == "run.resumed"] == ["takeover"]
     [message] = [e for e in mine if e["kind"] == "assistant.message"]
-    assert message["data"]["text"] == "".join(f"tok{i} " for i in range(tokens))
+    Hold.answer(message["data"]["text"])
     assert c.seqs() == list(range(1, end["seq"] + 1))

@@ -270,7 +270,38 @@ def test_hold_streams_until_the_test_releases_it(settings, tmp_path):
     assert ctx.deltas[0] == "held0 " and ctx.messages == ["".join(ctx.deltas)]
 
 
-@pytest.mark.parametrize("folder, text", [("", "/hold t1"), ("x", "/hold"), ("x", "/hold a/b")])
+def test_hold_with_a_pace_streams_that_often_and_checkpoints_once_a_second(settings, tmp_path):
+    """``/hold NAME MS`` says something every MS milliseconds (traffic for as
+    long as the test needs), and still checkpoints at most once a second:
+    its first delta is one, the next few are not."""
+    import threading
+
+    from tests.support.waiting import wait_for
+
+    settings.AGENT_TEST_HOLDS = str(tmp_path)
+    ctx = FakeContext("/hold t2 5")
+    held = threading.Thread(target=ScriptedAgent().start, args=(ctx,))
+    held.start()
+    wait_for(lambda: len(ctx.deltas) >= 5, timeout=10)
+    (tmp_path / "t2").touch()
+    held.join(10)
+    assert not held.is_alive()
+    said = len(ctx.deltas)
+    assert ctx.deltas == [f"held{i} " for i in range(said)]
+    assert ctx.messages == ["".join(ctx.deltas)]
+    assert 1 <= len(ctx.checkpoints) < said and ctx.checkpoints[0]["next"] == 1
+
+
+@pytest.mark.parametrize(
+    "folder, text",
+    [
+        ("", "/hold t1"),
+        ("x", "/hold"),
+        ("x", "/hold a/b"),
+        ("x", "/hold t1 0"),
+        ("x", "/hold t1 x"),
+    ],
+)
 def test_hold_is_refused_without_its_folder_or_a_plain_name(settings, folder, text):
     """Outside the tests (no ``AGENT_TEST_HOLDS``), and with a name that is
     not plain, ``/hold`` finishes with its usage, holding nothing."""

@@ -23,11 +23,9 @@ from sessions_app.runtime.tools import workspace_for
 from tests.durable_tools import TOOLS, lines
 from tests.harness import WsClient
 from tests.runtime.common import open_session, send_text
+from tests.support.rig import Hold
 from tests.support.waiting import wait_until
 from tests.web.test_stream import client_for, read_until
-
-STREAM = "/stream 60 50"  # 3 s of output: a checkpoint at least every second
-FULL = "".join(f"tok{i} " for i in range(60))
 
 
 def shown_text(events: list[dict], run_id: str) -> str:
@@ -101,10 +99,14 @@ async def test_kill_9_mid_answer_is_taken_over_and_ends_once(own_server, cookie,
     start, procs = own_server
     server = start()
     c, sid = await open_session(server, cookie)
-    sent = await send_text(c, STREAM, "m1")
+    hold = Hold(pace=50)  # a delta every 50 ms, a checkpoint every second
+    sent = await send_text(c, hold.text, "m1")
     run_id = sent["run_id"]
-    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "tok25 " in f["data"]["text"])
+    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "held25 " in f["data"]["text"])
     live, server = await _crash(start, procs, run_id, cookie, sid, c)
+    resumed = await live.wait_event(lambda f: f["kind"] == "run.resumed", timeout=40)
+    await live.wait_event(lambda f: f["kind"] == "assistant.delta" and f["seq"] > resumed["seq"])
+    hold.release()  # once the run said something more after its takeover
     end = await live.wait_event(
         lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id, timeout=40
     )
@@ -113,14 +115,15 @@ async def test_kill_9_mid_answer_is_taken_over_and_ends_once(own_server, cookie,
     mine = [e for e in events if e["run_id"] == run_id]
     resumed = [e for e in mine if e["kind"] == "run.resumed"]
     assert [e["data"]["reason"] for e in resumed] == ["takeover"]
-    assert 0 < resumed[0]["data"]["keep"] < len(FULL)
-    assert [e["data"]["text"] for e in mine if e["kind"] == "assistant.message"] == [FULL]
-    assert streamed_text(events, run_id) == FULL
+    [full] = [e["data"]["text"] for e in mine if e["kind"] == "assistant.message"]
+    Hold.answer(full)
+    assert 0 < resumed[0]["data"]["keep"] < len(full)
+    assert streamed_text(events, run_id) == full
     assert [e["seq"] for e in events] == list(range(1, events[-1]["seq"] + 1))
     head = events[-1]["seq"]
     for compact in (False, True):
         frames = await asyncio.to_thread(_sse_frames, server, user, sid, head, compact)
-        assert shown_text(frames, run_id) == FULL
+        assert shown_text(frames, run_id) == full
         assert [f["kind"] for f in frames].count("run.resumed") == 1
     await live.close()
 
@@ -135,12 +138,15 @@ async def test_sigterm_hands_over_at_a_checkpoint_with_nothing_redone(own_server
     start, procs = own_server
     server = start()
     c, sid = await open_session(server, cookie)
-    sent = await send_text(c, "/stream 100 50", "m1")
+    hold = Hold(pace=50)
+    sent = await send_text(c, hold.text, "m1")
     run_id = sent["run_id"]
-    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "tok10 " in f["data"]["text"])
+    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "held10 " in f["data"]["text"])
     holder = _holder(run_id)
     stopped = next(p for p in procs if p.proc.pid == holder)
     os.kill(holder, signal.SIGTERM)
+    await c.wait_event(lambda f: f["kind"] == "run.resumed", timeout=40)
+    hold.release()
     end = await c.wait_event(
         lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id, timeout=40
     )
@@ -150,7 +156,7 @@ async def test_sigterm_hands_over_at_a_checkpoint_with_nothing_redone(own_server
     assert events[at]["data"]["reason"] == "handover"
     before = "".join(e["data"]["text"] for e in events[:at] if e["kind"] == "assistant.delta")
     assert events[at]["data"]["keep"] == len(before)  # nothing to redo
-    assert streamed_text(events, run_id) == "".join(f"tok{i} " for i in range(100))
+    assert Hold.answer(streamed_text(events, run_id))
     assert stopped.proc.wait(30) == 0
     assert f"handed over run {run_id}" in stopped.log_text()
     await c.close()

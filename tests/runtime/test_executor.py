@@ -7,6 +7,7 @@ import pytest
 
 from tests.harness import named_connections
 from tests.runtime.common import open_session, send_text, taken_over_once
+from tests.support.rig import Hold
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -108,10 +109,11 @@ async def test_a_database_blip_under_an_answer_is_taken_over_at_once(own_server,
     start, _ = own_server
     server = start(PGAPPNAME=APP_NAME, AGENT_LEASE_SECONDS="60")
     c, _ = await open_session(server, cookie)
-    sent = await send_text(c, "/stream 40 50", "m1")
-    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "tok5 " in f["data"]["text"])
+    hold = Hold(pace=50)
+    sent = await send_text(c, hold.text, "m1")
+    await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "held5 " in f["data"]["text"])
     assert await sync_to_async(_terminate_the_servers_connections)() > 0
-    await taken_over_once(c, sent["run_id"], 40)
+    await taken_over_once(c, sent["run_id"], hold)
     await c.close()
 
 

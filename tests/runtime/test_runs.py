@@ -9,8 +9,9 @@ from sessions_app.log.sessions import create_session
 from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime import runs, turns
 from sessions_app.runtime.tools import workspace_for
-from tests.harness import Hold, WsClient
+from tests.harness import WsClient
 from tests.runtime.common import open_session, send_text
+from tests.support.rig import Hold
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

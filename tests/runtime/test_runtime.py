@@ -19,24 +19,32 @@ import pytest
 from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime.tools import workspace_for
 from tests.fakes import FakeOpenAIServer, text_response, tool_call_response
-from tests.harness import Hold, WsClient, session_cookie
+from tests.harness import WsClient, session_cookie
 from tests.runtime.common import kinds, open_session, send_text
+from tests.support.log import logged
+from tests.support.rig import Hold
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def test_run_goes_on_with_no_viewer(server, cookie):
-    """/stream 30 20 continues after its only socket closes; a later resume finds it all."""
+    """A run goes on after its only socket closes (it streams until the test
+    releases it, with nobody watching); a later resume finds it all."""
     c, sid = await open_session(server, cookie)
-    sent = await send_text(c, "/stream 30 20", "m1")
+    hold = Hold(pace=20)
+    sent = await send_text(c, hold.text, "m1")
+    await c.wait_event(lambda f: f["kind"] == "assistant.delta")
     await c.close()
+    said = await asyncio.to_thread(lambda: logged(sid, "assistant.delta"))
+    await wait_until(lambda: len(logged(sid, "assistant.delta")) > len(said) + 3)  # unwatched
+    hold.release()
     await wait_until(lambda: Run.objects.filter(id=sent["run_id"], status="finished").exists())
     d = await WsClient.connect(server.ws, cookie)
     ok = await d.resume(sid, 0)
     await d.wait_event(lambda f: f["seq"] == ok["head"])
     deltas = [e["data"]["text"] for e in d.events() if e["kind"] == "assistant.delta"]
-    assert deltas == [f"tok{i} " for i in range(30)]
+    assert len(deltas) == Hold.answer("".join(deltas))
     assert d.seqs() == list(range(1, ok["head"] + 1))
     assert d.events()[-1]["kind"] == "run.finished"
     assert d.events()[-1]["data"] == {"stop_reason": "end_turn"}
@@ -116,12 +124,14 @@ async def test_gate_events_and_denial(server, cookie):
 async def test_three_sends_during_a_run_queue_in_order(server, cookie):
     """Three inputs sent during a run make three queued runs that run in order."""
     c, sid = await open_session(server, cookie)
-    first = await send_text(c, "/stream 10 30", "m0")
+    hold = Hold()
+    first = await send_text(c, hold.text, "m0")
     queued = [await send_text(c, "/stream 2 0", f"m{i + 1}") for i in range(3)]
     assert first["status"] == "started"
     assert [q["status"] for q in queued] == ["queued"] * 3
     dup = await send_text(c, "whatever", "m2")
     assert dup["status"] == "duplicate" and dup["run_id"] == queued[1]["run_id"]
+    hold.release()
     last = queued[-1]["run_id"]
     await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == last)
     started = [e["run_id"] for e in c.events() if e["kind"] == "run.started"]

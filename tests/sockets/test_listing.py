@@ -7,7 +7,8 @@ import pytest
 from channels.db import database_sync_to_async
 
 from sessions_app.log.sessions import create_session
-from tests.harness import Hold, WsClient
+from tests.harness import WsClient
+from tests.support.rig import Hold
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,6 +18,8 @@ from sessions_app.models import AgentSession, ApprovalRequest, Run
 from tests.harness import api_key
 from tests.node_clients import clients_installed, run_node
 from tests.support.log import logged
+from tests.support.rig import Hold
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -118,31 +120,62 @@ def test_a_late_joiner_gets_a_snapshot_then_the_run_going(server, user, tmp_path
     the question of the run going), then that run from the log to its end."""
     key = api_key(user)
     agent(server, key, "thread5", "turn", "/echo first answer")
+    hold = Hold(pace=100)
     with httpx.Client(base_url=server.http, timeout=30) as c:
         auth = {"Authorization": f"Token {key}"}
         run_input = {
             "threadId": "thread5",
             "runId": "r9",
-            "messages": [{"id": "q2", "role": "user", "content": "/stream 5 100"}],
+            "messages": [{"id": "q2", "role": "user", "content": hold.text}],
         }
         with c.stream("POST", "/api/ag-ui/", json=run_input, headers=auth) as started:
             assert started.status_code == 200
-            joined = c.get("/api/ag-ui/thread5/stream", headers=auth)
-    events = [
-        json.loads(line[6:]) for line in joined.text.splitlines() if line.startswith("data: ")
-    ]
+            wait_for(lambda: logged("thread5", "assistant.delta", external=True))  # going
+            with c.stream("GET", "/api/ag-ui/thread5/stream", headers=auth) as joined:
+                lines = joined.iter_lines()
+                text = through_snapshot(lines)
+                hold.release()  # the run goes on, and ends, after the join
+                text += "\n".join(lines)
+    events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
     kinds = [e["type"] for e in events]
     assert kinds[:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"] and kinds[-1] == "RUN_FINISHED"
     snapshot = [(m["role"], m.get("content")) for m in events[1]["messages"]]
     assert snapshot == [
         ("user", "/echo first answer"),
         ("assistant", "first answer"),
-        ("user", "/stream 5 100"),
+        ("user", hold.text),
     ]
     said = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
-    assert said == "".join(f"tok{i} " for i in range(5))
-    found = validate(joined.text, tmp_path, "join")
+    Hold.answer(said)
+    found = validate(text + "\n", tmp_path, "join")
     assert found["summary"] == {"errors": 0, "warnings": 0, "info": 0}, found["diagnostics"]
+
+
+def shown(events: list[dict]) -> list[dict]:
+    """The messages an AG-UI client holds after ``events``: a
+    MESSAGES_SNAPSHOT replaces them all (a take-back among them), a text
+    message's START opens it (or continues one it holds), CONTENT adds."""
+    messages: dict[str, dict] = {}
+    for e in events:
+        if e["type"] == "MESSAGES_SNAPSHOT":
+            messages = {m["id"]: dict(m) for m in e["messages"]}
+        elif e["type"] == "TEXT_MESSAGE_START":
+            messages.setdefault(e["messageId"], {"role": "assistant", "content": ""})
+        elif e["type"] == "TEXT_MESSAGE_CONTENT":
+            held = messages[e["messageId"]]
+            held["content"] = (held.get("content") or "") + e["delta"]
+    return list(messages.values())
+
+
+def through_snapshot(lines) -> str:
+    """The stream's lines up to and with its MESSAGES_SNAPSHOT (the join's
+    picture of the thread is taken), each followed by its newline."""
+    text = ""
+    for line in lines:
+        text += line + "\n"
+        if line.startswith("data: ") and json.loads(line[6:])["type"] == "MESSAGES_SNAPSHOT":
+            return text
+    raise AssertionError(f"no MESSAGES_SNAPSHOT in {text!r}")
 
 
 def test_bad_input_is_refused_and_thread_ids_are_per_user(server, user, other_user):

@@ -16,14 +16,18 @@ import pytest
 from sessions_app.models import ApprovalRequest, Event, Run
 from tests.harness import api_key
 from tests.node_clients import CLIENTS, clients_installed
+from tests.support.log import logged
+from tests.support.rig import Hold
 from tests.support.waiting import wait_for
-from tests.web.test_ag_ui import validate
+from tests.web.test_ag_ui import assistant_text, shown, through_snapshot, validate
 from tests.web.test_ai_sdk import chat, texts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-STREAM = "/stream 60 50"
-FULL = "".join(f"tok{i} " for i in range(60))
+
+def taken_over(session_id: str) -> list[str]:
+    """The reasons of the session's ``run.resumed`` events, in order."""
+    return [e["reason"] for e in logged(session_id, "run.resumed", external=True)]
 
 
 def deltas(session_id: str) -> int:
@@ -45,8 +49,10 @@ def test_ai_sdk_resumes_the_answer_after_every_server_process_is_killed(own_serv
     start, procs = own_server
     server = start()
     key = api_key(user)
+    hold = Hold(pace=50)
+    chat_turn = [str(CLIENTS / "ai_sdk_chat.mjs"), server.http, key, "crashChat", "turn"]
     node = subprocess.Popen(
-        ["node", str(CLIENTS / "ai_sdk_chat.mjs"), server.http, key, "crashChat", "turn", STREAM],
+        ["node", *chat_turn, hold.text],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -54,19 +60,20 @@ def test_ai_sdk_resumes_the_answer_after_every_server_process_is_killed(own_serv
     try:
         wait_for(lambda: deltas("crashChat") >= 10)
         server = kill_all_and_start_again(start, procs)
+        wait_for(lambda: taken_over("crashChat"))
     finally:
+        hold.release()
         node.wait(timeout=60)
     run = Run.objects.get(session__external_id="crashChat")
     resumed = chat(server, key, "crashChat", "resume")
     assert resumed["errors"] == [] and resumed["status"] == "ready"
     user_msg, answer = resumed["messages"]
-    assert answer["id"] == run.id and texts(answer) == FULL
+    [message] = logged("crashChat", "assistant.message", external=True)
+    assert answer["id"] == run.id and texts(answer) == message["text"]
+    Hold.answer(message["text"])
     run.refresh_from_db()
     assert run.stop_reason == "end_turn"
-    reasons = Event.objects.filter(
-        session__external_id="crashChat", kind="run.resumed"
-    ).values_list("data__reason", flat=True)
-    assert list(reasons) == ["takeover"]
+    assert taken_over("crashChat") == ["takeover"]
 
 
 def test_ag_ui_join_after_every_server_process_is_killed(own_server, user, tmp_path):
@@ -77,10 +84,11 @@ def test_ag_ui_join_after_every_server_process_is_killed(own_server, user, tmp_p
     server = start()
     key = api_key(user)
     auth = {"Authorization": f"Token {key}"}
+    hold = Hold(pace=50)
     body = {
         "threadId": "crashThread",
         "runId": "r1",
-        "messages": [{"id": "q", "role": "user", "content": STREAM}],
+        "messages": [{"id": "q", "role": "user", "content": hold.text}],
     }
     with (
         httpx.Client(base_url=server.http, timeout=30) as c,
@@ -89,13 +97,20 @@ def test_ag_ui_join_after_every_server_process_is_killed(own_server, user, tmp_p
         assert started.status_code == 200
         wait_for(lambda: deltas("crashThread") >= 10)
         server = kill_all_and_start_again(start, procs)
-    with httpx.Client(base_url=server.http, timeout=60) as c:
-        joined = c.get("/api/ag-ui/crashThread/stream", headers=auth)
-    events = [json.loads(x[6:]) for x in joined.text.splitlines() if x.startswith("data: ")]
-    said = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
-    assert said == FULL
+    wait_for(lambda: taken_over("crashThread"))
+    with (
+        httpx.Client(base_url=server.http, timeout=60) as c,
+        c.stream("GET", "/api/ag-ui/crashThread/stream", headers=auth) as joined,
+    ):
+        lines = joined.iter_lines()
+        text = through_snapshot(lines)
+        hold.release()  # the taken-over run ends after the join
+        text += "\n".join(lines) + "\n"
+    events = [json.loads(x[6:]) for x in text.splitlines() if x.startswith("data: ")]
+    [message] = logged("crashThread", "assistant.message", external=True)
+    assert assistant_text(shown(events)) == message["text"] and Hold.answer(message["text"])
     assert [e["type"] for e in events][-1] == "RUN_FINISHED"
-    found = validate(joined.text, tmp_path, "crash")
+    found = validate(text, tmp_path, "crash")
     assert found["summary"] == {"errors": 0, "warnings": 0, "info": 0}, found["diagnostics"]
 
 
@@ -108,7 +123,7 @@ def test_a_cancelled_run_ends_both_dialects_as_cancelled(server, user, tmp_path)
     body = {
         "threadId": "stopThread",
         "runId": "r1",
-        "messages": [{"id": "q", "role": "user", "content": STREAM}],
+        "messages": [{"id": "q", "role": "user", "content": Hold(pace=50).text}],  # to the cancel
     }
     with httpx.Client(base_url=server.http, timeout=30) as c:
         with c.stream("POST", "/api/ag-ui/", json=body, headers=auth) as started:

@@ -26,9 +26,10 @@ from sessions_app.log.sessions import create_session
 from sessions_app.models import ApiToken
 from sessions_app.web import stream
 from tests.access.test_logout import _logout
-from tests.harness import Daphne, Hold, api_key, session_cookie
+from tests.harness import Daphne, api_key, session_cookie
 from tests.raw_http import ask_and_leave, self_signed_certificate
 from tests.sockets.test_session_limits import _big_log
+from tests.support.rig import Hold
 from tests.support.waiting import poll_pause
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -35,7 +35,7 @@ WRITE_USAGE = "usage: /write PATH TEXT"
 SH_USAGE = "usage: /sh CMD"
 ECHO_USAGE = "usage: /echo TEXT"
 TOOL_USAGE = "usage: /tool NAME [JSON ARGUMENTS]"
-HOLD_USAGE = "usage: /hold NAME (tests only: AGENT_TEST_HOLDS names its folder)"
+HOLD_USAGE = "usage: /hold NAME [MS] (tests only: AGENT_TEST_HOLDS names its folder)"
 HOLD_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # /hold looks for its release this often, and says something once a second.
 HOLD_POLL_SECONDS = 0.02
@@ -188,24 +188,41 @@ class ScriptedAgent:
         ctx.message("".join(f"tok{index} " for index in range(count)))
 
     def _hold(self, ctx: RunContext, rest: str) -> None:
-        """Stream ``held0 ``, ``held1 ``, … (one at once, then one a second,
-        each a checkpoint) until the file NAME appears in ``AGENT_TEST_HOLDS``:
-        a run busy for exactly as long as a test needs, not for a guessed time."""
-        name = rest.strip()
-        if not settings.AGENT_TEST_HOLDS or not HOLD_NAME.fullmatch(name):
-            raise AgentError(HOLD_USAGE)
+        """Stream ``held0 ``, ``held1 ``, … (one at once, then one every MS
+        milliseconds, a second by default; a checkpoint at least once a
+        second) until the file NAME appears in ``AGENT_TEST_HOLDS``: a run
+        busy for exactly as long as a test needs, not for a guessed time."""
+        name, millis = self._hold_args(rest)
         released = Path(settings.AGENT_TEST_HOLDS) / name
         index = int(ctx.state.get("next", 0))  # taken over: on from the last checkpoint
-        said = time.monotonic() - CHECKPOINT_SECONDS
-        while not released.exists():
-            if time.monotonic() - said >= CHECKPOINT_SECONDS:
+        said: float | None = None  # one at once, released or not: a hold says something
+        saved = time.monotonic() - CHECKPOINT_SECONDS
+        while said is None or not released.exists():
+            if said is None or time.monotonic() - said >= millis / 1000:
                 said = time.monotonic()
-                ctx.state["next"] = index + 1
-                ctx.delta(f"held{index} ", checkpoint=True)
+                due = said - saved >= CHECKPOINT_SECONDS
+                if due:
+                    saved = said
+                    ctx.state["next"] = index + 1
+                ctx.delta(f"held{index} ", checkpoint=due)
                 index += 1
-            ctx.sleep(HOLD_POLL_SECONDS)
+            ctx.sleep(min(HOLD_POLL_SECONDS, millis / 1000))
         ctx.state["done"] = True
         ctx.message("".join(f"held{i} " for i in range(index)))
+
+    @staticmethod
+    def _hold_args(rest: str) -> tuple[str, int]:
+        parts = rest.split()
+        if not settings.AGENT_TEST_HOLDS or not 1 <= len(parts) <= 2:
+            raise AgentError(HOLD_USAGE)
+        if not HOLD_NAME.fullmatch(parts[0]):
+            raise AgentError(HOLD_USAGE)
+        millis = 1000
+        if len(parts) == 2:
+            if not parts[1].isdigit() or not 1 <= int(parts[1]) <= MAX_STREAM_MS:
+                raise AgentError(HOLD_USAGE)
+            millis = int(parts[1])
+        return parts[0], millis
 
     def _echo(self, ctx: RunContext, text: str) -> None:
         # Cut anywhere, mid-word and mid-syntax: the client renders every
