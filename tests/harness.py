@@ -408,21 +408,6 @@ def rss_kib(pid: int) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
-def http_get(url: str, token: str | None = None) -> tuple[int, str]:
-    """GET ``url`` (with a bearer ``token``): the status and the body, errors too."""
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
 def api_key(user, **kw) -> str:
     """A new API key of ``user`` (``Authorization: Token <key>``)."""
     from sessions_app.access.tokens import issue

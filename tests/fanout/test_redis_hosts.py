@@ -19,7 +19,7 @@ from django.conf import settings
 from sessions_app.fanout.layers import BatchReceiveRedisChannelLayer
 from sessions_app.wire import protocol as p
 from tests.harness import WsClient
-from tests.runtime.common import send_text
+from tests.support.sessions import send_text
 from tests.support.waiting import wait_for, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

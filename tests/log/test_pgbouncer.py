@@ -19,8 +19,8 @@ from django.db import connection
 from sessions_app.models import AgentSession, Run
 from sessions_app.runtime.tools import workspace_for
 from tests.harness import ROOT, Process, WsClient
-from tests.runtime.common import open_session, send_text, taken_over_once
 from tests.support.rig import Hold
+from tests.support.sessions import open_session, send_text, taken_over_once
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -22,8 +22,8 @@ from sessions_app.runtime.toolcalls import UNKNOWN_NOTE, UNKNOWN_OUTPUT
 from sessions_app.runtime.tools import workspace_for
 from tests.durable_tools import TOOLS, lines
 from tests.harness import WsClient
-from tests.runtime.common import open_session, send_text
 from tests.support.rig import Hold
+from tests.support.sessions import open_session, send_text
 from tests.support.waiting import wait_until
 from tests.web.test_stream import client_for, read_until
 

@@ -20,7 +20,7 @@ from sessions_app.runtime.toolcalls import UNKNOWN_NOTE
 from sessions_app.runtime.tools import workspace_for
 from tests.durable_tools import TOOLS, lines
 from tests.harness import WsClient
-from tests.runtime.common import open_session, send_text
+from tests.support.sessions import open_session, send_text
 from tests.support.waiting import wait_until
 
 ROUNDS = 20

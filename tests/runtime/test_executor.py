@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.harness import named_connections
-from tests.runtime.common import open_session, send_text, taken_over_once
 from tests.support.rig import Hold
+from tests.support.sessions import open_session, send_text, taken_over_once
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

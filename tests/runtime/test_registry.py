@@ -10,7 +10,7 @@ from sessions_app.runtime import registry
 from sessions_app.runtime.agents import anthropic, openai
 from sessions_app.runtime.tools import workspace_for
 from tests.harness import WsClient
-from tests.runtime.common import send_text
+from tests.support.sessions import send_text
 
 BUILTIN = ["sessions_app.runtime.tools.WriteFile", "sessions_app.runtime.tools.Terminal"]
 WITH_SHOUT = [*BUILTIN, "tests.fakes.Shout"]

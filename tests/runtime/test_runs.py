@@ -10,8 +10,8 @@ from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime import runs, turns
 from sessions_app.runtime.tools import workspace_for
 from tests.harness import WsClient
-from tests.runtime.common import open_session, send_text
 from tests.support.rig import Hold
+from tests.support.sessions import open_session, send_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

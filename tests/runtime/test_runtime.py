@@ -20,9 +20,9 @@ from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime.tools import workspace_for
 from tests.fakes import FakeOpenAIServer, text_response, tool_call_response
 from tests.harness import WsClient, session_cookie
-from tests.runtime.common import kinds, open_session, send_text
 from tests.support.log import logged
 from tests.support.rig import Hold
+from tests.support.sessions import kinds, open_session, send_text
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

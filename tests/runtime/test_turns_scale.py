@@ -17,7 +17,7 @@ from sessions_app.models import Run
 from sessions_app.runtime import turns
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import SessionFull
-from tests.runtime.common import open_session, send_text
+from tests.support.sessions import open_session, send_text
 
 pytestmark = pytest.mark.django_db
 

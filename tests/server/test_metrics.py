@@ -5,22 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import re
-import urllib.error
-import urllib.request
 
 import pytest
 from django.conf import settings as django_settings
 from django.test import Client
 
 from tests.harness import WsClient, session_cookie
+from tests.support.clients import http_get
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _scrape(server, cookie: str, path: str = "/metrics") -> dict[str, float]:
-    req = urllib.request.Request(f"{server.http}{path}", headers={"Cookie": cookie})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        text = r.read().decode()
+    status, text = http_get(f"{server.http}{path}", cookie=cookie)
+    assert status == 200, text
     samples = {}
     for line in text.splitlines():
         m = re.match(r"^([a-z_]+(?:\{[^}]*\})?) ([0-9.e+-]+)$", line)
@@ -95,8 +93,7 @@ def test_metrics_are_for_staff_or_the_scrapers_token(user, django_user_model, se
 
 def test_readyz_checks_the_database_and_the_layer(server):
     """The live server is ready: its database and channel layer answer."""
-    with urllib.request.urlopen(f"{server.http}/readyz", timeout=10) as r:
-        assert (r.status, r.read()) == (200, b"ready")
+    assert http_get(f"{server.http}/readyz") == (200, "ready")
 
 
 def test_readyz_says_what_failed(monkeypatch):

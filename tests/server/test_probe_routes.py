@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import http.client
-
 import pytest
+
+from tests.support.clients import http_get
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _get(server, path: str, host: str, method: str = "GET") -> tuple[int, str]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    try:
-        conn.request(method, path, headers={"Host": host})
-        response = conn.getresponse()
-        return response.status, response.read().decode()
-    finally:
-        conn.close()
+    return http_get(f"{server.http}{path}", host=host, method=method)
 
 
 def test_probes_answer_a_host_not_in_allowed_hosts(server):
@@ -41,16 +35,7 @@ def test_metrics_scrape_a_daphnes_own_port_with_the_token(tmp_path):
         other = "127.0.0.1:8001"
 
         def scrape(path: str, token: str | None) -> tuple[int, str]:
-            conn = http.client.HTTPConnection("127.0.0.1", daphne.port, timeout=10)
-            headers = {"Host": other}
-            if token:
-                headers["Authorization"] = f"Bearer {token}"
-            try:
-                conn.request("GET", path, headers=headers)
-                response = conn.getresponse()
-                return response.status, response.read().decode()
-            finally:
-                conn.close()
+            return http_get(f"http://127.0.0.1:{daphne.port}{path}", token, host=other)
 
         status, text = scrape("/metrics", "scrape-me")
         assert status == 200 and "agent_sockets_open" in text

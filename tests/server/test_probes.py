@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from sessions_app.server import probes
-from tests.harness import http_get
+from tests.support.clients import http_get
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

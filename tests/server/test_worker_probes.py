@@ -9,8 +9,9 @@ import re
 import pytest
 from django.conf import settings
 
-from tests.harness import Worker, http_get
-from tests.runtime.common import open_session, send_text
+from tests.harness import Worker
+from tests.support.clients import http_get
+from tests.support.sessions import open_session, send_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import urllib.request
 
 import pytest
 
 from sessions_app.delivery.flow import Flow
 from tests.harness import Daphne, WsClient, rss_kib
 from tests.raw_http import client_frame, raw_socket_that_never_reads
+from tests.support.clients import http_get
 from tests.support.waiting import wait_until
 
 SOCKETS = {"session": "/ws/sessions/", "list": "/ws/list/"}
@@ -21,20 +21,16 @@ METRICS_TOKEN = "metrics-token-for-tests"
 
 
 def _metric(daphne: Daphne, name: str, **labels: str) -> float:
-    request = urllib.request.Request(
-        daphne.http + "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
-    )
-    text = urllib.request.urlopen(request, timeout=10).read().decode()
+    status, text = http_get(daphne.http + "/metrics", METRICS_TOKEN)
+    assert status == 200, text
     wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
     match = re.search(rf"^{name}\{{{re.escape(wanted)}\}} (\S+)$", text, re.M)
     return float(match.group(1)) if match else 0.0
 
 
 def _series(daphne: Daphne, name: str) -> set[str]:
-    request = urllib.request.Request(
-        daphne.http + "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
-    )
-    text = urllib.request.urlopen(request, timeout=10).read().decode()
+    status, text = http_get(daphne.http + "/metrics", METRICS_TOKEN)
+    assert status == 200, text
     return set(re.findall(rf"^{name}\{{([^}}]*)\}}", text, re.M))
 
 

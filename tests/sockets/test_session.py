@@ -11,18 +11,15 @@ from sessions_app.log.events import append_event
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, Connection, Event, Run
 from tests.harness import WsClient, session_cookie
+from tests.support.clients import connect
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def _connect(server, cookie):
-    return await WsClient.connect(server.ws, cookie)
-
-
 async def test_start_creates_session_and_replays_session_created(server, cookie, user):
     """start_ok names a new session owned by the user; seq 1 session.created follows."""
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     ok = await c.start(title="hello")
     assert ok["type"] == "start_ok" and ok["head"] == 1 and ok["connection_id"]
     ev = await c.wait_event(lambda f: f["seq"] == 1)
@@ -66,7 +63,7 @@ async def test_resume_rejections(server, cookie, user, other_user, frame, reason
     if frame.get("epoch") == "EPOCH":
         frame["epoch"] = mine.epoch
     before = AgentSession.objects.count()
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     reply = await c.request({"type": "resume", **frame})
     assert reply["type"] == "resume_rejected" and reply["reason"] == reason, reply
     if reason == "cursor_ahead":
@@ -83,7 +80,7 @@ async def test_resume_rejections(server, cookie, user, other_user, frame, reason
 
 async def test_start_errors_keep_socket_open(server, cookie):
     """An invalid start gets an error frame; the socket can still start."""
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     bad = await c.request({"type": "start", "protocol": 9})
     assert bad["type"] == "error" and bad["code"] == "unsupported_protocol"
     bad = await c.request({"type": "start", "protocol": 1, "tab_id": "x" * 65})
@@ -101,7 +98,7 @@ async def test_start_errors_keep_socket_open(server, cookie):
 )
 async def test_pre_handshake_violation_closes_4400(server, cookie, raw):
     """Anything but start/resume as the first frame closes with 4400."""
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     await c.send_raw(raw)
     assert await c.wait_closed() == 4400
 
@@ -145,7 +142,7 @@ async def test_resume_replays_after_cursor_then_live(server, cookie, user):
     s = create_session(user)
     for i in range(9):
         append_event(s.id, "assistant.delta", {"text": f"d{i}"})
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     ok = await c.resume(s.id, after=4, epoch=s.epoch)
     assert ok["type"] == "resume_ok" and ok["after"] == 4 and ok["head"] == 10
     await c.wait_event(lambda f: f["seq"] == 10)
@@ -166,7 +163,7 @@ async def test_resume_replays_after_cursor_then_live(server, cookie, user):
 async def test_connection_row_records_diagnostics(server, cookie, user):
     """The Connection row keeps tab, first frame, resume cursor, last ack, close code."""
     s = create_session(user)
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     ok = await c.resume(s.id, 0)
     await c.wait_event(lambda f: f["seq"] == 1)
     await c.send({"type": "ack", "seq": 1})
@@ -184,7 +181,7 @@ async def test_connection_row_records_diagnostics(server, cookie, user):
 
 async def test_send_is_idempotent_per_client_message_id(server, cookie, user):
     """Re-sending a client_message_id returns the first result as duplicate, appends nothing."""
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     ok = await c.start()
     first = await c.request({"type": "send", "client_message_id": "m1", "text": "hi"})
     assert first["type"] == "send_ok" and first["status"] == "started"
@@ -201,7 +198,7 @@ async def test_send_is_idempotent_per_client_message_id(server, cookie, user):
 async def test_concurrent_duplicate_send_from_two_sockets(server, cookie, user):
     """The same client_message_id sent at once on two sockets makes one user.message."""
     s = create_session(user)
-    a, b = await _connect(server, cookie), await _connect(server, cookie)
+    a, b = await connect(server, cookie), await connect(server, cookie)
     await a.resume(s.id, 0)
     await b.resume(s.id, 0)
     frame = {"type": "send", "client_message_id": "same", "text": "/stream 2 0"}
@@ -229,7 +226,7 @@ async def test_sync_replays_and_live_continues_after_head(server, cookie, user):
     s = create_session(user)
     for i in range(4):
         append_event(s.id, "assistant.delta", {"text": str(i)})
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     await c.resume(s.id, 0)
     await c.wait_event(lambda f: f["seq"] == 5)
     reply = await c.request({"type": "sync", "after": 2})
@@ -246,7 +243,7 @@ async def test_a_sync_past_the_head_skips_nothing_that_follows(server, cookie, u
     still goes on after the head: the events after it are not taken for
     repeats (a review found the cursor moving to the client's 'after')."""
     s = create_session(user)
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     await c.resume(s.id, 0)
     await c.wait_event(lambda f: f["seq"] == 1)
     reply = await c.request({"type": "sync", "after": 9})
@@ -283,7 +280,7 @@ async def test_resume_across_a_purge(server, cookie, user):
     for i in range(9):
         append_event(s.id, "assistant.delta", {"text": str(i)})
     await asyncio.to_thread(call_command, "purge_events", s.id, "--before", "6")
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     expired = await c.resume(s.id, 3, epoch=s.epoch)
     assert expired["reason"] == "cursor_expired" and expired["earliest"] == 6
     ok = await c.resume(s.id, 5, epoch=s.epoch)
@@ -299,7 +296,7 @@ async def test_rejected_resume_never_leaks_another_users_events(server, cookie, 
     owner = await WsClient.connect(server.ws, session_cookie(other_user))
     ok = await owner.start()
     sent = await owner.request({"type": "send", "client_message_id": "m", "text": "/stream 400 0"})
-    spy = await _connect(server, cookie)
+    spy = await connect(server, cookie)
     for _ in range(20):
         reply = await spy.resume(ok["session_id"], 0)
         assert reply["reason"] == "not_found"
@@ -319,7 +316,7 @@ async def test_rejected_resume_never_leaks_another_users_events(server, cookie, 
 @pytest.mark.parametrize("session_id", ["a b", "s_é", "x" * 100, "s_../x"])
 async def test_impossible_session_ids_are_not_found(server, cookie, session_id):
     """An id that cannot be a session id is not_found, and the socket lives on."""
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     reply = await c.resume(session_id, 0)
     assert reply["type"] == "resume_rejected" and reply["reason"] == "not_found"
     assert (await c.start())["type"] == "start_ok"
@@ -329,7 +326,7 @@ async def test_impossible_session_ids_are_not_found(server, cookie, session_id):
 async def test_huge_cursors_are_refused_cleanly(server, cookie, user):
     """Cursors past what the log can hold are bad_request / bad_frame, never a crash."""
     s = create_session(user)
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     reply = await c.resume(s.id, 2**63, epoch=s.epoch)
     assert reply["reason"] == "bad_request"
     await c.resume(s.id, 0)
@@ -359,7 +356,7 @@ def _append_unpublished(session_id: str, kind: str, data: dict) -> int:
 async def test_lost_publication_at_the_end_of_a_burst_is_refilled(server, cookie, user):
     """The last event of a burst whose publication was lost reaches the quiet socket
     by the tail check, in order, once."""
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     ok = await c.start()
     sid = ok["session_id"]
     await c.request({"type": "send", "client_message_id": "m", "text": "/stream 5 0"})
@@ -381,7 +378,7 @@ async def test_idle_socket_probe_refills_a_lone_lost_event(
     daphne.start()
     try:
         s = create_session(user)
-        c = await _connect(daphne, cookie)
+        c = await connect(daphne, cookie)
         await c.resume(s.id, 1, epoch=s.epoch)
         await c.wait(lambda f: f["type"] == "presence")
         lost = await asyncio.to_thread(_append_unpublished, s.id, "approval.decided", {})
@@ -403,12 +400,12 @@ async def test_a_session_deleted_under_a_socket_closes_it_1013(
     daphne = Daphne(tmp_path, AGENT_TAIL_PROBE_SECONDS="0.3").start()
     try:
         s = create_session(user)
-        c = await _connect(daphne, cookie)
+        c = await connect(daphne, cookie)
         await c.resume(s.id, 1, epoch=s.epoch)
         await c.wait(lambda f: f["type"] == "presence")
         await asyncio.to_thread(AgentSession.objects.filter(id=s.id).delete)
         assert await c.wait_closed() == 1013
-        again = await _connect(daphne, cookie)
+        again = await connect(daphne, cookie)
         assert (await again.resume(s.id, 1, epoch=s.epoch))["reason"] == "not_found"
         await again.close()
     finally:
@@ -419,7 +416,7 @@ async def test_presence_of_many_joining_sockets_is_coalesced(server, cookie, use
     """40 sockets joining one session at once: every socket ends with viewers == 40,
     and the presence frames sent are far fewer than one broadcast per join (820)."""
     s = create_session(user)
-    socks = await asyncio.gather(*(_connect(server, cookie) for _ in range(40)))
+    socks = await asyncio.gather(*(connect(server, cookie) for _ in range(40)))
     await asyncio.gather(*(c.resume(s.id, 0) for c in socks))
     for c in socks:
         await c.wait(lambda f: f["type"] == "presence" and f["viewers"] == 40, timeout=20)
@@ -438,7 +435,7 @@ async def test_a_socket_outlives_the_channel_layers_group_expiry(
 
     daphne = Daphne(tmp_path, CHANNEL_GROUP_EXPIRY="2", AGENT_TAIL_PROBE_SECONDS="600").start()
     try:
-        c = await _connect(daphne, cookie)
+        c = await connect(daphne, cookie)
         await c.start()
         await c.wait(lambda f: f["type"] == "presence")
         # Time passing is what is under test: outlive the expiry twice over.

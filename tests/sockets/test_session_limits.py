@@ -14,13 +14,10 @@ from sessions_app.models import AgentSession, Connection
 from tests.harness import WsClient, rss_kib, session_cookie
 from tests.logs_made import session_with_deltas
 from tests.raw_http import client_frame, raw_socket_that_never_reads
+from tests.support.clients import connect
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-async def _connect(server, cookie):
-    return await WsClient.connect(server.ws, cookie)
 
 
 BAD_FRAMES = [
@@ -54,7 +51,7 @@ BAD_FRAMES = [
 @pytest.mark.parametrize("raw, code", BAD_FRAMES)
 async def test_bad_frames_get_error_and_socket_lives(server, cookie, raw, code):
     """Each bad frame gets its documented error code; the socket still answers ping."""
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     await c.start()
     await c.send_raw(raw)
     err = await c.wait(lambda f: f["type"] == "error")
@@ -81,7 +78,7 @@ async def test_lone_surrogates_in_a_handshake_are_refused_and_socket_lives(
 ):
     """A handshake with a string that is not valid Unicode gets bad_frame/bad_request;
     the socket stays open for a good handshake."""
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     await c.send_raw(raw)
     reply = await c.wait(lambda f: f["type"] in ("error", "resume_rejected"))
     assert reply["type"] == reply_type
@@ -93,18 +90,18 @@ async def test_lone_surrogates_in_a_handshake_are_refused_and_socket_lives(
 
 async def test_frame_over_64k_closes_4413_and_new_socket_works(server, cookie):
     """A frame over 64 KiB closes with 4413 unprocessed; a new socket works at once."""
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     await c.start()
     await c.send_raw(json.dumps({"type": "ping", "pad": "é" * 33000}))  # 66 KB of UTF-8
     assert await c.wait_closed() == 4413
-    d = await _connect(server, cookie)
+    d = await connect(server, cookie)
     assert (await d.start())["type"] == "start_ok"
     await d.close()
 
 
 async def test_rate_limit_closes_4429_after_burst(server, cookie):
     """A burst of 60 frames is fine; far more than 30/s sustained closes with 4429."""
-    c = await _connect(server, cookie)
+    c = await connect(server, cookie)
     await c.start()
     for _ in range(55):
         await c.send({"type": "ping"})
@@ -116,7 +113,7 @@ async def test_rate_limit_closes_4429_after_burst(server, cookie):
         except websockets.ConnectionClosed:
             break
     assert await c.wait_closed() == 4429
-    d = await _connect(server, cookie)
+    d = await connect(server, cookie)
     assert (await d.start())["type"] == "start_ok"
     await d.close()
 
@@ -173,12 +170,12 @@ async def test_per_user_socket_limit_closes_4429_and_others_are_unaffected(
 
     daphne = Daphne(tmp_path, AGENT_USER_MAX_SOCKETS="3").start()
     try:
-        mine = [await _connect(daphne, cookie) for _ in range(3)]
+        mine = [await connect(daphne, cookie) for _ in range(3)]
         for c in mine:
             assert (await c.request({"type": "start", "protocol": 1}))["type"] == "start_ok"
-        extra = await _connect(daphne, cookie)
+        extra = await connect(daphne, cookie)
         assert await extra.wait_closed() == 4429
-        theirs = await _connect(daphne, session_cookie(other_user))
+        theirs = await connect(daphne, session_cookie(other_user))
         assert (await theirs.start())["type"] == "start_ok"
         first = mine[0].frames[0]["connection_id"]
         await mine[0].close()
@@ -186,7 +183,7 @@ async def test_per_user_socket_limit_closes_4429_and_others_are_unaffected(
         await wait_until(
             lambda: Connection.objects.filter(id=first, closed_at__isnull=False).exists()
         )
-        again = await _connect(daphne, cookie)
+        again = await connect(daphne, cookie)
         assert (await again.start())["type"] == "start_ok"
         for c in [*mine[1:], theirs, again]:
             await c.close()

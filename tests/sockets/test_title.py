@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 
 from tests.harness import WsClient
-from tests.runtime.common import send_text
+from tests.support.sessions import send_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

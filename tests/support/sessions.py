@@ -1,22 +1,27 @@
-"""What the runtime's socket tests share: a session over a socket, a send."""
+"""Sessions over a socket, as the tests drive them: open one, send a text,
+see a run taken over once."""
 
 from __future__ import annotations
 
 from tests.harness import WsClient
+from tests.support.clients import connect
 from tests.support.rig import Hold
 
 
 async def open_session(server, cookie) -> tuple[WsClient, str]:
-    c = await WsClient.connect(server.ws, cookie)
+    """A socket on ``server`` that started a new session: it and the session's id."""
+    c = await connect(server, cookie)
     ok = await c.start()
     return c, ok["session_id"]
 
 
 def kinds(events, run_id):
+    """The kinds of ``run_id``'s events, in order."""
     return [e["kind"] for e in events if e["run_id"] == run_id]
 
 
 async def send_text(c: WsClient, text: str, cmid: str) -> dict:
+    """Send ``text`` as ``cmid``; its ``send_ok``."""
     reply = await c.request({"type": "send", "client_message_id": cmid, "text": text})
     assert reply["type"] == "send_ok", reply
     return reply
