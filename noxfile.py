@@ -6,10 +6,11 @@
     .venv/bin/nox -s embedded                      # both Djangos
 
 ./scripts/test runs the 5.2 suites in .venv itself (both profiles, Chromium);
-nox adds 6.x in virtualenvs of its own, without the browser tests: the whole
-embedded suite, and the production profile's own tests (the whole production
-suite on 6.x took 23 minutes beside the others, past CI's half hour; run it
-with ``nox -s "production(django='6.1')"``).
+nox adds 6.x in virtualenvs of its own, without the browser tests: the
+embedded suite (./scripts/test leaves out the tests marked slow), and the
+production profile's own tests (the whole production suite on 6.x took 23
+minutes beside the others, past CI's half hour; run it with
+``nox -s "production(django='6.1')"``).
 ``python3.12`` must be on the PATH (./scripts/test puts pyenv's there).
 """
 

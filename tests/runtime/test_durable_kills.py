@@ -40,6 +40,7 @@ def _holder_pid(run_id: str) -> int | None:
     return int(worker.split(":")[1]) if worker else None
 
 
+@pytest.mark.slow
 async def test_kill_9_at_random_moments_never_runs_a_tool_twice(own_server, cookie):
     """20 rounds of approve-then-kill-at-a-random-moment: executions never
     exceed the approvals, every ok result is an execution, every unknown

@@ -34,6 +34,7 @@ def _series(daphne: Daphne, name: str) -> set[str]:
     return set(re.findall(rf"^{name}\{{([^}}]*)\}}", text, re.M))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", SOCKETS)
 async def test_error_reply_amplification_leaves_memory_bounded(
     kind, cookie, user, tmp_path, transactional_db
@@ -152,6 +153,7 @@ async def test_the_list_socket_has_the_per_user_cap(cookie, user, tmp_path, tran
         daphne.stop()
 
 
+@pytest.mark.slow
 async def test_the_list_socket_outlives_the_channel_layers_group_expiry(
     cookie, user, tmp_path, transactional_db
 ):

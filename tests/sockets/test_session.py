@@ -426,6 +426,7 @@ async def test_presence_of_many_joining_sockets_is_coalesced(server, cookie, use
     await asyncio.gather(*(c.close() for c in socks))
 
 
+@pytest.mark.slow
 async def test_a_socket_outlives_the_channel_layers_group_expiry(
     cookie, user, tmp_path, transactional_db
 ):

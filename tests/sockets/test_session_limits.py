@@ -124,6 +124,7 @@ def _big_log(user, events: int, size: int) -> AgentSession:
     return session_with_deltas(user, events + 1, text=lambda seq: text)
 
 
+@pytest.mark.slow
 async def test_a_client_that_stops_reading_is_closed_4408_with_bounded_memory(
     cookie, user, tmp_path, transactional_db
 ):

@@ -56,6 +56,7 @@ def raw_stream_that_never_reads(port: int, path: str, cookie: str, tls=None) -> 
     return sock
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("over", ["plain", "tls"])
 def test_streams_that_never_read_leave_memory_bounded(over, user, cookie, tmp_path):
     """The review's attack: 20 streams of a 30k-event (5.6 MB) log that read
@@ -186,6 +187,7 @@ def test_a_key_revoked_by_another_process_ends_at_a_heartbeat(user, tmp_path):
         daphne.stop()
 
 
+@pytest.mark.slow
 def test_groups_are_renewed_past_the_layers_expiry(user, tmp_path):
     """With a 2 s group expiry, a stream open for 5 s still gets a message
     sent meanwhile live, before any heartbeat (the review's got events only
