@@ -286,8 +286,10 @@ def _quiesce() -> None:
 
 def _keep_logs_on_failure(procs) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
-    # The two profiles' suites run side by side (scripts/test): each names its own.
-    profile = "production" if os.environ.get("DATABASE_URL") else "embedded"
+    # The suites run side by side (scripts/test; the production one in two
+    # halves, each on a database of its own): each names its own.
+    database = os.environ.get("DATABASE_URL", "")
+    profile = f"production-{database.rsplit('/', 1)[-1]}" if database else "embedded"
     for proc in procs:
         if proc.log_path.exists():
             text = proc.log_text()

@@ -29,6 +29,7 @@ from tests.browser.helpers import (
 )
 from tests.browser.scenarios import _restart, tab
 from tests.harness import api_key
+from tests.support.rig import Hold
 
 USERS = "[data-testid=user-message]:visible"
 ANSWERS = "[data-testid=assistant-message]:visible"
@@ -126,14 +127,18 @@ def refresh_mid_regenerate(context: BrowserContext, server) -> None:
     one answer shown, "2 / 2", exactly the log."""
     a, _ = tab(context, server)
     session_id = new_session(a, server)
-    send(a, "/stream 40 30")
+    hold = Hold(pace=30)
+    send(a, hold.text)
+    hold.release()
     settle(a, session_id)
+    hold.rearm()  # the regenerate sends the same text: held until the refresh is done
     before = head(session_id)
     a.evaluate("() => window.__test.failpoint('after-send')")
     regenerate(a)
     wait_cursor_at_least(a, before + 5)
     a.reload()
     expect_live(a)
+    hold.release()
     settle(a, session_id, runs=2)
     assert len(runs(session_id)) == 2
     expect(a.locator(ANSWERS)).to_have_count(1)
@@ -198,14 +203,18 @@ def restart_during_regenerate(context: BrowserContext, server_a, server_b) -> No
     a, _ = tab(context, server_a)
     session_id = new_session(a, server_a)
     b, _ = tab(context, server_b, session_id)
-    send(a, "/stream 60 30")
+    hold = Hold(pace=30)
+    send(a, hold.text)
+    hold.release()
     settle([a, b], session_id)
+    hold.rearm()  # the regenerate sends the same text: held until the restart is done
     before = head(session_id)
     regenerate(a)
     wait_cursor_at_least(b, before + 3)
     _restart([server_a, server_b])
     for page in (a, b):
         expect_live(page, timeout=30_000)
+    hold.release()
     settle([a, b], session_id, runs=2)
     assert len(runs(session_id)) == 2
     for page in (a, b):

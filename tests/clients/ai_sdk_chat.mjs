@@ -11,8 +11,11 @@
 //   deny      the same, denying it
 //   gate      send <text>, stop at the gate (the approval card): no answer
 //   cut       send <text>, abort after the first text delta (a tab closed)
-//   resume    a fresh page: load …/messages, then resumeStream()
+//   resume    a fresh page: load …/messages, then resumeStream() (with <text>,
+//             a file it creates once the resumed answer shows text: the
+//             release of the test's held run, tests/support/rig.py)
 
+import { writeFileSync } from "node:fs";
 import { AbstractChat, DefaultChatTransport, lastAssistantMessageIsCompleteWithApprovalResponses } from "ai";
 
 const [base, token, chatId, scenario, text] = process.argv.slice(2);
@@ -65,6 +68,11 @@ function approvalOf(c) {
   return null;
 }
 
+// An assistant message with some text.
+function shows(message) {
+  return message?.role === "assistant" && message.parts.some((p) => p.type === "text" && p.text);
+}
+
 async function idle(c) {
   // The automatic send after an approval starts on its own: wait for it to end.
   for (let i = 0; i < 600; i++) {
@@ -110,7 +118,14 @@ if (scenario === "turn" || scenario === "gate") {
   const messages = await loaded.json();
   out.steps.push({ loaded: messages.length });
   c = chat(messages);
-  await c.resumeStream();
+  const resuming = c.resumeStream();
+  if (text) {
+    for (let i = 0; i < 400 && !shows(c.messages.at(-1)); i++) {
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    writeFileSync(text, "");
+  }
+  await resuming;
   await idle(c);
 } else {
   throw new Error(`no scenario ${scenario}`);

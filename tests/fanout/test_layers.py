@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 async def layer():
-    layer = BatchReceiveRedisChannelLayer(hosts=[REDIS], prefix=f"test-layers-{os.getpid()}")
+    layer = BatchReceiveRedisChannelLayer(hosts=[REDIS], prefix=f"test-layers-{os.getpid()}-")
     yield layer
     await layer.flush()
 
@@ -120,7 +120,7 @@ async def test_a_lost_host_costs_group_send_many_only_its_own_groups():
     first), then raises for the lost one."""
     hosts = [f"redis://127.0.0.1:{_closed_port()}/0", REDIS]
     for _ in range(64):  # a layer whose own channels live on the live host
-        layer = BatchReceiveRedisChannelLayer(hosts=hosts, prefix=f"test-hosts-{os.getpid()}")
+        layer = BatchReceiveRedisChannelLayer(hosts=hosts, prefix=f"test-hosts-{os.getpid()}-")
         channel = await layer.new_channel()
         if layer.consistent_hash(layer.non_local_name(channel)) == 1:
             break
@@ -144,9 +144,9 @@ async def test_with_two_hosts_a_send_to_a_processs_channel_reaches_it():
     nobody reads: /readyz failed every other probe), and over capacity a
     send raises ChannelFull."""
     hosts = [REDIS, REDIS.rsplit("/", 1)[0] + "/7"]
-    layer = BatchReceiveRedisChannelLayer(hosts=hosts, prefix=f"test-two-{os.getpid()}")
+    layer = BatchReceiveRedisChannelLayer(hosts=hosts, prefix=f"test-two-{os.getpid()}-")
     small = BatchReceiveRedisChannelLayer(
-        hosts=hosts, prefix=f"test-small-{os.getpid()}", capacity=2
+        hosts=hosts, prefix=f"test-small-{os.getpid()}-", capacity=2
     )
     try:
         channels = [await layer.new_channel("readyz") for _ in range(40)]

@@ -156,7 +156,8 @@ async def test_sigterm_hands_over_at_a_checkpoint_with_nothing_redone(own_server
     assert events[at]["data"]["reason"] == "handover"
     before = "".join(e["data"]["text"] for e in events[:at] if e["kind"] == "assistant.delta")
     assert events[at]["data"]["keep"] == len(before)  # nothing to redo
-    assert Hold.answer(streamed_text(events, run_id))
+    [message] = [e["data"]["text"] for e in events if e["kind"] == "assistant.message"]
+    assert streamed_text(events, run_id) == message and Hold.answer(message)
     assert stopped.proc.wait(30) == 0
     assert f"handed over run {run_id}" in stopped.log_text()
     await c.close()

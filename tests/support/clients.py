@@ -27,6 +27,7 @@ def http_get(
     ``Host`` of its own: the status and the body, of an error too (no
     redirect is followed)."""
     parts = urllib.parse.urlsplit(url)
+    assert parts.scheme == "http", f"http_get speaks plain HTTP, not {url}"
     headers = {}
     if token:
         headers["Authorization"] = f"Bearer {token}"

@@ -34,13 +34,25 @@ class Hold:
         while cls.pending:
             cls.pending.pop().release()
 
+    @property
+    def path(self) -> Path:
+        """The file whose creation releases the hold (for a client that
+        releases it itself, at a moment only it sees)."""
+        return Path(settings.AGENT_TEST_HOLDS) / self.name
+
     def release(self) -> None:
-        (Path(settings.AGENT_TEST_HOLDS) / self.name).touch()
+        self.path.touch()
+
+    def rearm(self) -> None:
+        """Hold again: the same text sent again (a regenerate) streams until
+        the next ``release()``."""
+        self.path.unlink(missing_ok=True)
 
     @staticmethod
     def answer(text: str) -> int:
-        """How many deltas a finished hold's ``text`` holds, asserting they
-        are ``held0 `` … in order, each once (a takeover redid none twice)."""
+        """How many deltas a hold's ``text`` holds, asserting they are
+        ``held0 `` … in order, each once: of text a client put together
+        (deltas, a replay), that nothing was lost or said twice."""
         count = len(text.split())
         assert count > 0 and text == held(count), text
         return count

@@ -146,7 +146,8 @@ def test_a_late_joiner_gets_a_snapshot_then_the_run_going(server, user, tmp_path
         ("user", hold.text),
     ]
     said = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
-    Hold.answer(said)
+    [message] = logged("thread5", "assistant.message", external=True)[1:]
+    assert said == message["text"] and Hold.answer(said)
     found = validate(text + "\n", tmp_path, "join")
     assert found["summary"] == {"errors": 0, "warnings": 0, "info": 0}, found["diagnostics"]
 

@@ -12,6 +12,7 @@ from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
 from tests.harness import api_key
 from tests.node_clients import clients_installed, run_node
 from tests.support.log import logged
+from tests.support.rig import Hold
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -94,22 +95,22 @@ def test_a_fresh_page_resumes_the_run_from_the_log_exactly_once(server, user):
     key = api_key(user)
     first = chat(server, key, "chatCut1", "turn", "/echo One finished turn first")
     assert first["status"] == "ready"
-    # Long enough (4.8 s) that the run still goes while a second Node client
-    # starts on a loaded machine (CI: at 1.2 s it had ended, loaded == 4).
-    cut = chat(server, key, "chatCut1", "cut", "/stream 40 120")
+    # Held until the fresh page's resumed stream shows text (its client
+    # releases it), however long the second Node client takes to start.
+    hold = Hold(pace=120)
+    cut = chat(server, key, "chatCut1", "cut", hold.text)
     assert cut["steps"][0]["cut_after"], "the cut came before any text"
     run = Run.objects.order_by("-created_at")[0]
     assert run.status in ("running", "queued")
-    resumed = chat(server, key, "chatCut1", "resume")
+    resumed = chat(server, key, "chatCut1", "resume", str(hold.path))
     assert resumed["steps"][0]["loaded"] == 3  # the first turn, and the cut turn's question
     assert resumed["errors"] == [] and resumed["status"] == "ready"
     messages = resumed["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
     assert texts(messages[1]) == "One finished turn first"
     assert messages[3]["id"] == run.id
-    whole = "".join(f"tok{i} " for i in range(40))
-    assert texts(messages[3]) == whole
-    assert [m["text"] for m in logged("chatCut1", "assistant.message", external=True)][-1] == whole
+    whole = logged("chatCut1", "assistant.message", external=True)[-1]["text"]
+    assert texts(messages[3]) == whole and Hold.answer(whole)
 
 
 def test_chat_ids_are_per_user_and_nothing_running_is_204(server, user, other_user):

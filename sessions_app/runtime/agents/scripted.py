@@ -37,7 +37,7 @@ ECHO_USAGE = "usage: /echo TEXT"
 TOOL_USAGE = "usage: /tool NAME [JSON ARGUMENTS]"
 HOLD_USAGE = "usage: /hold NAME [MS] (tests only: AGENT_TEST_HOLDS names its folder)"
 HOLD_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-# /hold looks for its release this often, and says something once a second.
+# /hold looks for its release this often (or every MS, if sooner).
 HOLD_POLL_SECONDS = 0.02
 # /echo and /markdown stream their text in this many deltas, this far apart.
 ECHO_DELTAS = 12
@@ -189,7 +189,7 @@ class ScriptedAgent:
 
     def _hold(self, ctx: RunContext, rest: str) -> None:
         """Stream ``held0 ``, ``held1 ``, … (one at once, then one every MS
-        milliseconds, a second by default; a checkpoint at least once a
+        milliseconds, a second by default; a checkpoint at most once a
         second) until the file NAME appears in ``AGENT_TEST_HOLDS``: a run
         busy for exactly as long as a test needs, not for a guessed time."""
         name, millis = self._hold_args(rest)
@@ -219,7 +219,7 @@ class ScriptedAgent:
             raise AgentError(HOLD_USAGE)
         millis = 1000
         if len(parts) == 2:
-            if not parts[1].isdigit() or not 1 <= int(parts[1]) <= MAX_STREAM_MS:
+            if not re.fullmatch(r"[0-9]{1,5}", parts[1]) or not 1 <= int(parts[1]) <= MAX_STREAM_MS:
                 raise AgentError(HOLD_USAGE)
             millis = int(parts[1])
         return parts[0], millis
