@@ -160,7 +160,9 @@ def append_batch(batch: Sequence[Append]) -> list[list[Event] | BaseException]:
 
 
 def _payloads(new: Sequence[NewEvent]) -> list[str]:
-    return [json.dumps(item.data, separators=(",", ":")) for item in new]
+    # No NaN or infinity (allow_nan): a tab's JSON.parse could not read it
+    # back (wire.strict_json); such data fails its append like any not JSON.
+    return [json.dumps(item.data, separators=(",", ":"), allow_nan=False) for item in new]
 
 
 def _appended(session_id: str, new: Sequence[NewEvent], head: int, now) -> list[Event]:

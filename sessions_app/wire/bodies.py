@@ -6,10 +6,10 @@ Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (a 413)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sessions_app.wire import protocol as p
+from sessions_app.wire import strict_json
 
 # Deeper than any body of the protocol, the AI SDK's or AG-UI's needs (a
 # tool's arguments included).
@@ -20,7 +20,7 @@ def loads(raw: bytes | str) -> Any:
     """The JSON value of ``raw``; ``FrameError`` if it is not JSON, or is
     nested deeper than ``MAX_DEPTH``."""
     try:
-        value = json.loads(raw or b"null")
+        value = strict_json.loads(raw or b"null")
     except RecursionError:
         raise _too_deep() from None
     except (ValueError, UnicodeDecodeError):

@@ -10,11 +10,12 @@ step (``tests/wire/test_protocol.py`` compares them).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from sessions_app.wire import strict_json
 
 PROTOCOL_VERSION = 1
 
@@ -198,7 +199,7 @@ def decode(text: str | None, binary: bytes | None) -> dict[str, Any]:
     if text is None:
         raise FrameError(E_BAD_FRAME, "binary frames are not part of the protocol")
     try:
-        frame = json.loads(text)
+        frame = strict_json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise FrameError(E_BAD_JSON, f"frame is not valid JSON: {exc}") from None
     if not isinstance(frame, dict):

@@ -69,6 +69,20 @@ def test_publication_waits_for_the_outer_commit(user, published):
     assert published == [(s.id, 2), (s.id, 3)]
 
 
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+def test_data_no_browser_could_read_is_refused_and_nothing_logged(user, published, number):
+    """An event holding NaN or an infinity (a tool's result, say) would be a
+    frame no tab's JSON.parse reads: its append fails (ValueError) and the
+    log, the head and the fan-out stay as they were."""
+    s = create_session(user)
+    published.clear()
+    with pytest.raises(ValueError):
+        append_event(s.id, "tool.result", {"output": {"ratio": number}})
+    assert published == []
+    assert AgentSession.objects.get(id=s.id).head == 1
+    assert append_event(s.id, "tool.result", {"output": {"ratio": 0.5}}).seq == 2
+
+
 def test_eight_concurrent_writers_produce_exactly_1_to_n(user):
     """Eight threads appending to one session produce seq 1..N, no hole, no duplicate."""
     s = create_session(user)

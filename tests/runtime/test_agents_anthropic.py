@@ -179,6 +179,7 @@ def test_two_tool_uses_are_two_gates_and_one_user_turn_of_results(server):
     [
         ("rm_rf", ["{}"], "unknown tool"),
         ("write_file", ['{"path": '], "not valid JSON"),
+        ("write_file", ['{"path": "a.txt", "text": Infinity}'], "not valid JSON"),
         ("write_file", ['{"path": "a.txt"}'], "error:"),
     ],
 )

@@ -170,6 +170,7 @@ def test_several_calls_in_one_answer_park_one_after_the_other(server):
     ("name", "arguments", "error"),
     [
         ("write_file", '{"path": "x", ', "not valid JSON"),
+        ("write_file", '{"path": "x", "text": "y", "n": NaN}', "NaN is not a JSON number"),
         ("write_file", '{"path": "x"}', "text"),
         ("rm", '{"path": "x"}', "unknown tool"),
     ],

@@ -252,6 +252,13 @@ def test_markdown_streams_the_sample():
     assert "| Quarter |" in MARKDOWN_SAMPLE and "```python" in MARKDOWN_SAMPLE
 
 
+def test_tool_arguments_with_nan_are_not_json():
+    """``/tool NAME JSON`` reads JSON as the standard has it: NaN is refused
+    with the usage, never logged as arguments no browser could read."""
+    with pytest.raises(AgentError, match="not JSON .*NaN"):
+        run('/tool write_file {"path": "a.txt", "text": NaN}')
+
+
 def test_hold_streams_until_the_test_releases_it(settings, tmp_path):
     """``/hold NAME`` says ``held0 `` at once and goes on until the file NAME
     appears in ``AGENT_TEST_HOLDS``; then its message is everything it said,

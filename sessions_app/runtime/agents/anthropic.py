@@ -25,6 +25,7 @@ from sessions_app.runtime.agents import streaming
 from sessions_app.runtime.agents.toolloop import MAX_MODEL_CALLS, ToolLoopAgent
 from sessions_app.runtime.base import AgentError, RunContext
 from sessions_app.server import tracing
+from sessions_app.wire import strict_json
 
 API_VERSION = "2023-06-01"
 __all__ = ["MAX_MODEL_CALLS", "AnthropicAgent", "tool_schemas"]
@@ -118,7 +119,7 @@ def _add(messages: list[dict[str, Any]], role: str, text: str) -> None:
 
 def _input(call: dict[str, str]) -> dict[str, Any]:
     try:
-        value = json.loads(call.get("arguments") or "{}")
+        value = strict_json.loads(call.get("arguments") or "{}")
     except json.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}

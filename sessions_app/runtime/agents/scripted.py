@@ -25,6 +25,7 @@ from pathlib import Path
 from django.conf import settings
 
 from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
+from sessions_app.wire import strict_json
 
 MAX_STREAM_N = 100_000
 MAX_STREAM_MS = 10_000
@@ -251,7 +252,7 @@ class ScriptedAgent:
         if not parts:
             raise AgentError(TOOL_USAGE)
         try:
-            args = json.loads(parts[1]) if len(parts) == 2 else {}
+            args = strict_json.loads(parts[1]) if len(parts) == 2 else {}
         except json.JSONDecodeError as exc:
             raise AgentError(f"the arguments are not JSON ({exc.msg}); {TOOL_USAGE}") from None
         ctx.request_tool(parts[0], args, state={"tool": parts[0]})

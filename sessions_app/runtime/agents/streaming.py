@@ -21,6 +21,7 @@ from typing import Any
 
 from sessions_app.runtime import registry
 from sessions_app.runtime.base import AgentError, RunContext
+from sessions_app.wire import strict_json
 
 # Text fragments arriving within this long of the first buffered one go out
 # as one delta, so a fast model is not one event per token.
@@ -173,7 +174,7 @@ def parse_tool_call(call: dict[str, str], what: str) -> tuple[dict[str, Any] | N
         known = ", ".join(registry.names())
         return None, f"error: unknown tool {name!r}; the tools are {known}"
     try:
-        args = json.loads(call.get("arguments") or "{}")
+        args = strict_json.loads(call.get("arguments") or "{}")
     except json.JSONDecodeError as exc:
         return None, f"error: {what} not valid JSON ({exc.msg})"
     problem = registry.validate_args(name, args)
