@@ -21,9 +21,6 @@ import os
 import nox
 
 nox.options.reuse_venv = "yes"
-# uv (pinned in .venv beside nox) makes each virtualenv in about half pip's
-# time: these installs run beside the other suites, on the same CPUs.
-nox.options.default_venv_backend = "uv"
 nox.options.error_on_missing_interpreters = True
 
 

@@ -286,8 +286,8 @@ def _quiesce() -> None:
 
 def _keep_logs_on_failure(procs) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
-    # The suites run side by side (scripts/test; the production one in two
-    # halves, each on a database of its own): each names its own.
+    # The suites run side by side (scripts/test), each on a database of its
+    # own: each names its own.
     database = os.environ.get("DATABASE_URL", "")
     profile = f"production-{database.rsplit('/', 1)[-1]}" if database else "embedded"
     for proc in procs:
