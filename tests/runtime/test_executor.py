@@ -3,12 +3,14 @@ agent cannot swallow them."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tests.harness import named_connections
 from tests.support.rig import Hold
 from tests.support.sessions import open_session, send_text, taken_over_once
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -134,5 +136,8 @@ async def test_an_error_that_is_not_an_outage_ends_the_run_once(own_server, cook
     assert end["data"] == {"stop_reason": "error", "message": f"internal error: {name}"}
     mine = [e["kind"] for e in c.events() if e["run_id"] == sent["run_id"]]
     assert "run.resumed" not in mine and mine.count("assistant.delta") == 1
-    assert any(f"{name}: the step failed" in p.log_text() for p in procs)
+    # The line may reach the test's pump of the server's output after the
+    # frame reached the socket: waited for, not read at once.
+    said = f"{name}: the step failed"
+    await asyncio.to_thread(wait_for, lambda: any(said in p.log_text() for p in procs), 20)
     await c.close()
