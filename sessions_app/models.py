@@ -183,7 +183,16 @@ class Run(models.Model):
 
 
 class ApprovalRequest(models.Model):
-    """A durable approval gate: one tool call waiting for a person's decision."""
+    """A durable gate: one tool call (or one question a tool asks) waiting for
+    a person's decision. Its kinds and its life: ``runtime.gates``."""
+
+    class Kind(models.TextChoices):
+        # May this call run? (A gated tool call.)
+        APPROVAL = "approval", "approval"
+        # A question a running tool asks (an MCP elicitation).
+        QUESTION = "question", "question"
+        # A worker stopped while this call ran: run it again?
+        UNKNOWN_OUTCOME = "unknown_outcome", "unknown outcome"
 
     class Status(models.TextChoices):
         PENDING = "pending", "pending"
@@ -198,9 +207,19 @@ class ApprovalRequest(models.Model):
     tool_call_id = models.CharField(max_length=64, unique=True)
     tool = models.CharField(max_length=64)
     args = models.JSONField(default=dict)
+    kind = models.CharField(
+        max_length=20, choices=Kind.choices, default=Kind.APPROVAL, db_default=Kind.APPROVAL
+    )
+    # The gates a step opened together share the step's id (its first
+    # gate's tool call id); "" for a gate alone.
+    step = models.CharField(max_length=64, blank=True, default="", db_default="")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     decided_by = models.CharField(max_length=150, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    # Through which channel the decision came (``runtime.gates.CHANNELS``).
+    decided_via = models.CharField(max_length=20, blank=True, default="", db_default="")
+    # A denial's reason, as the model is told it.
+    reason = models.TextField(blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
     # Set, in its own transaction, right before the tool runs: a continuation
     # delivered twice, or after a crash mid-call, never runs the tool again.

@@ -61,6 +61,8 @@ class FakeContext:
         self.deltas: list[str] = []
         self.messages: list[str] = []
         self.tool_requests: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        # Each step of several calls asked at once (``request_tools``).
+        self.steps: list[list[tuple[str, dict[str, Any]]]] = []
         self.sleeps: list[float] = []
         self.calls: list[tuple[str, Any]] = []  # everything, in order
         self.delta_seen = threading.Event()  # set by every delta
@@ -90,6 +92,35 @@ class FakeContext:
         self.calls.append(("request_tool", (tool, args)))
         self.state = state
         raise Parked()
+
+    def request_tools(self, calls: list[tuple[str, dict[str, Any]]], state: dict[str, Any]) -> None:
+        """A step of several calls: recorded in ``steps``, then ``Parked``."""
+        state = json.loads(json.dumps(state))
+        calls = [(tool, json.loads(json.dumps(args))) for tool, args in calls]
+        self.steps.append(calls)
+        self.calls.append(("request_tools", calls))
+        self.state = state
+        raise Parked()
+
+    def step_outcomes(self, *each: dict[str, Any]) -> list[ToolOutcome]:
+        """The outcomes ``resume_all`` gets for the last step: one per call,
+        each from ``outcome``'s keywords (``{}``: approved, ok, no output)."""
+        calls = self.steps[-1]
+        if len(each) != len(calls):
+            raise ValueError(f"the step has {len(calls)} calls, not {len(each)}")
+        return [
+            ToolOutcome(
+                tool_call_id=f"tc_{len(self.steps)}_{i}",
+                tool=tool,
+                args=args,
+                approved=kw.get("approved", True),
+                ok=kw.get("ok", True) if kw.get("approved", True) else False,
+                output=kw.get("output", "")
+                if kw.get("approved", True)
+                else kw.get("output", "denied"),
+            )
+            for i, ((tool, args), kw) in enumerate(zip(calls, each, strict=True))
+        ]
 
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)

@@ -139,3 +139,38 @@ def test_plain_text_keys_become_hashes_that_still_sign_in(user):
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE authtoken_token")
+
+
+def test_gate_kinds_come_out_of_their_hiding_places(user):
+    """0017: a question's kind was its ``ask_`` prefix, an unknown outcome's
+    the note its approval.requested carried; every other gate is an approval."""
+    before = [("sessions_app", "0016_run_lease_generation")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    Session, Run, Gate, Event = (
+        old.get_model("sessions_app", name)
+        for name in ("AgentSession", "Run", "ApprovalRequest", "Event")
+    )
+    s = Session.objects.create(id="s_k", owner_id=user.id)
+    run = Run.objects.create(id="run_k", session=s, client_message_id="m", text="x", message_seq=1)
+    for approval_id, call in (("ap_q", "ask_1"), ("ap_u", "call_u"), ("ap_a", "call_a")):
+        Gate.objects.create(id=approval_id, session=s, run=run, tool_call_id=call, tool="t")
+    note = "The worker stopped while this ran: run it again?"
+    for seq, (approval_id, data) in enumerate(
+        (("ap_u", {"note": note}), ("ap_a", {"note": "something else"})), 1
+    ):
+        Event.objects.create(
+            session=s,
+            seq=seq,
+            kind="approval.requested",
+            run_id=run.id,
+            data={"approval_id": approval_id, **data},
+            created_at=timezone.now(),
+        )
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    from sessions_app.models import ApprovalRequest
+
+    kinds = dict(ApprovalRequest.objects.values_list("id", "kind"))
+    assert kinds == {"ap_q": "question", "ap_u": "unknown_outcome", "ap_a": "approval"}

@@ -18,6 +18,13 @@ An agent is a class named by ``settings.AGENT_CLASS`` (``scripted``, ``openai``,
     saved at the gate; ``outcome`` is the ``ToolOutcome``. It may request
     another tool, stream more text and return, like ``start``.
 
+``resume_all(ctx, outcomes)``
+    For an agent that asks for several calls in one step with
+    ``ctx.request_tools([(tool, args), …], state)``: their gates open
+    together, each is decided on its own, and once the last one is decided
+    the approved calls run in the order asked; ``outcomes`` holds one
+    ``ToolOutcome`` per call, in that order.
+
 Agents hold nothing in memory between calls: everything they need to go on is
 in ``ctx.state`` and the session's log.
 
@@ -78,6 +85,10 @@ class RunContext(Protocol):
     def checkpoint(self) -> None: ...
 
     def request_tool(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> None: ...
+
+    def request_tools(
+        self, calls: list[tuple[str, dict[str, Any]]], state: dict[str, Any]
+    ) -> None: ...
 
     def sleep(self, seconds: float) -> None: ...
 

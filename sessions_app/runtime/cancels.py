@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 
 from sessions_app.models import ApprovalRequest, Run
+from sessions_app.runtime import gates as gate_model
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ def defer_for_tool_in_flight(run_id: str, by: str, message: str, gates: str) -> 
     result yet (its gate still in the state); True if it must wait."""
     found = Run.objects.filter(id=run_id, status=Run.Status.RUNNING).values_list("state").first()
     state = dict((found[0] if found else None) or {})
-    gate = state.get("gate")
+    gate = gate_model.current_call(state)
     if (
         not gate
         or not ApprovalRequest.objects.filter(

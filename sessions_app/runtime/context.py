@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from django.conf import settings
@@ -25,13 +25,11 @@ from sessions_app.log.group_commit import append_event
 from sessions_app.models import ApprovalRequest, Event, Run
 from sessions_app.runtime import durable, registry, runs, turns
 from sessions_app.runtime.base import AgentError, AutoApproved, Parked, ToolOutcome
-from sessions_app.runtime.gates import Gate
+from sessions_app.runtime.gates import AUTO_APPROVER, VIA_AUTO, Gate, Kind
 from sessions_app.runtime.locks import lock_run_session
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted
 
-# Who decided a call that runs without asking (its gate row's ``decided_by``).
-AUTO_APPROVER = "auto-approve"
 # How many earlier messages of its path a run's agent sees, at most.
 HISTORY_MESSAGES = 50
 
@@ -58,6 +56,12 @@ class Context:
         self.entry: str = saved.get("entry", "start")
         self.outcome: ToolOutcome | None = (
             ToolOutcome(**saved["outcome"]) if saved.get("outcome") else None
+        )
+        # A step of several calls: the outcomes of those done so far, in order.
+        self.outcomes: list[ToolOutcome] | None = (
+            [ToolOutcome(**done) for done in saved["outcomes"]]
+            if isinstance(saved.get("outcomes"), list)
+            else None
         )
         self.worker = worker
         # This holder's fencing token (``runtime.journal``): the generation of
@@ -102,6 +106,7 @@ class Context:
             "agent": self.state,
             "entry": self.entry,
             "outcome": asdict(self.outcome) if self.outcome else None,
+            "outcomes": None if self.outcomes is None else [asdict(o) for o in self.outcomes],
             "keep": self._streamed,
             **checkpoint,
         }
@@ -169,17 +174,69 @@ class Context:
         self.commit_step([])
 
     def request_tool(self, tool: str, args: dict[str, Any], state: dict[str, Any]) -> None:
-        problem = registry.validate_args(tool, args)
-        if problem:
-            # No gate for a call no tool can take (an unknown tool, bad arguments).
-            raise AgentError(problem)
+        """One gated call: the run parks at it (``Parked``); ``resume`` goes on."""
+        self._request([(tool, args)], state, alone=True)
+
+    def request_tools(self, calls: list[tuple[str, dict[str, Any]]], state: dict[str, Any]) -> None:
+        """A step of several calls (``[(tool, args), …]``, in the model's
+        order): their gates open together, each decided on its own, and once
+        the last is decided the approved calls run in this order;
+        ``resume_all`` goes on with every outcome."""
+        if not calls:
+            raise AgentError("a step of no tool calls")
+        self._request(calls, state, alone=False)
+
+    def _request(
+        self, calls: list[tuple[str, dict[str, Any]]], state: dict[str, Any], *, alone: bool
+    ) -> None:
+        for tool, args in calls:
+            problem = registry.validate_args(tool, args)
+            if problem:
+                # No gate for a call no tool can take (an unknown tool, bad arguments).
+                raise AgentError(problem)
         self.state = dict(state)
-        if registry.is_auto_approved(tool):
-            raise AutoApproved(self.auto_gate(tool, args))
-        approval_id = self.gate(tool, args)
-        if approval_id is None:
+        if alone and registry.is_auto_approved(calls[0][0]):
+            raise AutoApproved(self.auto_gate(*calls[0]))
+        ids = [new_call_id() for _ in calls]
+        step = "" if alone else ids[0]
+        asked = [
+            Gate(tool_call_id, tool, args, step=step, auto=registry.is_auto_approved(tool))
+            for tool_call_id, (tool, args) in zip(ids, calls, strict=True)
+        ]
+        if all(gate.auto for gate in asked):
+            raise AutoApproved(self._auto_step(asked))
+        where = {"gate": ids[0]} if alone else {"gates": ids}
+        if self.park(asked, where) is None:
             raise RunAborted(self.run_id)
-        raise Parked(approval_id)
+        raise Parked(ids[0])
+
+    def _auto_step(self, step: list[Gate]) -> list[str]:
+        """A step whose every call runs without asking: its calls and their
+        approved rows commit with the checkpoint that runs them."""
+        if self._streamed:
+            step = [replace(step[0], close_text=self.open_text()), *step[1:]]
+        events = [event for gate in step for event in gate.opening(self.run_id, "")]
+
+        def approve(_state: dict[str, Any]) -> None:
+            ApprovalRequest.objects.bulk_create(
+                [gate.row(self.session_id, self.run_id) for gate in step]
+            )
+
+        ids = [gate.tool_call_id for gate in step]
+        self.commit_step(events, approve, gates=ids, keep=0)
+        self._streamed = 0
+        return ids
+
+    def park(self, step: list[Gate], where: dict[str, Any]) -> list[str] | None:
+        """Park the run at ``step``'s gates (``where``: the checkpoint's
+        ``gate`` or ``gates``, and a step's ``outcomes`` so far): their
+        approval ids, or None when this worker no longer holds the run."""
+        if self._streamed:  # text streamed before the calls ends here, stated whole
+            step = [replace(step[0], close_text=self.open_text()), *step[1:]]
+        state = {"agent": self.state, "keep": 0, **where}
+        approval_ids = runs.park(self.run_id, self.worker, self.session_id, step, state=state)
+        self._streamed = 0
+        return approval_ids
 
     def auto_gate(self, tool: str, args: dict[str, Any]) -> str:
         """A call that runs without asking (``Tool.auto_approve``): its
@@ -205,26 +262,23 @@ class Context:
                 status=ApprovalRequest.Status.APPROVED,
                 decided_by=AUTO_APPROVER,
                 decided_at=timezone.now(),
+                decided_via=VIA_AUTO,
             )
 
         self.commit_step(events, approve, gate=tool_call_id, keep=0)
         self._streamed = 0
         return tool_call_id
 
-    def gate(self, tool: str, args: dict[str, Any], note: str = "") -> str | None:
+    def gate(
+        self, tool: str, args: dict[str, Any], note: str = "", kind: str = Kind.APPROVAL
+    ) -> str | None:
         """Log a gate for a new call of ``tool`` (the run parks): its approval
         id, or None when this worker no longer holds the run."""
         tool_call_id = new_call_id()
-        close_text = self.open_text() if self._streamed else None
-        approval_id = runs.park(
-            self.run_id,
-            self.worker,
-            self.session_id,
-            Gate(tool_call_id, tool, args, note, close_text),
-            state={"agent": self.state, "gate": tool_call_id, "keep": 0},
+        parked = self.park(
+            [Gate(tool_call_id, tool, args, note, kind=kind)], {"gate": tool_call_id}
         )
-        self._streamed = 0
-        return approval_id
+        return parked[0] if parked else None
 
     def open_text(self) -> str:
         """The current message's text as streamed so far (its deltas since the

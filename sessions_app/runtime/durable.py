@@ -12,6 +12,10 @@ that logs the step's last event, so the log and the checkpoint never disagree:
     (the tool call's outcome, once its result is logged);
 ``gate``
     the tool call the run waits on or is running (its result not yet logged);
+``gates``, ``outcomes``
+    a step of several calls (``Context.request_tools``): those it waits on
+    or has still to run, in the model's order, the first running now, and
+    the outcomes of those done (``resume_all`` goes on with them all);
 ``keep``
     characters of the current message streamed up to the checkpoint;
 ``crashes``
@@ -41,6 +45,7 @@ from django.db.models.functions import Now
 
 from sessions_app.log.events import append_event
 from sessions_app.models import ApprovalRequest, Run
+from sessions_app.runtime import gates as gate_model
 from sessions_app.runtime import questions, runs
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session
@@ -51,7 +56,7 @@ log = logging.getLogger(__name__)
 
 # Keys a checkpoint writes; anything else in ``Run.state`` (a waiting cancel)
 # is kept as it is.
-_CHECKPOINT_KEYS = ("agent", "entry", "outcome", "gate", "keep", "crashes")
+_CHECKPOINT_KEYS = ("agent", "entry", "outcome", "outcomes", "gate", "gates", "keep", "crashes")
 _SAVE = (
     "UPDATE sessions_app_run SET state = (COALESCE(state, '{}'::jsonb) - %s::text[]) || %s::jsonb "
     "WHERE id = %s AND status = 'running' AND worker = %s RETURNING state"
@@ -167,7 +172,7 @@ def _budget_spent(run_id: str, session_id: str, worker: str, state: dict[str, An
     logged unknown (in the caller's transaction)."""
     Run.objects.filter(id=run_id).update(state=state)
     questions.close_open(run_id, session_id, p.GATE_CANCELLED, "the worker stopped")
-    _unknown_result(session_id, run_id, state.get("gate"))
+    _unknown_result(session_id, run_id, gate_model.current_call(state))
     runs.finish_run(
         run_id,
         p.STOP_ERROR,

@@ -31,7 +31,7 @@ from sessions_app.runtime import durable, leases, runs
 from sessions_app.runtime.agents import get_agent
 from sessions_app.runtime.base import AgentError, AutoApproved, Parked
 from sessions_app.runtime.context import Context, cut_marker
-from sessions_app.runtime.toolcalls import continue_gate
+from sessions_app.runtime.toolcalls import continue_gate, continue_step
 from sessions_app.server import metrics, tracing
 from sessions_app.server.identity import worker_id
 from sessions_app.server.logs import is_outage
@@ -158,8 +158,9 @@ def _drive(run_id: str, worker: str) -> None:
     with _live_lock:
         _live[run_id] = ctx
     keeper.hold(run_id, ctx.aborted)
-    gate = (run.state or {}).get("gate")
-    phase = "resume" if gate or ctx.entry == "resume" else "start"
+    saved = run.state or {}
+    waits = saved.get("gates") if isinstance(saved.get("gates"), list) else saved.get("gate")
+    phase = "resume" if waits or ctx.entry == "resume" else "start"
     # The send's trace goes on here, on whichever worker: one span a drive.
     ids = {"session.id": run.session_id, "run.id": run_id, "phase": phase}
     # One line as a drive starts and one as it ends (the operator's trail of a run).
@@ -167,7 +168,7 @@ def _drive(run_id: str, worker: str) -> None:
     ended = "failed"
     try:
         with tracing.continued(run.trace), tracing.span("run", **ids):
-            _run_agent(ctx, gate)
+            _run_agent(ctx, waits)
             runs.finish_run(run_id, p.STOP_END_TURN, worker=worker)
             ended = "finished end_turn"
     except Parked:
@@ -201,15 +202,22 @@ def _drive(run_id: str, worker: str) -> None:
                 del _live[run_id]
 
 
-def _run_agent(ctx: Context, gate: str | None) -> None:
-    """The agent, from where the run stands: the gated call it waits on, the
+def _run_agent(ctx: Context, waits: str | list[str] | None) -> None:
+    """The agent, from where the run stands: the gated call it waits on
+    (``waits``: its id), the step of several it waits on (their ids), the
     tool result's checkpoint, or its start. An auto-approved call runs at
     once, and the agent goes on with resume."""
     agent = get_agent()
     while True:
         try:
-            if gate:
-                agent.resume(ctx, continue_gate(ctx, gate))
+            if isinstance(waits, list):
+                agent.resume_all(ctx, continue_step(ctx, waits))
+            elif waits:
+                agent.resume(ctx, continue_gate(ctx, waits))
+            elif ctx.entry == "resume" and ctx.outcomes is not None:
+                # A step's last result's checkpoint: on with all its outcomes.
+                outcomes, ctx.entry, ctx.outcomes = ctx.outcomes, "start", None
+                agent.resume_all(ctx, outcomes)
             elif ctx.entry == "resume" and ctx.outcome is not None:
                 # Only the tool result's own checkpoint goes on with resume:
                 # any checkpoint this drive takes goes on with start.
@@ -219,7 +227,7 @@ def _run_agent(ctx: Context, gate: str | None) -> None:
                 agent.start(ctx)
             return
         except AutoApproved as auto:
-            gate = auto.args[0]  # run it now, and go on with resume
+            waits = auto.args[0]  # run it now, and go on with resume
 
 
 def _release_quietly(ctx: Context) -> None:

@@ -1,14 +1,133 @@
-"""A gated call: what a run parks on (``runs.park``) and the events that log
-it. One object per gate, as the protocol's ``Push`` is one per request."""
+"""Gates: what a gate is, its life, and the one function that moves it.
+
+A gate (``ApprovalRequest``) is one thing a run waits on a person for. Its
+``kind`` says which:
+
+``approval``
+    may this tool call run? The run parks (``runs.park``); the decision
+    continues it at the same call (``runtime.toolcalls``).
+``question``
+    a question a running tool asks (``runtime.questions``): the run stays
+    on its worker, whose tool waits for the answer.
+``unknown_outcome``
+    a worker stopped while this call ran: run it again? (``toolcalls``)
+
+Its life is one table, ``MOVES``: a gate is born ``pending`` and leaves it
+once, to the status its decision names; ``move`` is the only code that
+changes a gate's status, a compare-and-set from ``pending`` in the caller's
+transaction, so two deciders (two tabs, a tab and the admin, a cancel and a
+person) never both win. Who won, when, and through which channel
+(``CHANNELS``) is written with it.
+
+``Gate`` is the request a run parks on: one object per gate, as the
+protocol's ``Push`` is one per request. Several gates a step asks for at
+once (``Step``) open together and share the step's id.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils import timezone
+
 from sessions_app.log.events import NewEvent
+from sessions_app.models import ApprovalRequest
 from sessions_app.runtime import registry
 from sessions_app.wire import protocol as p
+
+Status = ApprovalRequest.Status
+Kind = ApprovalRequest.Kind
+
+# A gate's life: from each status, the statuses it may move to. A decided
+# gate is final (an empty row): deciding it again is refused, never redone.
+MOVES: dict[str, frozenset[str]] = {
+    Status.PENDING: frozenset({Status.APPROVED, Status.DENIED, Status.CANCELLED}),
+    Status.APPROVED: frozenset(),
+    Status.DENIED: frozenset(),
+    Status.CANCELLED: frozenset(),
+}
+# The status each decision word moves a gate to, and back (the log's word).
+STATUS_OF = {
+    p.APPROVE: Status.APPROVED,
+    p.DENY: Status.DENIED,
+    p.GATE_CANCELLED: Status.CANCELLED,
+}
+DECISION_OF = {status: word for word, status in STATUS_OF.items()}
+
+# Through which channel a decision came (``ApprovalRequest.decided_via``).
+VIA_TAB = "tab"  # the native socket: a tab of the app
+VIA_API = "api"  # the REST API (a session cookie or an API token)
+VIA_ADMIN = "admin"
+VIA_AG_UI = "ag_ui"
+VIA_AI_SDK = "ai_sdk"
+VIA_MCP = "mcp"  # the MCP endpoint's answer to a question
+VIA_SERVER = "server"  # the server itself: a cancel, a branch left, a question closed
+VIA_AUTO = "auto"  # a tool that runs without asking
+CHANNELS = (VIA_TAB, VIA_API, VIA_ADMIN, VIA_AG_UI, VIA_AI_SDK, VIA_MCP, VIA_SERVER, VIA_AUTO)
+
+# Who decided a call that runs without asking (its gate row's ``decided_by``).
+AUTO_APPROVER = "auto-approve"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision of a gate, as ``runs.decide`` takes it: the word
+    (``approve``, ``deny``), who decides (``by``) through which channel
+    (``via``), a denial's ``reason``, and ``whole_step``: every gate of its
+    step still pending, decided alike (Approve all / Deny all)."""
+
+    word: str
+    by: str
+    via: str
+    reason: str = ""
+    whole_step: bool = False
+
+
+def can_move(status: str, to: str) -> bool:
+    """May a gate at ``status`` move to ``to``?"""
+    return to in MOVES.get(status, frozenset())
+
+
+def move(approval: ApprovalRequest, decision: str, by: str, via: str, reason: str = "") -> bool:
+    """Decide ``approval`` with ``decision`` (a word of ``STATUS_OF``), by
+    ``by`` through ``via``: a compare-and-set from ``pending``, in the
+    caller's transaction. False, with the row re-read, when it was decided
+    first by someone else; the object holds what stands either way."""
+    to = STATUS_OF[decision]
+    if via not in CHANNELS:
+        raise ValueError(f"unknown channel {via!r}")
+    if not can_move(Status.PENDING, to):  # the table is the rule
+        raise ValueError(f"a pending gate cannot become {to}")
+    now = timezone.now()
+    fields = {"status": to, "decided_by": by, "decided_at": now, "decided_via": via}
+    fields["reason"] = reason[: p.MAX_REASON_CHARS] if to == Status.DENIED else ""
+    moved = ApprovalRequest.objects.filter(id=approval.id, status=Status.PENDING).update(**fields)
+    if not moved:
+        approval.refresh_from_db()
+        return False
+    for name, value in fields.items():
+        setattr(approval, name, value)
+    return True
+
+
+def is_question(approval: ApprovalRequest) -> bool:
+    """Is this gate a question a tool asks? Its kind says so; a row written
+    by a version before kinds (a rolling deploy) says so by its prefix."""
+    return approval.kind == Kind.QUESTION or approval.tool_call_id.startswith(QUESTION_PREFIX)
+
+
+def current_call(state: dict[str, Any]) -> str | None:
+    """The tool call a run's checkpoint waits on or runs now: its gate, or
+    the first its step has still to run."""
+    step = state.get("gates")
+    if isinstance(step, list):
+        return str(step[0]) if step else None
+    return state.get("gate")
+
+
+# A question's tool call id starts so (``runtime.questions``).
+QUESTION_PREFIX = "ask_"
 
 
 @dataclass(frozen=True)
@@ -23,6 +142,11 @@ class Gate:
     args: dict
     note: str = ""
     close_text: str | None = None
+    kind: str = Kind.APPROVAL
+    step: str = ""
+    # A call of a tool that runs without asking (``Tool.auto_approve``), in
+    # a step with others: its row is approved at once and no card asks.
+    auto: bool = False
 
     def call(self) -> dict[str, Any]:
         """The call as its ``tool.call`` and ``approval.requested`` carry it."""
@@ -35,7 +159,28 @@ class Gate:
             call["note"] = self.note
         return call
 
+    def row(self, session_id: str, run_id: str) -> ApprovalRequest:
+        """The gate's row, pending (not saved)."""
+        row = ApprovalRequest(
+            session_id=session_id,
+            run_id=run_id,
+            tool_call_id=self.tool_call_id,
+            tool=self.tool,
+            args=self.args,
+            kind=self.kind,
+            step=self.step,
+        )
+        if self.auto:
+            row.status, row.decided_by, row.decided_via = Status.APPROVED, AUTO_APPROVER, VIA_AUTO
+            row.decided_at = timezone.now()
+        return row
+
     def events(self, run_id: str, approval_id: str) -> list[NewEvent]:
+        """A gate alone: its call, its request and the run's pause."""
+        return [*self.opening(run_id, approval_id), self.paused(run_id, approval_id)]
+
+    def opening(self, run_id: str, approval_id: str) -> list[NewEvent]:
+        """The text it closes, its ``tool.call`` and its ``approval.requested``."""
         call = self.call()
         # Text streamed before the call and never stated whole ends here:
         # every client's open segment closes (no caret left streaming).
@@ -44,10 +189,15 @@ class Gate:
             if self.close_text is None
             else [NewEvent(p.K_ASSISTANT_MESSAGE, {"text": self.close_text}, run_id)]
         )
+        opening = [*closing, NewEvent(p.K_TOOL_CALL, call, run_id)]
+        if self.auto:
+            return opening
+        requested: dict[str, Any] = {"approval_id": approval_id, **call, "kind": self.kind}
+        if self.step:
+            requested["step"] = self.step
+        return [*opening, NewEvent(p.K_APPROVAL_REQUESTED, requested, run_id)]
+
+    @staticmethod
+    def paused(run_id: str, approval_id: str) -> NewEvent:
         paused = {"stop_reason": p.STOP_REQUIRES_APPROVAL, "approval_id": approval_id}
-        return [
-            *closing,
-            NewEvent(p.K_TOOL_CALL, call, run_id),
-            NewEvent(p.K_APPROVAL_REQUESTED, {"approval_id": approval_id, **call}, run_id),
-            NewEvent(p.K_RUN_PAUSED, paused, run_id),
-        ]
+        return NewEvent(p.K_RUN_PAUSED, paused, run_id)

@@ -38,18 +38,19 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from sessions_app.log.events import NewEvent, RunGuard, append_events
 from sessions_app.models import AgentSession, ApprovalRequest, Run
-from sessions_app.runtime import wakeups
+from sessions_app.runtime import gates, wakeups
 from sessions_app.runtime.locks import lock_run_session, set_session_status
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted, SessionGone
 
 log = logging.getLogger(__name__)
 
-PREFIX = "ask_"
+PREFIX = gates.QUESTION_PREFIX
 # A waiting thread reads its gate's row at least this often (a wake-up lost
 # on its way costs no more).
 RECHECK_SECONDS = 2.0
@@ -57,21 +58,9 @@ OUTPUTS = {
     ApprovalRequest.Status.APPROVED: "accepted",
     ApprovalRequest.Status.DENIED: "declined",
 }
-DECISIONS = {
-    ApprovalRequest.Status.PENDING: p.GATE_CANCELLED,
-    ApprovalRequest.Status.APPROVED: p.APPROVE,
-    ApprovalRequest.Status.DENIED: p.DENY,
-    ApprovalRequest.Status.CANCELLED: p.GATE_CANCELLED,
-}
-_STATUS = {
-    p.APPROVE: ApprovalRequest.Status.APPROVED,
-    p.DENY: ApprovalRequest.Status.DENIED,
-    p.GATE_CANCELLED: ApprovalRequest.Status.CANCELLED,
-}
-
-
-def is_question(tool_call_id: str) -> bool:
-    return tool_call_id.startswith(PREFIX)
+# A question's row: by its kind, or by its prefix when a version before
+# kinds wrote it (a rolling deploy).
+_QUESTIONS = Q(kind=gates.Kind.QUESTION) | Q(tool_call_id__startswith=PREFIX)
 
 
 _current: ContextVar[Asker | None] = ContextVar("asker", default=None)
@@ -175,12 +164,13 @@ class Asker:
         ctx = self.ctx
         shown = ", ".join(f"{key} = {json.dumps(value)}" for key, value in answer.items())
         note = message + (f"\n\nApproving answers: {shown}" if shown else "")
-        call = {
-            "tool_call_id": PREFIX + secrets.token_urlsafe(9),
-            "tool": self.tool,
-            "args": {"message": message, "answer": answer},
-            "note": note,
-        }
+        gate = gates.Gate(
+            PREFIX + secrets.token_urlsafe(9),
+            self.tool,
+            {"message": message, "answer": answer},
+            note,
+            kind=gates.Kind.QUESTION,
+        )
         with transaction.atomic():
             session = lock_run_session(ctx.session_id)
             held = (
@@ -191,24 +181,9 @@ class Asker:
             # Not this drive's, or stopped already (a cancel waits for the tool).
             if held is None or (held or {}).get("cancel") or self.stopped.is_set():
                 return None
-            approval = ApprovalRequest.objects.create(
-                session_id=ctx.session_id,
-                run_id=ctx.run_id,
-                tool_call_id=call["tool_call_id"],
-                tool=self.tool,
-                args=call["args"],
-            )
-            requested = {"approval_id": approval.id, **call}
-            paused = {"stop_reason": p.STOP_REQUIRES_APPROVAL, "approval_id": approval.id}
-            append_events(
-                ctx.session_id,
-                [
-                    NewEvent(p.K_TOOL_CALL, call, ctx.run_id),
-                    NewEvent(p.K_APPROVAL_REQUESTED, requested, ctx.run_id),
-                    NewEvent(p.K_RUN_PAUSED, paused, ctx.run_id),
-                ],
-                guard=ctx.guard,
-            )
+            approval = gate.row(ctx.session_id, ctx.run_id)
+            approval.save()
+            append_events(ctx.session_id, gate.events(ctx.run_id, approval.id), guard=ctx.guard)
             set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
         self.asked.append(approval.id)
         return approval.id
@@ -224,7 +199,7 @@ def waiting(session_id: str) -> bool:
     pending = ApprovalRequest.objects.filter(
         session_id=session_id, status=ApprovalRequest.Status.PENDING
     )
-    return pending.filter(tool_call_id__startswith=PREFIX).exists()
+    return pending.filter(_QUESTIONS).exists()
 
 
 def close_open(
@@ -244,16 +219,15 @@ def close_open(
     out: dict[str, str] = {}
     with transaction.atomic():
         session = lock_run_session(session_id)
-        asked = ApprovalRequest.objects.filter(run_id=run_id, tool_call_id__startswith=PREFIX)
+        asked = ApprovalRequest.objects.filter(_QUESTIONS, run_id=run_id)
         if only is not None:
             asked = asked.filter(id__in=only)
         events: list[NewEvent] = []
         now = timezone.now()
         for question in asked.filter(executed_at__isnull=True):
-            if question.status == ApprovalRequest.Status.PENDING:
-                question.status = _STATUS[decision]
-                question.decided_by, question.decided_at = by, now
-                question.save(update_fields=["status", "decided_by", "decided_at"])
+            if question.status == ApprovalRequest.Status.PENDING and gates.move(
+                question, decision, by, gates.VIA_SERVER
+            ):
                 decided = {"approval_id": question.id, "decision": decision, "decided_by": by}
                 events.append(NewEvent(p.K_APPROVAL_DECIDED, decided, run_id))
                 wakeups.wake_on_commit(question.id)
@@ -267,7 +241,7 @@ def close_open(
             events.append(NewEvent(p.K_TOOL_RESULT, result, run_id))
         append_events(session_id, events, guard=guard)
         for question in asked:
-            out[question.id] = DECISIONS[question.status]
+            out[question.id] = gates.DECISION_OF.get(question.status, p.GATE_CANCELLED)
         running = Run.objects.filter(id=run_id, status=Run.Status.RUNNING).exists()
         if (
             running

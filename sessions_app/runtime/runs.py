@@ -34,7 +34,8 @@ from django.utils import timezone
 from sessions_app.log.events import append_event, append_events
 from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import cancels, questions, wakeups
-from sessions_app.runtime.gates import Gate
+from sessions_app.runtime import gates as gate_model
+from sessions_app.runtime.gates import VIA_SERVER, Gate
 from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session, lock_user, set_session_status
 from sessions_app.server import metrics, tracing
@@ -105,15 +106,19 @@ def admit_all_waiting() -> list[str]:
 
 
 def decide(
-    approval_id: str, decision: str, decided_by: str, *, session_id: str | None = None
+    approval_id: str, decision: gate_model.Decision, *, session_id: str | None = None
 ) -> ApprovalRequest:
     """Decide a gate exactly once: compare-and-set from pending, log, continue the run.
 
-    The socket, the admin and the API all come through here. ``session_id``
-    confines the lookup to one session (a socket may only decide its own).
+    The socket, the admin, the API and the dialects all come through here,
+    each naming its channel (``Decision.via``: ``gates.CHANNELS``).
+    ``session_id`` confines the lookup to one session (a socket may only
+    decide its own). A ``Decision`` of its whole step decides every gate of
+    the step still pending alike, in one transaction (Approve all / Deny
+    all), each ``approval.decided`` naming the step.
     """
-    if decision not in p.DECISIONS:
-        raise ValueError(decision)
+    if decision.word not in p.DECISIONS:
+        raise ValueError(decision.word)
     lookup = ApprovalRequest.objects.filter(id=approval_id)
     if session_id is not None:
         lookup = lookup.filter(session_id=session_id)
@@ -122,44 +127,73 @@ def decide(
         raise NotFound("no such approval in this session")
     # The decision belongs to its run's trace (server.tracing): the send that
     # asked for the tool, the wait at the gate, this, and the tool after it.
-    ids = {"approval.id": approval_id, "decision": decision}
+    ids = {"approval.id": approval_id, "decision": decision.word}
     with tracing.continued(found[1]), tracing.span("approval.decide", **ids):
-        return _decide_locked(found[0], approval_id, decision, decided_by)
-
-
-def _decide_locked(
-    session_id: str, approval_id: str, decision: str, decided_by: str
-) -> ApprovalRequest:
-    with transaction.atomic():
-        session = lock_session(session_id)
-        approval = ApprovalRequest.objects.select_related("run").get(id=approval_id)
-        if approval.status != ApprovalRequest.Status.PENDING:
-            raise _decided_error(approval)
-        _record_decision(approval, decision, decided_by)
-        run = approval.run
-        # The wait at the gate: from the request to now.
-        tracing.record(
-            "approval.wait",
-            int(approval.created_at.timestamp() * 1e9),
-            time.time_ns(),
-            **{"run.id": run.id, "approval.id": approval.id, "decision": decision},
-        )
-        waits_at = (run.state or {}).get("gate", approval.tool_call_id)
-        if (
-            run.status == Run.Status.AWAITING_APPROVAL
-            and waits_at == approval.tool_call_id
-            and not questions.is_question(approval.tool_call_id)
-        ):
-            # Approved or denied, the parked run goes on at the same tool
-            # call: the continuation runs the tool or reports the denial. (A
-            # gate whose run is not parked at it is only recorded: a
-            # question, whose tool waits for it, is woken by the record.)
-            Run.objects.filter(id=run.id, status=Run.Status.AWAITING_APPROVAL).update(
-                status=Run.Status.RUNNING, worker="", lease_expires_at=pickup_deadline()
+        with transaction.atomic():
+            session = lock_session(found[0])
+            approval = ApprovalRequest.objects.select_related("run").get(id=approval_id)
+            each = _step_of(approval) if decision.whole_step else [approval]
+            if not each:
+                raise _decided_error(approval)
+            for gate in each:
+                record_decision(gate, decision)
+            # The wait at the gate: from the request to now.
+            tracing.record(
+                "approval.wait",
+                int(approval.created_at.timestamp() * 1e9),
+                time.time_ns(),
+                **{"run.id": approval.run_id, "approval.id": approval.id, **ids},
             )
-            set_session_status(session, AgentSession.Status.RUNNING)
-            enqueue(run.id)
-    return approval
+            _continue_if_step_decided(session, approval)
+        return approval
+
+
+def _step_of(approval: ApprovalRequest) -> list[ApprovalRequest]:
+    """The gates of ``approval``'s step still pending, in the order asked
+    (``approval`` alone if it has no step)."""
+    if not approval.step:
+        pending = approval.status == ApprovalRequest.Status.PENDING
+        return [approval] if pending else []
+    found = ApprovalRequest.objects.select_related("run").filter(
+        run_id=approval.run_id, step=approval.step, status=ApprovalRequest.Status.PENDING
+    )
+    order = {tool_call_id: i for i, tool_call_id in enumerate(waiting_on(approval.run))}
+    return sorted(found, key=lambda gate: order.get(gate.tool_call_id, len(order)))
+
+
+def _continue_if_step_decided(session: AgentSession, approval: ApprovalRequest) -> None:
+    """Approved or denied, a run parked at this gate goes on at the same
+    tool call once every gate it waits on is decided: the continuation runs
+    the tools or reports the denials. A gate whose run is not parked at it is
+    only recorded (a question, whose tool waits for it, is woken by the
+    record)."""
+    run = approval.run
+    if run.status != Run.Status.AWAITING_APPROVAL or gate_model.is_question(approval):
+        return
+    # (A state naming no gate parked at this one: as a run parked before
+    # checkpoints named it.)
+    waits_on = waiting_on(run) or [approval.tool_call_id]
+    if approval.tool_call_id not in waits_on:
+        return
+    undecided = ApprovalRequest.objects.filter(
+        run_id=run.id, tool_call_id__in=waits_on, status=ApprovalRequest.Status.PENDING
+    )
+    if undecided.exists():
+        return  # the step goes on when its last gate is decided
+    Run.objects.filter(id=run.id, status=Run.Status.AWAITING_APPROVAL).update(
+        status=Run.Status.RUNNING, worker="", lease_expires_at=pickup_deadline()
+    )
+    set_session_status(session, AgentSession.Status.RUNNING)
+    enqueue(run.id)
+
+
+def waiting_on(run: Run) -> list[str]:
+    """The tool calls a parked run waits on, in the order the model asked
+    them: its step's (``durable``: ``gates``) or its one ``gate``."""
+    state = run.state or {}
+    if isinstance(state.get("gates"), list):
+        return [str(tool_call_id) for tool_call_id in state["gates"]]
+    return [state["gate"]] if state.get("gate") else []
 
 
 def _decided_error(approval: ApprovalRequest) -> AlreadyDecided | ApprovalCancelled:
@@ -170,31 +204,20 @@ def _decided_error(approval: ApprovalRequest) -> AlreadyDecided | ApprovalCancel
     return AlreadyDecided(word, approval.decided_by)
 
 
-_GATE_STATUS = {
-    p.APPROVE: ApprovalRequest.Status.APPROVED,
-    p.DENY: ApprovalRequest.Status.DENIED,
-    p.GATE_CANCELLED: ApprovalRequest.Status.CANCELLED,
-}
-
-
-def _record_decision(approval: ApprovalRequest, decision: str, decided_by: str) -> None:
-    status = _GATE_STATUS[decision]
-    now = timezone.now()
-    updated = ApprovalRequest.objects.filter(
-        id=approval.id, status=ApprovalRequest.Status.PENDING
-    ).update(status=status, decided_by=decided_by, decided_at=now)
-    if not updated:
-        approval.refresh_from_db()
+def record_decision(approval: ApprovalRequest, decision: gate_model.Decision) -> None:
+    """Move a pending gate (``gates.move``) and log its ``approval.decided``
+    (the caller holds its session's lock); ``AlreadyDecided`` or
+    ``ApprovalCancelled`` when another decision stood first."""
+    if not gate_model.move(approval, decision.word, decision.by, decision.via, decision.reason):
         raise _decided_error(approval)
-    approval.status, approval.decided_by, approval.decided_at = status, decided_by, now
-    if questions.is_question(approval.tool_call_id):
+    if gate_model.is_question(approval):
         wakeups.wake_on_commit(approval.id)
-    append_event(
-        approval.session_id,
-        p.K_APPROVAL_DECIDED,
-        {"approval_id": approval.id, "decision": decision, "decided_by": decided_by},
-        approval.run_id,
-    )
+    decided = {"approval_id": approval.id, "decision": decision.word, "decided_by": decision.by}
+    if approval.reason:
+        decided["reason"] = approval.reason
+    if decision.whole_step and approval.step:
+        decided["step"] = approval.step  # decided with its whole step, at once
+    append_event(approval.session_id, p.K_APPROVAL_DECIDED, decided, approval.run_id)
 
 
 def cancel(run_id: str, cancelled_by: str, *, session_id: str | None = None) -> Run:
@@ -242,7 +265,7 @@ def cancel_locked(
     for approval in ApprovalRequest.objects.filter(
         run_id=run_id, status=ApprovalRequest.Status.PENDING
     ):
-        _record_decision(approval, gates, cancelled_by)
+        record_decision(approval, gate_model.Decision(gates, cancelled_by, VIA_SERVER))
     # Every gate of the run whose tool never ran (denied just now, or
     # decided but its continuation not yet started) gets its result, and
     # the mark keeps a late continuation from running it.
@@ -351,13 +374,16 @@ def start_next_run(session: AgentSession, first: str | None = None) -> str | Non
     return nxt.id
 
 
-def park(run_id: str, worker: str, session_id: str, gate: Gate, state: dict) -> str | None:
-    """Log ``gate`` (tool.call, approval.requested, run.paused) and release
-    the run, its saved ``state`` with it.
+def park(
+    run_id: str, worker: str, session_id: str, step: list[Gate], state: dict
+) -> list[str] | None:
+    """Log the ``step``'s gates (each its tool.call and approval.requested,
+    then one run.paused) and release the run, its saved ``state`` with it.
 
-    The gate row, its events and the run's saved state commit together: a
+    The gate rows, their events and the run's saved state commit together: a
     refresh, a restart or another tab sees all of it or none of it. Returns the
-    approval id, or None if the worker no longer held the run.
+    approval ids in the step's order, or None if the worker no longer held
+    the run.
     """
     with transaction.atomic():
         session = lock_session(session_id)
@@ -367,17 +393,18 @@ def park(run_id: str, worker: str, session_id: str, gate: Gate, state: dict) -> 
         )
         if not updated:
             return None
-        approval = ApprovalRequest.objects.create(
-            session_id=session_id,
-            run_id=run_id,
-            tool_call_id=gate.tool_call_id,
-            tool=gate.tool,
-            args=gate.args,
-        )
-        append_events(session_id, gate.events(run_id, approval.id))
+        rows = ApprovalRequest.objects.bulk_create([gate.row(session_id, run_id) for gate in step])
+        events = []
+        for gate, row in zip(step, rows, strict=True):
+            events += gate.opening(run_id, row.id)
+        asked = [row.id for gate, row in zip(step, rows, strict=True) if not gate.auto]
+        paused = Gate.paused(run_id, asked[0])
+        if len(asked) > 1:
+            paused.data["approval_ids"] = asked
+        append_events(session_id, [*events, paused])
         set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
         admit_after_commit(session.owner_id)
-    return approval.id
+    return [row.id for row in rows]
 
 
 # How a run reaches an executor: ``tasks.enqueue_run``, set when the app is

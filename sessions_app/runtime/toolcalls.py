@@ -20,6 +20,8 @@ same transaction.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -27,8 +29,9 @@ from sessions_app.log.events import NewEvent, append_events
 from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime import journal, questions, registry, runs
 from sessions_app.runtime.base import Parked, ToolOutcome
-from sessions_app.runtime.context import Context
+from sessions_app.runtime.context import Context, new_call_id
 from sessions_app.runtime.durable import UNKNOWN_OUTPUT
+from sessions_app.runtime.gates import Gate, Kind
 from sessions_app.runtime.locks import lock_run_session
 from sessions_app.runtime.tools import workspace_for
 from sessions_app.server import tracing
@@ -43,16 +46,35 @@ def continue_gate(ctx: Context, tool_call_id: str) -> ToolOutcome:
     ``agent.resume``. Raises ``Parked`` when an unknown outcome is re-gated,
     ``RunAborted`` when the run is no longer this drive's (or was cancelled
     while the tool ran)."""
+    return _continue(ctx, tool_call_id, None)
+
+
+def continue_step(ctx: Context, step: list[str]) -> list[ToolOutcome]:
+    """Run (or refuse) a step's decided calls in the model's order, each
+    exactly once, after the outcomes its checkpoint holds (``ctx.outcomes``:
+    a drive taken over mid-step goes on after the last logged result); every
+    outcome for ``agent.resume_all``. Each result commits with a checkpoint
+    naming the calls still to run."""
+    done = list(ctx.outcomes or [])
+    for index, tool_call_id in enumerate(step):
+        ctx.outcomes = done
+        done.append(_continue(ctx, tool_call_id, step[index + 1 :]))
+    ctx.entry, ctx.outcomes = "start", None
+    return done
+
+
+def _continue(ctx: Context, tool_call_id: str, rest: list[str] | None) -> ToolOutcome:
+    """One decided call (``rest``: a step's calls after it, or None alone)."""
     approval = ApprovalRequest.objects.get(tool_call_id=tool_call_id)
     approved = approval.status == ApprovalRequest.Status.APPROVED
     # A denial runs nothing: it is marked with its result, in one commit.
     first = approved and _mark_started(ctx, approval)
     if not approved:
-        ok, output = False, "denied"
+        ok, output = False, denial(approval)
     elif first or registry.is_idempotent(approval.tool):
         ok, output = _execute(ctx, approval)
     else:
-        _unknown(ctx, approval)  # raises
+        _unknown(ctx, approval, rest)  # raises
     outcome = ToolOutcome(
         tool_call_id=tool_call_id,
         tool=approval.tool,
@@ -61,8 +83,13 @@ def continue_gate(ctx: Context, tool_call_id: str) -> ToolOutcome:
         ok=ok,
         output=output,
     )
-    _log_result(ctx, outcome, mark=None if approved else approval.id)
+    _log_result(ctx, outcome, rest, mark=None if approved else approval.id)
     return outcome
+
+
+def denial(approval: ApprovalRequest) -> str:
+    """What a denied call answers (the model is told the person's reason)."""
+    return f"denied: {approval.reason}" if approval.reason else "denied"
 
 
 def _mark_started(ctx: Context, approval: ApprovalRequest) -> bool:
@@ -96,11 +123,20 @@ def _execute(ctx: Context, approval: ApprovalRequest) -> tuple[bool, str]:
     return ok, output
 
 
-def _log_result(ctx: Context, outcome: ToolOutcome, mark: str | None = None) -> None:
+def _log_result(
+    ctx: Context, outcome: ToolOutcome, rest: list[str] | None, mark: str | None = None
+) -> None:
     """``tool.result`` and the checkpoint after it, then a cancel that waited.
-    ``mark``: the gate to mark as done in the same commit (a denial's)."""
+    ``rest``: a step's calls still to run (the checkpoint's ``gates``), or
+    None for a call alone. ``mark``: the gate to mark as done in the same
+    commit (a denial's)."""
     result = {"tool_call_id": outcome.tool_call_id, "ok": outcome.ok, "output": outcome.output}
-    ctx.entry, ctx.outcome = "resume", outcome
+    if rest is None:
+        ctx.entry, ctx.outcome = "resume", outcome
+        where: dict = {"gate": None}
+    else:
+        ctx.entry, ctx.outcomes = "resume", [*(ctx.outcomes or []), outcome]
+        where = {"gates": rest} if rest else {}
     cancelled = []
 
     def waited(state: dict) -> None:
@@ -116,18 +152,22 @@ def _log_result(ctx: Context, outcome: ToolOutcome, mark: str | None = None) -> 
         [NewEvent(p.K_TOOL_RESULT, result, ctx.run_id)],
         then=waited,
         even_if_stopping=True,
-        gate=None,
+        **where,
     )
     if cancelled:
         raise RunAborted(ctx.run_id)
-    # Only this checkpoint goes on with ``resume``; any later one the agent
-    # takes holds the outcome in its own state and goes on with ``start``.
-    ctx.entry, ctx.outcome = "start", None
+    if rest is None:
+        # Only this checkpoint goes on with ``resume``; any later one the
+        # agent takes holds the outcome in its own state and goes on with
+        # ``start``.
+        ctx.entry, ctx.outcome = "start", None
 
 
-def _unknown(ctx: Context, approval: ApprovalRequest) -> None:
+def _unknown(ctx: Context, approval: ApprovalRequest, rest: list[str] | None) -> None:
     """A worker stopped while this call ran: say so, then ask again (or carry
-    out the cancel that waited for it)."""
+    out the cancel that waited for it). In a step, the new gate takes the
+    call's place: the step's calls after it and its outcomes so far wait
+    with it."""
     result = {"tool_call_id": approval.tool_call_id, "ok": False, "output": UNKNOWN_OUTPUT}
     approval_id = None
     # What the call asked before the worker stopped waits for nobody now.
@@ -141,10 +181,25 @@ def _unknown(ctx: Context, approval: ApprovalRequest) -> None:
             Run.objects.filter(id=ctx.run_id).update(state={"agent": ctx.state, "keep": 0})
             _cancel_now(ctx.run_id, saved["cancel"])
         else:
-            approval_id = ctx.gate(approval.tool, approval.args, note=UNKNOWN_NOTE)
+            approval_id = _ask_again(ctx, approval, rest)
     if approval_id is None:
         raise RunAborted(ctx.run_id)
     raise Parked(approval_id)
+
+
+def _ask_again(ctx: Context, approval: ApprovalRequest, rest: list[str] | None) -> str | None:
+    """The unknown outcome's gate: run the call again?"""
+    tool_call_id = new_call_id()
+    again = Gate(
+        tool_call_id, approval.tool, approval.args, UNKNOWN_NOTE, kind=Kind.UNKNOWN_OUTCOME
+    )
+    if rest is None:
+        where: dict = {"gate": tool_call_id}
+    else:
+        done = [asdict(outcome) for outcome in ctx.outcomes or []]
+        where = {"gates": [tool_call_id, *rest], "outcomes": done}
+    parked = ctx.park([again], where)
+    return parked[0] if parked else None
 
 
 def _cancel_now(run_id: str, waiting: dict) -> None:

@@ -18,7 +18,7 @@ from sessions_app.server import tracing
 from sessions_app.sockets import queries as db
 from sessions_app.sockets.replay import RangeSender
 from sessions_app.sockets.tail import TailCheck
-from sessions_app.wire import frames
+from sessions_app.wire import decisions, frames
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import BranchRateLimited, SessionError
 from sessions_app.wire.rates import TokenBucket
@@ -88,7 +88,7 @@ class Commands:
         await self.socket.send_frame(frames.send_ok(send.request_id, result))
 
     async def _on_decide(self, frame: dict[str, Any]) -> None:
-        decide = p.parse_decide(frame)
+        decide = decisions.parse_decide(frame)
         session_id, username, granted = self._by()
         await db.decide(session_id, decide, username, granted)
         await self.socket.send_frame(

@@ -19,6 +19,7 @@ from sessions_app.fanout.presence import presence_of, request_presence
 from sessions_app.log.compaction import compacted_plan
 from sessions_app.log.events import check_resume_cursor, read_frames
 from sessions_app.log.sessions import create_session
+from sessions_app.runtime.gates import VIA_TAB, Decision
 from sessions_app.runtime.runs import cancel as cancel_run
 from sessions_app.runtime.runs import decide as decide_gate
 from sessions_app.runtime.turns import Sender
@@ -27,6 +28,7 @@ from sessions_app.runtime.turns import switch as switch_branch
 from sessions_app.server import tracing
 from sessions_app.server.db_pool import in_db_pool, reading_in_db_pool
 from sessions_app.wire import protocol as p
+from sessions_app.wire.decisions import Decide
 
 # What a resume checks, as plain SQL: the ORM's query building took 0.26 ms of
 # a 0.44 ms check on the benchmark machine, for one indexed row.
@@ -128,10 +130,11 @@ def switch(session_id: str, run_id: str, username: str, granted: tuple[int, str]
 
 
 @in_db_pool
-def decide(session_id: str, decide: p.Decide, username: str, granted: tuple[int, str]) -> None:
+def decide(session_id: str, decide: Decide, username: str, granted: tuple[int, str]) -> None:
 
     require(granted)
-    decide_gate(decide.approval_id, decide.decision, username, session_id=session_id)
+    decision = Decision(decide.decision, username, VIA_TAB, decide.reason, decide.whole_step)
+    decide_gate(decide.approval_id, decision, session_id=session_id)
 
 
 @in_db_pool

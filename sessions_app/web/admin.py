@@ -15,6 +15,7 @@ from sessions_app.access import tokens
 from sessions_app.log.retention import rotate_epoch
 from sessions_app.models import AgentSession, ApiToken, ApprovalRequest, Connection, Event, Run
 from sessions_app.runtime import runs
+from sessions_app.runtime.gates import VIA_ADMIN, Decision
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import AlreadyDecided, ApprovalCancelled, NotPending
 
@@ -147,14 +148,18 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
         "id",
         "session",
         "tool",
+        "kind",
         "status",
         "decided_by",
+        "decided_via",
+        "reason",
         "decided_at",
         "created_at",
         "executed_at",
     )
-    list_filter = ("status", "tool")
-    search_fields = ("id", "session__id", "tool_call_id", "decided_by")
+    # Who decided what, when and through which channel (the audit trail).
+    list_filter = ("kind", "status", "decided_via", "tool", "decided_at")
+    search_fields = ("id", "session__id", "tool_call_id", "step", "decided_by", "reason")
     readonly_fields = [f.name for f in ApprovalRequest._meta.fields]
     actions = ["approve", "deny"]
 
@@ -164,7 +169,7 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
     def _decide(self, request, queryset, decision):
         for approval in queryset:
             try:
-                runs.decide(approval.id, decision, request.user.get_username())
+                runs.decide(approval.id, Decision(decision, request.user.get_username(), VIA_ADMIN))
             except AlreadyDecided as exc:
                 self.message_user(
                     request,

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession
+from sessions_app.runtime.gates import VIA_AG_UI
 from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.web import conversation
 from sessions_app.web.dialects import (
@@ -145,8 +146,11 @@ def _act(who: Caller, asked: RunAgentInput, position) -> tuple:
                 raise Refused(
                     400, p.E_BAD_FRAME, "a resolved approval's payload is {approved: bool}"
                 )
-            answers.append((entry.interrupt_id, approved))
-        run_id, after = conversation.answer_gates(session, answers, by)
+            reason = payload.get("reason") or ""
+            if not isinstance(reason, str):
+                raise Refused(400, p.E_BAD_FRAME, "an interrupt's 'reason' must be a string")
+            answers.append((entry.interrupt_id, approved, reason))
+        run_id, after = conversation.answer_gates(session, answers, by, VIA_AG_UI)
         return *ids, run_id, after, _went_on(session, run_id, after)
     run_id, after = conversation.send(session, send, by, "ag-ui")
     return *ids, run_id, after, None

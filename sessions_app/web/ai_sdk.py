@@ -30,6 +30,7 @@ import uuid
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from sessions_app.runtime.gates import VIA_AI_SDK
 from sessions_app.server.db_pool import reading_in_db_pool
 from sessions_app.web import conversation
 from sessions_app.web.dialects import (
@@ -78,7 +79,7 @@ def _act(who: Caller, asked: requests.ChatRequest) -> tuple[str, str, int]:
     if session is None:
         raise Refused(404, "not_found", "no such chat")
     if asked.trigger != requests.REGENERATE:
-        return (session.id, *conversation.answer_gates(session, asked.answers, by))
+        return (session.id, *conversation.answer_gates(session, asked.answers, by, VIA_AI_SDK))
     send = p.send_of(
         {
             "client_message_id": f"regenerate-{uuid.uuid4().hex}",

@@ -27,6 +27,7 @@ from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import runs, turns
+from sessions_app.runtime.gates import VIA_API, Decision
 from sessions_app.server import tracing
 from sessions_app.web.policy import Pipeline, exception_handler
 from sessions_app.wire import frames
@@ -113,6 +114,17 @@ class ErrorSerializer(serializers.Serializer):
 
 class DecisionSerializer(serializers.Serializer):
     decision = serializers.ChoiceField(choices=p.DECISIONS)
+    # A denial's reason, which the model is told.
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=p.MAX_REASON_CHARS, trim_whitespace=True
+    )
+    # Every gate of its step still waiting, decided alike.
+    all = serializers.BooleanField(required=False, default=False)
+
+    def validate(self, attrs):
+        if attrs.get("reason") and attrs["decision"] != p.DENY:
+            raise serializers.ValidationError({"reason": "a reason is given with a denial only"})
+        return attrs
 
 
 class EventsQuerySerializer(serializers.Serializer):
@@ -325,7 +337,16 @@ class ApprovalDecide(AppView, generics.GenericAPIView):
         body.is_valid(raise_exception=True)
         approval = self.get_object()
         decision = body.validated_data["decision"]
-        runs.decide(approval.id, decision, request.user.get_username())
+        runs.decide(
+            approval.id,
+            Decision(
+                decision,
+                request.user.get_username(),
+                VIA_API,
+                body.validated_data.get("reason", ""),
+                body.validated_data["all"],
+            ),
+        )
         return Response({"approval_id": approval.id, "decision": decision})
 
 

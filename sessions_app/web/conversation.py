@@ -20,6 +20,7 @@ from django.db.models import Q
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
 from sessions_app.runtime import runs, turns
+from sessions_app.runtime.gates import Decision
 from sessions_app.server import tracing
 from sessions_app.web.dialects import Refused
 from sessions_app.wire import protocol as p
@@ -73,8 +74,9 @@ def send(session: AgentSession, send: p.Send, by: str, via: str) -> tuple[str, i
 MAX_ANSWERS = 64
 
 
-def answer_gates(session: AgentSession, answers, by: str) -> tuple[str, int]:
-    """Decide each gate answered, exactly once (a gate decided already, from
+def answer_gates(session: AgentSession, answers, by: str, via: str) -> tuple[str, int]:
+    """Decide each gate answered (``answers``: approval id, approved, a
+    denial's reason or ""), exactly once (a gate decided already, from
     another tab or the admin, keeps that decision: the stream says which);
     the run and the seq after which it goes on (its ``run.paused``).
 
@@ -83,9 +85,9 @@ def answer_gates(session: AgentSession, answers, by: str) -> tuple[str, int]:
     ``too_many_answers``, and every gate named must be the session's (one
     read; else 404, deciding none). Only the gates still waiting are
     decided, so a request costs at most the session's waiting gates."""
-    unique: dict[str, bool] = {}
-    for approval_id, approved in answers:
-        unique.setdefault(approval_id, approved)
+    unique: dict[str, tuple[bool, str]] = {}
+    for approval_id, approved, reason in answers:
+        unique.setdefault(approval_id, (approved, _reason(reason)))
     if len(unique) > MAX_ANSWERS:
         raise Refused(
             400,
@@ -100,22 +102,39 @@ def answer_gates(session: AgentSession, answers, by: str) -> tuple[str, int]:
     if len(gates) < len(unique):
         raise Refused(404, "not_found", "no such approval in this conversation")
     run_id, after = "", 0
-    for approval_id, approved in unique.items():
+    for approval_id, (approved, reason) in unique.items():
         gate = gates[approval_id]
         with contextlib.suppress(AlreadyDecided, ApprovalCancelled):
-            runs.decide(approval_id, p.APPROVE if approved else p.DENY, by, session_id=session.id)
-        paused = (
-            Event.objects.filter(
-                session_id=session.id,
-                run_id=gate,
-                kind=p.K_RUN_PAUSED,
-                data__approval_id=approval_id,
-            )
-            .values_list("seq", flat=True)
-            .first()
-        )
-        run_id, after = gate, paused or 0
+            word = p.APPROVE if approved else p.DENY
+            decision = Decision(word, by, via, "" if approved else reason)
+            runs.decide(approval_id, decision, session_id=session.id)
+        run_id, after = gate, _paused_at(session.id, gate, approval_id)
     return run_id, after
+
+
+def _reason(reason: str) -> str:
+    """A denial's reason as a dialect gave it: trimmed, at most
+    ``MAX_REASON_CHARS`` (400 ``bad_frame`` past it, nothing decided)."""
+    if len(reason) > p.MAX_REASON_CHARS or not p.is_unicode(reason):
+        raise Refused(
+            400, p.E_BAD_FRAME, f"a reason is text of at most {p.MAX_REASON_CHARS} characters"
+        )
+    return reason.strip()
+
+
+def _paused_at(session_id: str, run_id: str, approval_id: str) -> int:
+    """The seq of the ``run.paused`` that followed the gate's request (a
+    step's gates share one), or 0."""
+    logged = Event.objects.filter(session_id=session_id, run_id=run_id)
+    requested = (
+        logged.filter(kind=p.K_APPROVAL_REQUESTED, data__approval_id=approval_id)
+        .values_list("seq", flat=True)
+        .first()
+    )
+    if requested is None:
+        return 0
+    paused = logged.filter(kind=p.K_RUN_PAUSED, seq__gt=requested).order_by("seq")
+    return paused.values_list("seq", flat=True).first() or 0
 
 
 def active_run(session: AgentSession) -> tuple[str, int] | None:

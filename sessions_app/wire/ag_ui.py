@@ -17,7 +17,8 @@ or ``RUN_ERROR``. What maps to what (docs/integrations.md):
   ``"denied"`` after a denial);
 - a response that goes on after a gate opens with ``MESSAGES_SNAPSHOT``
   (the conversation from the log, up to the gate);
-- a gate (``approval.requested``, ``run.paused``) is an interrupt:
+- a gate (``approval.requested``, ``run.paused``) is an interrupt (a step's
+  gates one each, in one ``RUN_FINISHED``; those seen decided are left out):
   ``{id: <approval id>, reason: "tool_approval", toolCallId, message,
   responseSchema}``, answered by the next ``RunAgentInput``'s ``resume``
   entry (``status: "resolved"`` with ``payload: {"approved": true|false}``;
@@ -124,7 +125,9 @@ class AgUiRun:
         self.segments = pickup.segments
         self.done = False
         self.paused = False
-        self.gate: dict[str, Any] | None = None
+        # The gates asked and not seen decided, in the order asked (a step
+        # opens several at once: one interrupt each).
+        self.gates: dict[str, dict[str, Any]] = {}
         self.open_id: str | None = None
         self._said = ""  # what the open message said, but for ``_raw``
         self._raw: list[str] = []  # deltas as the frames wrote them (JSON strings)
@@ -200,17 +203,19 @@ class AgUiRun:
         return b""  # an AG-UI run asks for every event of its run
 
     def caught_up(self) -> bytes:
-        if self.paused and self.gate is not None and not self.done:
-            gate = self.gate
-            interrupt = Interrupt(
-                id=gate["approval_id"],
-                reason=APPROVAL_REASON,
-                message=gate.get("note") or f"Run {gate['tool']}?",
-                tool_call_id=gate["tool_call_id"],
-                response_schema=APPROVAL_SCHEMA,
-            )
+        if self.paused and self.gates and not self.done:
+            interrupts = [
+                Interrupt(
+                    id=gate["approval_id"],
+                    reason=APPROVAL_REASON,
+                    message=gate.get("note") or f"Run {gate['tool']}?",
+                    tool_call_id=gate["tool_call_id"],
+                    response_schema=APPROVAL_SCHEMA,
+                )
+                for gate in self.gates.values()
+            ]
             self.ts = _now()
-            self.finish(RunFinishedInterruptOutcome(interrupts=[interrupt]))
+            self.finish(RunFinishedInterruptOutcome(interrupts=interrupts))
             return self.write(None, None)
         return b""
 
@@ -227,7 +232,8 @@ class AgUiRun:
     # --- events -------------------------------------------------------------------
 
     def event(self, kind: str, data: dict[str, Any], seq: int) -> None:
-        if kind != p.K_RUN_PAUSED:
+        # A run paused stays so while its step's gates are decided one by one.
+        if kind not in (p.K_RUN_PAUSED, p.K_APPROVAL_DECIDED):
             self.paused = False
         if kind == p.K_ASSISTANT_DELTA:
             self.say(data.get("text") or "", seq)
@@ -246,7 +252,9 @@ class AgUiRun:
             self.emit(ToolCallArgsEvent(tool_call_id=call_id, delta=args))
             self.emit(ToolCallEndEvent(tool_call_id=call_id))
         elif kind == p.K_APPROVAL_REQUESTED:
-            self.gate = data
+            self.gates[data["approval_id"]] = data
+        elif kind == p.K_APPROVAL_DECIDED:
+            self.gates.pop(data.get("approval_id"), None)
         elif kind == p.K_RUN_PAUSED:
             self.paused = True
         elif kind == p.K_TOOL_RESULT:

@@ -94,14 +94,15 @@ REGENERATE = "regenerate-message"
 @dataclass(frozen=True)
 class ChatRequest:
     """What one ``POST …/chat`` asks: a new user message (``user``: its id and
-    text), answers to gates (``answers``: approval id, approved), or a
-    regenerate of ``message_id`` (a run id; None: the last answer)."""
+    text), answers to gates (``answers``: approval id, approved, a denial's
+    reason or ""), or a regenerate of ``message_id`` (a run id; None: the
+    last answer)."""
 
     chat_id: str
     trigger: str
     message_id: str | None
     user: tuple[str, str] | None
-    answers: tuple[tuple[str, bool], ...]
+    answers: tuple[tuple[str, bool, str], ...]
 
 
 def _bad(message: str) -> p.FrameError:
@@ -155,7 +156,10 @@ def parse_chat(body: Any) -> ChatRequest:
                     approval.get("approved"), bool
                 ):
                     raise _bad("an approval response needs its 'id' and 'approved'")
-                answers.append((approval["id"], approval["approved"]))
+                reason = approval.get("reason")
+                if reason is not None and not isinstance(reason, str):
+                    raise _bad("an approval response's 'reason' must be a string")
+                answers.append((approval["id"], approval["approved"], reason or ""))
         if not answers:
             raise _bad("the last message is the assistant's and answers no approval")
         return ChatRequest(chat_id, trigger, message_id, None, tuple(answers))

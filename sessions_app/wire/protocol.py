@@ -147,6 +147,13 @@ SEND_DUPLICATE = "duplicate"
 APPROVE = "approve"
 DENY = "deny"
 DECISIONS = (APPROVE, DENY)
+# What a gate is (approval.requested's "kind"; runtime.gates).
+GATE_APPROVAL = "approval"
+GATE_QUESTION = "question"
+GATE_UNKNOWN_OUTCOME = "unknown_outcome"
+GATE_KINDS = (GATE_APPROVAL, GATE_QUESTION, GATE_UNKNOWN_OUTCOME)
+# The longest reason a denial may give (the model is told it).
+MAX_REASON_CHARS = 2_000
 # approval.decided's "decision" for a gate closed undecided because its
 # branch was left (never a client's decision).
 GATE_CANCELLED = "cancelled"
@@ -259,7 +266,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _string(
+def string_field(
     frame: dict[str, Any], name: str, *, required: bool = True, max_len: int = MAX_ID_CHARS
 ) -> str | None:
     value = frame.get(name)
@@ -336,7 +343,7 @@ def parse_start(frame: dict[str, Any]) -> Start:
         raise FrameError(
             E_UNSUPPORTED_PROTOCOL, f"this server speaks protocol {PROTOCOL_VERSION}", rid
         )
-    tab_id = _string(frame, "tab_id", required=False, max_len=MAX_TAB_ID_CHARS)
+    tab_id = string_field(frame, "tab_id", required=False, max_len=MAX_TAB_ID_CHARS)
     title = frame.get("title")
     if title is None:
         title = ""
@@ -375,12 +382,12 @@ def parse_resume(frame: dict[str, Any]) -> Resume:
         raise Rejection(R_UNSUPPORTED_PROTOCOL, f"this server speaks protocol {PROTOCOL_VERSION}")
     try:
         request_id_of(frame, strict=True)
-        tab_id = _string(frame, "tab_id", required=False, max_len=MAX_TAB_ID_CHARS)
-        session_id = _string(frame, "session_id")
+        tab_id = string_field(frame, "tab_id", required=False, max_len=MAX_TAB_ID_CHARS)
+        session_id = string_field(frame, "session_id")
         after = _cursor(frame, "after")
         epoch = frame.get("epoch")
         if after > 0:
-            _string(frame, "epoch")
+            string_field(frame, "epoch")
         elif epoch is not None and (not isinstance(epoch, str) or not is_unicode(epoch)):
             raise FrameError(E_BAD_FRAME, "'epoch' must be a string")
         features = parse_features(frame)
@@ -410,13 +417,6 @@ class Send:
     edit_of: str | None = None
 
 
-@dataclass(frozen=True)
-class Decide:
-    request_id: Any
-    approval_id: str
-    decision: str
-
-
 def parse_ack(frame: dict[str, Any]) -> int:
     request_id_of(frame, strict=True)
     return _cursor(frame, "seq")
@@ -432,9 +432,9 @@ def send_of(fields: Mapping[str, Any]) -> Send:
     (``parse_send``) and an HTTP body (the REST API, the dialects): a
     ``FrameError`` names the field."""
     rid = request_id_of(fields)
-    cmid = _string(fields, "client_message_id")
-    regenerate = _string(fields, "regenerate", required=False, max_len=MAX_RUN_ID_CHARS)
-    edit_of = _string(fields, "edit_of", required=False, max_len=MAX_RUN_ID_CHARS)
+    cmid = string_field(fields, "client_message_id")
+    regenerate = string_field(fields, "regenerate", required=False, max_len=MAX_RUN_ID_CHARS)
+    edit_of = string_field(fields, "edit_of", required=False, max_len=MAX_RUN_ID_CHARS)
     interrupt = fields.get("interrupt", False)
     if not isinstance(interrupt, bool):
         raise FrameError(E_BAD_FRAME, "'interrupt' must be true or false", rid)
@@ -458,21 +458,12 @@ def parse_switch(frame: dict[str, Any]) -> tuple[Any, str]:
 
 def switch_of(fields: Mapping[str, Any]) -> str:
     """The run a switch goes to, validated alike from a frame and an HTTP body."""
-    return _string(fields, "run_id", max_len=MAX_RUN_ID_CHARS)
-
-
-def parse_decide(frame: dict[str, Any]) -> Decide:
-    rid = request_id_of(frame, strict=True)
-    approval_id = _string(frame, "approval_id")
-    decision = frame.get("decision")
-    if decision not in DECISIONS:
-        raise FrameError(E_BAD_FRAME, "'decision' must be 'approve' or 'deny'", rid)
-    return Decide(request_id=rid, approval_id=approval_id, decision=decision)
+    return string_field(fields, "run_id", max_len=MAX_RUN_ID_CHARS)
 
 
 def parse_cancel(frame: dict[str, Any]) -> tuple[Any, str]:
     rid = request_id_of(frame, strict=True)
-    return rid, _string(frame, "run_id")
+    return rid, string_field(frame, "run_id")
 
 
 def parse_sync(frame: dict[str, Any]) -> tuple[Any, int]:

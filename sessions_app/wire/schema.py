@@ -79,16 +79,25 @@ def client_frames() -> dict[str, dict[str, Any]]:
                 ]
             },
         ),
-        p.DECIDE: frame_of(
-            p.DECIDE,
-            {"approval_id": ID, "decision": {"enum": list(p.DECISIONS)}},
-            {"request_id": REQUEST_ID},
-        ),
+        p.DECIDE: _decide(),
         p.CANCEL: frame_of(p.CANCEL, {"run_id": ID}, {"request_id": REQUEST_ID}),
         p.SYNC: frame_of(p.SYNC, {"after": SEQ}, {"request_id": REQUEST_ID}),
         p.SWITCH: frame_of(p.SWITCH, {"run_id": RUN_ID}, {"request_id": REQUEST_ID}),
         p.PING: frame_of(p.PING, {}, {"request_id": REQUEST_ID}),
     }
+
+
+def _decide() -> dict[str, Any]:
+    """``decide``: a gate, its decision, a denial's reason, its whole step."""
+    return frame_of(
+        p.DECIDE,
+        {"approval_id": ID, "decision": {"enum": list(p.DECISIONS)}},
+        {
+            "request_id": REQUEST_ID,
+            "reason": {"type": "string", "maxLength": p.MAX_REASON_CHARS},
+            "all": {"type": "boolean"},
+        },
+    )
 
 
 def server_frames() -> dict[str, dict[str, Any]]:

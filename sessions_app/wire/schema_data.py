@@ -81,10 +81,10 @@ def _data(
     }
 
 
-def _call(**extra_required: Any) -> dict[str, Any]:
+def _call(optional: dict[str, Any] | None = None, **extra_required: Any) -> dict[str, Any]:
     return _data(
         {**extra_required, **CALL_REQUIRED},
-        CALL_OPTIONAL,
+        {**CALL_OPTIONAL, **(optional or {})},
         **{
             "if": {"properties": {"tool_call_id": {"pattern": "^ask_"}}},
             "then": {"properties": {"args": QUESTION_ARGS}, "required": ["note"]},
@@ -137,8 +137,12 @@ def _answer_data() -> dict[str, dict[str, Any]]:
         # before a call): may be empty.
         p.K_ASSISTANT_MESSAGE: _data({"text": STRING}),
         p.K_TOOL_CALL: _call(),
-        p.K_APPROVAL_REQUESTED: _call(approval_id=ID),
-        # runtime.runs._record_decision, runtime.questions.close_open. decided_by:
+        # kind (runtime.gates): absent on gates logged before kinds; step:
+        # the id the gates one step opened together share.
+        p.K_APPROVAL_REQUESTED: _call(
+            {"kind": {"enum": list(p.GATE_KINDS)}, "step": TOOL_CALL_ID}, approval_id=ID
+        ),
+        # runtime.runs.record_decision, runtime.questions.close_open. decided_by:
         # a username, "" (a branch change without one), or why a question
         # closed undecided ("unanswered", "stopped", "the call ended", …).
         p.K_APPROVAL_DECIDED: _data(
@@ -146,7 +150,9 @@ def _answer_data() -> dict[str, dict[str, Any]]:
                 "approval_id": ID,
                 "decision": {"enum": [*p.DECISIONS, p.GATE_CANCELLED]},
                 "decided_by": STRING,
-            }
+            },
+            # reason: a denial's; step: decided with its whole step at once.
+            {"reason": STRING, "step": TOOL_CALL_ID},
         ),
         # runtime.toolcalls, runs.cancel_locked, durable._unknown_result,
         # questions.close_open.

@@ -9,6 +9,8 @@
 //   turn      run <text>
 //   approve   run <text> (a gated tool); answer the interrupt approved; run again
 //   deny      the same, denied
+//   several   run <text> (a step of gates); answer every interrupt in one
+//             resume, the first approved and the rest alternating
 //   cut       run <text>; abort after the first text content; run again with
 //             Last-Event-ID (the last id received) and the same runId
 //   join      join the thread late (GET /api/ag-ui/<thread>/stream) through
@@ -127,6 +129,17 @@ if (scenario === "join") {
       resume: [{ interruptId: interrupt.id, status: "resolved", payload: { approved: scenario === "approve" } }],
     });
   }
+} else if (scenario === "several") {
+  const first = await run({ runId: "r1" });
+  out.interrupts = first.interrupts ?? [];
+  await run({
+    runId: "r2",
+    resume: out.interrupts.map((interrupt, i) => ({
+      interruptId: interrupt.id,
+      status: "resolved",
+      payload: { approved: i % 2 === 0 },
+    })),
+  });
 } else if (scenario === "cut") {
   abortOnContent = true;
   await run({ runId: "r1" });

@@ -97,6 +97,17 @@ if (scenario === "turn" || scenario === "gate") {
   out.steps.push({ approval: id, status: c.status });
   await c.addToolApprovalResponse({ id, approved: scenario === "approve" });
   await idle(c);
+} else if (scenario === "several") {
+  // Every approval of one step answered (the second denied with a reason);
+  // the chat sends once, when the last is answered.
+  c = chat();
+  await c.sendMessage({ text });
+  const ids = c.messages.flatMap((m) => m.parts.filter((p) => p.state === "approval-requested").map((p) => p.approval.id));
+  out.steps.push({ approvals: ids, status: c.status });
+  for (const [i, id] of ids.entries()) {
+    await c.addToolApprovalResponse(i === 1 ? { id, approved: false, reason: "not this one" } : { id, approved: true });
+  }
+  await idle(c);
 } else if (scenario === "cut") {
   let deltas = 0;
   c = chat([], {

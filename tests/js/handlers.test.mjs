@@ -82,6 +82,35 @@ test("approval.decided updates the card; a cancelled gate says so", () => {
   assert.equal(m.items.at(-1).status, "cancelled");
 });
 
+test("a step's cards count the step's gates still waiting, and a denial keeps its reason", () => {
+  const m = emptyModel();
+  const asked = (seq, id, call) => ev(seq, P.K_APPROVAL_REQUESTED, { approval_id: id, tool_call_id: call, tool: "t", args: {}, kind: "approval", step: "c1" });
+  apply(m, [...started, asked(3, "ap_1", "c1"), asked(4, "ap_2", "c2"), asked(5, "ap_3", "c3")]);
+  const cards = m.items.filter((it) => it.type === "approval");
+  assert.deepEqual(
+    cards.map((c) => [c.kind, c.step, c.stepPending]),
+    [
+      ["approval", "c1", 3],
+      ["approval", "c1", 3],
+      ["approval", "c1", 3],
+    ],
+  );
+  const changes = apply(m, [ev(6, P.K_APPROVAL_DECIDED, { approval_id: "ap_2", decision: P.DENY, decided_by: "bob", reason: "no" })]);
+  assert.deepEqual(
+    cards.map((c) => c.stepPending),
+    [2, 2, 2],
+  );
+  assert.equal(cards[1].reason, "no");
+  assert.deepEqual(new Set(changes.map((c) => c.item.approvalId)), new Set(["ap_1", "ap_2", "ap_3"]));
+});
+
+test("a card logged before kinds is an approval of no step", () => {
+  const m = emptyModel();
+  apply(m, [...started, ev(3, P.K_APPROVAL_REQUESTED, { approval_id: "ap_1", tool_call_id: "c2", tool: "t", args: {} })]);
+  const card = m.items.at(-1);
+  assert.deepEqual([card.kind, card.step, card.stepPending], ["approval", "", undefined]);
+});
+
 test("tool.result adds a result row", () => {
   const m = emptyModel();
   apply(m, [...started, ev(3, P.K_TOOL_RESULT, { tool_call_id: "c1", ok: false, output: "unknown" })]);

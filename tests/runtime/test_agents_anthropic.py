@@ -148,9 +148,9 @@ def test_a_tool_use_parks_and_its_result_goes_back_as_a_tool_result(server):
     }
 
 
-def test_two_tool_uses_are_two_gates_and_one_user_turn_of_results(server):
-    """Two calls in one turn park twice, in order; both results (one denied)
-    go back together in one user message."""
+def test_two_tool_uses_are_one_step_and_one_user_turn_of_results(server):
+    """Two calls in one turn open their gates together; both results (one
+    denied, with its reason) go back together in one user message, in order."""
     server.responses = [
         anthropic_response(
             ("tool_use", "toolu_1", "terminal", ['{"command": "ls"}']),
@@ -160,17 +160,17 @@ def test_two_tool_uses_are_two_gates_and_one_user_turn_of_results(server):
         anthropic_response("All done."),
     ]
     first = park(FakeContext("look and write"))
-    assert [t for t, _, _ in first.tool_requests] == ["terminal"]
-    second = resume(first, parks=True, output="a.txt")
-    assert [t for t, _, _ in second.tool_requests] == ["write_file"]
+    assert [[tool for tool, _ in step] for step in first.steps] == [["terminal", "write_file"]]
     assert len(server.requests) == 1
-    last = resume(second, approved=False)
+    last = FakeContext(first.text, state=first.state)
+    outcomes = first.step_outcomes({"output": "a.txt"}, {"approved": False, "output": "denied: no"})
+    AnthropicAgent().resume_all(last, outcomes)
     assert last.messages == ["All done."]
     results = server.requests[1]["messages"][-1]
     assert results["role"] == "user"
     assert [(r["tool_use_id"], r["content"], r["is_error"]) for r in results["content"]] == [
         ("toolu_1", "a.txt", False),
-        ("toolu_2", "denied", True),
+        ("toolu_2", "denied: no", True),
     ]
 
 

@@ -143,27 +143,60 @@ def test_a_denied_call_is_answered_denied(server):
     }
 
 
-def test_several_calls_in_one_answer_park_one_after_the_other(server):
-    """Each call of one answer gets its own gate, then the model sees all results."""
+def test_several_calls_in_one_answer_open_their_gates_together(server):
+    """The calls of one answer are one step: asked at once, and once all are
+    decided the model sees every result, in its order (a denial with its
+    reason)."""
     server.responses = [
         tool_call_response(
             ("call_1", "terminal", '{"command": "ls"}'),
             ("call_2", "terminal", '{"command": "pwd"}'),
+            ("call_3", "write_file", '{"path": "a", "text": "b"}'),
         ),
-        text_response("Both ran."),
+        text_response("All three answered."),
     ]
     first = park(FakeContext("look around"))
-    assert first.tool_requests[0][:2] == ("terminal", {"command": "ls"})
-    second = resume_to_park(first, output="notes.txt\n")
-    assert len(server.requests) == 1  # the second gate comes before asking the model
-    assert second.tool_requests[0][:2] == ("terminal", {"command": "pwd"})
-    final = resume(second, output="/ws\n")
-    assert final.messages == ["Both ran."]
+    assert first.tool_requests == []
+    assert first.steps == [
+        [
+            ("terminal", {"command": "ls"}),
+            ("terminal", {"command": "pwd"}),
+            ("write_file", {"path": "a", "text": "b"}),
+        ]
+    ]
+    assert len(server.requests) == 1
+    later = FakeContext(first.text, state=first.state)
+    outcomes = first.step_outcomes(
+        {"output": "notes.txt\n"},
+        {"output": "/ws\n"},
+        {"approved": False, "output": "denied: not there"},
+    )
+    OpenAIAgent().resume_all(later, outcomes)
+    assert later.messages == ["All three answered."]
     tool_messages = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
     assert [(m["tool_call_id"], m["content"]) for m in tool_messages] == [
         ("call_1", "notes.txt\n"),
         ("call_2", "/ws\n"),
+        ("call_3", "denied: not there"),
     ]
+
+
+def test_a_bad_call_beside_good_ones_is_answered_and_the_others_gated_together(server):
+    """A malformed call in a step is answered as a failure; the rest are one step."""
+    server.responses = [
+        tool_call_response(
+            ("call_1", "terminal", '{"command": "ls"}'),
+            ("call_bad", "rm", "{}"),
+            ("call_2", "terminal", '{"command": "pwd"}'),
+        ),
+        text_response("Done."),
+    ]
+    first = park(FakeContext("go"))
+    assert first.steps == [[("terminal", {"command": "ls"}), ("terminal", {"command": "pwd"})]]
+    later = FakeContext(first.text, state=first.state)
+    OpenAIAgent().resume_all(later, first.step_outcomes({"output": "x"}, {"output": "y"}))
+    tool_messages = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_messages] == ["call_bad", "call_1", "call_2"]
 
 
 @pytest.mark.parametrize(

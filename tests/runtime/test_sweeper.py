@@ -17,7 +17,7 @@ from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import ApprovalRequest, Connection, Run
 from sessions_app.runtime import durable, runs, turns
-from sessions_app.runtime.gates import Gate
+from sessions_app.runtime.gates import Decision, Gate
 from sessions_app.runtime.sweeper import take_over_expired
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -118,7 +118,7 @@ def test_live_lease_and_parked_gates_are_untouched(user, no_enqueue):
         r.run_id,
         "w:1:x",
         s.id,
-        Gate("call_1", "write_file", {"path": "a", "text": "b"}),
+        [Gate("call_1", "write_file", {"path": "a", "text": "b"})],
         state={},
     )
     assert parked
@@ -176,14 +176,14 @@ def test_cancel_after_decision_before_continuation_logs_the_result(user, no_enqu
     s = create_session(user)
     r = turns.submit_message(s.id, "a", "/write f x")
     Run.objects.filter(id=r.run_id).update(worker="w:1:x")
-    approval_id = runs.park(
+    (approval_id,) = runs.park(
         r.run_id,
         "w:1:x",
         s.id,
-        Gate("call_1", "write_file", {"path": "f", "text": "x"}),
+        [Gate("call_1", "write_file", {"path": "f", "text": "x"})],
         state={"gate": "call_1"},
     )
-    runs.decide(approval_id, "approve", "alice")
+    runs.decide(approval_id, Decision("approve", "alice", "tab"))
     runs.cancel(r.run_id, "alice")
     tail = [(e.kind, e.data) for e in read_events(s.id, 0)][-3:]
     assert tail[0][0] == "approval.decided"
@@ -274,10 +274,13 @@ def test_a_run_ended_by_the_budget_says_its_tool_call_is_unknown(user, no_enqueu
         r.run_id,
         "w:1:x",
         s.id,
-        Gate("call_started", "write_file", {"path": "a.txt", "text": "b"}),
+        [Gate("call_started", "write_file", {"path": "a.txt", "text": "b"})],
         state={"gate": "call_started"},
     )
-    runs.decide(ApprovalRequest.objects.get(tool_call_id="call_started").id, "approve", "alice")
+    runs.decide(
+        ApprovalRequest.objects.get(tool_call_id="call_started").id,
+        Decision("approve", "alice", "tab"),
+    )
     ApprovalRequest.objects.filter(tool_call_id="call_started").update(executed_at=timezone.now())
     _expire(r.run_id)
     assert take_over_expired() == [r.run_id]

@@ -53,6 +53,25 @@ def test_staff_with_change_permission_decides(user, django_user_model, no_enqueu
     _action(editor, "approvalrequest", "approve", approval.id)
     approval.refresh_from_db()
     assert (approval.status, approval.decided_by) == ("approved", "editor")
+    assert approval.decided_via == "admin"
+
+
+def test_the_gate_list_is_an_audit_filtered_by_kind_channel_and_status(
+    user, django_user_model, no_enqueue
+):
+    """The list shows each gate's kind, decider, channel and reason, and
+    filters by them."""
+    _, approval = _parked(user)
+    editor = _staff(django_user_model, "editor", "view_approvalrequest", "change_approvalrequest")
+    _action(editor, "approvalrequest", "deny", approval.id)
+    listed = editor.get(
+        "/admin/sessions_app/approvalrequest/?decided_via__exact=admin&kind=approval"
+    )
+    assert listed.status_code == 200 and approval.id.encode() in listed.content
+    for column in (b"column-kind", b"column-decided_via", b"column-reason"):
+        assert column in listed.content
+    other = editor.get("/admin/sessions_app/approvalrequest/?decided_via__exact=tab")
+    assert other.status_code == 200 and approval.id.encode() not in other.content
 
 
 def test_the_admin_cannot_approve_a_gate_closed_with_its_branch(

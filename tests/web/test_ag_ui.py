@@ -100,6 +100,28 @@ def test_a_denied_interrupt_runs_nothing(server, user, tmp_path):
     clean(report, tmp_path, "deny")
 
 
+def test_a_step_is_one_interrupt_a_gate_and_one_resume_answers_them_all(server, user, tmp_path):
+    """/parallel 3: the AG-UI run ends with three interrupts (one per gate,
+    in the order asked); one resume with three entries decides each once
+    (approved, denied, approved) and the run goes on: two writes, one denial."""
+    report = agent(server, api_key(user), "thread9", "several", "/parallel 3 out.txt")
+    first, second = report["runs"]
+    gates = sorted(ApprovalRequest.objects.all(), key=lambda g: g.args["text"])
+    assert first["outcome"] == "interrupt"
+    assert [i["id"] for i in report["interrupts"]] == [g.id for g in gates]
+    assert second.get("thrown") is None and second["outcome"] == "success"
+    statuses = {g.id: g.status for g in ApprovalRequest.objects.all()}
+    assert [statuses[g.id] for g in gates] == ["approved", "denied", "approved"]
+    assert {g.decided_via for g in ApprovalRequest.objects.all()} == {"ag_ui"}
+    results = logged("thread9", "tool.result", external=True)
+    assert [(r["ok"], r["output"][:8]) for r in results] == [
+        (True, "appended"),
+        (False, "denied"),
+        (True, "appended"),
+    ]
+    clean(report, tmp_path, "several")
+
+
 def test_a_cut_stream_resumes_with_last_event_id_exactly(server, user, tmp_path):
     """An aborted run sent again with Last-Event-ID gets exactly what followed:
     the agent's message is the whole answer, each token once, and both

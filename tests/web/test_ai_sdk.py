@@ -88,6 +88,28 @@ def test_a_denial_is_told_as_output_denied(server, user):
     ]
 
 
+def test_three_approvals_of_one_step_go_in_one_request_with_a_reason(server, user):
+    """/parallel 3: the chat shows three approval requests at once; answered
+    (the second denied with a reason), it sends once and the message goes
+    on: two writes, the denial's reason told as its output."""
+    report = chat(server, api_key(user), "chatStep", "several", "/parallel 3 out.txt")
+    assert report["errors"] == [] and report["status"] == "ready"
+    gates = sorted(ApprovalRequest.objects.all(), key=lambda g: g.args["text"])
+    assert report["steps"][0]["approvals"] == [g.id for g in gates]
+    assert [(g.status, g.reason, g.decided_via) for g in gates] == [
+        ("approved", "", "ai_sdk"),
+        ("denied", "not this one", "ai_sdk"),
+        ("approved", "", "ai_sdk"),
+    ]
+    results = logged("chatStep", "tool.result", external=True)
+    assert [(r["ok"], r["output"][:8]) for r in results] == [
+        (True, "appended"),
+        (False, "denied: "),
+        (True, "appended"),
+    ]
+    assert results[1]["output"] == "denied: not this one"
+
+
 def test_a_fresh_page_resumes_the_run_from_the_log_exactly_once(server, user):
     """A page closed mid-answer (its fetch aborted) leaves the run going; a
     fresh page loads …/messages (the finished turns) and resumeStream()

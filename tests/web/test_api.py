@@ -55,11 +55,11 @@ def parked_gate(owner):
     s = create_session(owner)
     sent = turns.submit_message(s.id, "m1", "/write a.txt x")
     Run.objects.filter(id=sent.run_id).update(worker="w")
-    approval_id = runs.park(
+    (approval_id,) = runs.park(
         sent.run_id,
         "w",
         s.id,
-        Gate("call_" + s.id, "write_file", {"path": "a.txt", "text": "x"}),
+        [Gate("call_" + s.id, "write_file", {"path": "a.txt", "text": "x"})],
         state={},
     )
     return s, sent.run_id, approval_id

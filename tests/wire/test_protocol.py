@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sessions_app.wire import protocol as p
+from sessions_app.wire.decisions import parse_decide
 from sessions_app.wire.rates import TokenBucket
 
 CONSTANTS_JS = (
@@ -81,7 +82,7 @@ def test_send_text_limit_is_too_large():
 
 def test_unknown_fields_are_ignored():
     """Servers ignore unknown fields in known frames."""
-    d = p.parse_decide({"approval_id": "a", "decision": "deny", "extra": {"x": 1}})
+    d = parse_decide({"approval_id": "a", "decision": "deny", "extra": {"x": 1}})
     assert (d.approval_id, d.decision) == ("a", "deny")
 
 
@@ -111,7 +112,7 @@ def test_token_bucket_allows_burst_then_rate():
 def test_lone_surrogates_are_bad_frames(frame):
     """Strings that are not valid Unicode, or hold a NUL (no PostgreSQL text column
     can store one: the fuzz found it), are refused as bad_frame by the parsers."""
-    parse = {"send": p.parse_send, "decide": p.parse_decide, "cancel": p.parse_cancel}
+    parse = {"send": p.parse_send, "decide": parse_decide, "cancel": p.parse_cancel}
     with pytest.raises(p.FrameError) as err:
         parse[frame["type"]](frame)
     assert err.value.code == p.E_BAD_FRAME

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessions_app.wire import protocol as p
+from sessions_app.wire.decisions import parse_decide
 
 # JSON values with the edges that matter: lone surrogates, huge and negative
 # numbers, floats, booleans standing in for integers, nesting.
@@ -42,7 +43,7 @@ frames = st.dictionaries(st.sampled_from(FIELDS), values, max_size=8)
 PARSERS = [
     p.parse_start,
     p.parse_send,
-    p.parse_decide,
+    parse_decide,
     p.parse_cancel,
     p.parse_sync,
     p.parse_ack,

@@ -13,6 +13,7 @@ from sessions_app.management.commands.protocol_schema import render
 from sessions_app.models import AgentSession
 from sessions_app.wire import frames
 from sessions_app.wire import protocol as p
+from sessions_app.wire.decisions import parse_decide
 from sessions_app.wire.schema import document
 from tests.harness import ROOT, WsClient
 from tests.support.log import finished
@@ -34,7 +35,7 @@ PARSERS = {
     p.RESUME: p.parse_resume,
     p.ACK: p.parse_ack,
     p.SEND: p.parse_send,
-    p.DECIDE: p.parse_decide,
+    p.DECIDE: parse_decide,
     p.CANCEL: p.parse_cancel,
     p.SYNC: p.parse_sync,
     p.SWITCH: p.parse_switch,

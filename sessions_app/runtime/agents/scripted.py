@@ -5,9 +5,11 @@ plain text gets a short streamed reply, ``/stream N [MS]`` is a load
 generator, ``/echo TEXT`` streams TEXT back as written (Markdown, payloads),
 ``/markdown`` streams a sample answer in Markdown, ``/write`` and ``/sh`` go
 through an approval gate (as does ``/tool NAME JSON``, any tool of the
-registry), ``/fail`` ends the run with an error, and in tests ``/hold NAME``
-streams until the test releases it (``AGENT_TEST_HOLDS``). It holds
-nothing between calls: what ``resume`` needs is in ``ctx.state``.
+registry), ``/parallel N [PATH]`` asks for N gated writes in one step
+(their gates open together), ``/fail`` ends the run with an error, and in
+tests ``/hold NAME`` streams until the test releases it
+(``AGENT_TEST_HOLDS``). It holds nothing between calls: what ``resume``
+needs is in ``ctx.state``.
 
 It checkpoints (docs/agents.md, "Steps and checkpoints"): ``/stream`` at least
 once a second of output, with the next token's index in ``ctx.state``; every
@@ -36,6 +38,8 @@ WRITE_USAGE = "usage: /write PATH TEXT"
 SH_USAGE = "usage: /sh CMD"
 ECHO_USAGE = "usage: /echo TEXT"
 TOOL_USAGE = "usage: /tool NAME [JSON ARGUMENTS]"
+PARALLEL_USAGE = "usage: /parallel N [PATH]"
+MAX_PARALLEL = 16
 HOLD_USAGE = "usage: /hold NAME [MS] (tests only: AGENT_TEST_HOLDS names its folder)"
 HOLD_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # /hold looks for its release this often (or every MS, if sooner).
@@ -105,6 +109,8 @@ class ScriptedAgent:
             self._echo(ctx, MARKDOWN_SAMPLE)
         elif command == "/write":
             self._write(ctx, rest)
+        elif command == "/parallel":
+            self._parallel(ctx, rest)
         elif command == "/sh":
             self._sh(ctx, rest)
         elif command == "/tool":
@@ -121,30 +127,41 @@ class ScriptedAgent:
         if ctx.state.get("done"):
             return
         ctx.state["done"] = True  # the message below ends the run's last step
+        ctx.message(self._said(ctx.state, outcome))
+
+    def resume_all(self, ctx: RunContext, outcomes: list[ToolOutcome]) -> None:
+        """``/parallel``'s step: one line per call, in the order asked."""
+        if ctx.state.get("done"):
+            return
+        ctx.state["done"] = True
+        lines = [f"{i}. {self._said({}, outcome)}" for i, outcome in enumerate(outcomes, 1)]
+        ctx.message("\n".join(lines))
+
+    @staticmethod
+    def _said(state: dict, outcome: ToolOutcome) -> str:
+        """What the agent says of one call's outcome."""
+        why = outcome.output[len("denied: ") :] if outcome.output.startswith("denied: ") else ""
+        denied = f" was denied ({why})." if why else " was denied."
         if outcome.tool == "write_file":
-            path = ctx.state.get("path", outcome.args.get("path", ""))
+            path = state.get("path", outcome.args.get("path", ""))
             if not outcome.approved:
-                ctx.message(f"The write to {path} was denied.")
-            elif outcome.ok:
-                ctx.message(f"Wrote to {path}: {outcome.output}")
-            else:
-                ctx.message(f"The write to {path} failed: {outcome.output}")
-        elif outcome.tool == "terminal":
-            command = ctx.state.get("command", outcome.args.get("command", ""))
+                return f"The write to {path}{denied}"
+            if outcome.ok:
+                return f"Wrote to {path}: {outcome.output}"
+            return f"The write to {path} failed: {outcome.output}"
+        if outcome.tool == "terminal":
+            command = state.get("command", outcome.args.get("command", ""))
             if not outcome.approved:
-                ctx.message(f"The command `{command}` was denied.")
-            elif outcome.ok:
-                ctx.message(f"$ {command}\n{outcome.output}")
-            else:
-                ctx.message(f"The command `{command}` failed:\n{outcome.output}")
-        else:
-            # Any other tool of the registry (asked for with /tool).
-            if not outcome.approved:
-                ctx.message(f"The call to {outcome.tool} was denied.")
-            elif outcome.ok:
-                ctx.message(f"{outcome.tool}: {outcome.output}")
-            else:
-                ctx.message(f"{outcome.tool} failed: {outcome.output}")
+                return f"The command `{command}`{denied}"
+            if outcome.ok:
+                return f"$ {command}\n{outcome.output}"
+            return f"The command `{command}` failed:\n{outcome.output}"
+        # Any other tool of the registry (asked for with /tool).
+        if not outcome.approved:
+            return f"The call to {outcome.tool}{denied}"
+        if outcome.ok:
+            return f"{outcome.tool}: {outcome.output}"
+        return f"{outcome.tool} failed: {outcome.output}"
 
     # --- commands ---------------------------------------------------------
 
@@ -246,6 +263,19 @@ class ScriptedAgent:
             {"path": path, "text": text},
             state={"tool": "write_file", "path": path},
         )
+
+    def _parallel(self, ctx: RunContext, rest: str) -> None:
+        """N gated writes in one step (``write N`` to PATH, N = 1, 2, …):
+        their gates open together, as a model's parallel tool calls do."""
+        parts = rest.split()
+        if not 1 <= len(parts) <= 2 or not re.fullmatch(r"[0-9]{1,2}", parts[0]):
+            raise AgentError(PARALLEL_USAGE)
+        count = int(parts[0])
+        if not 1 <= count <= MAX_PARALLEL:
+            raise AgentError(f"N must be between 1 and {MAX_PARALLEL} ({PARALLEL_USAGE})")
+        path = parts[1] if len(parts) == 2 else "parallel.txt"
+        calls = [("write_file", {"path": path, "text": f"write {i}"}) for i in range(1, count + 1)]
+        ctx.request_tools(calls, state={"tool": "write_file", "path": path})
 
     def _tool(self, ctx: RunContext, rest: str) -> None:
         parts = rest.split(None, 1)

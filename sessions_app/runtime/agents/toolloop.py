@@ -1,5 +1,5 @@
-"""The tool loop both model backends share: call the model, gate each tool
-call it makes, answer the model with the outcomes, call it again.
+"""The tool loop both model backends share: call the model, gate the tool
+calls it makes (all of one turn's at once), answer the model with the outcomes, call it again.
 
 A backend (``openai``, ``anthropic``) supplies only its wire format: the
 first messages, one streamed model call, how a model turn with tool calls and
@@ -9,8 +9,11 @@ steps and their checkpoints (docs/agents.md, "Steps and checkpoints"):
 - after a model call that asked for tools, ``ctx.state`` holds the
   conversation and the calls still to make, saved with ``ctx.checkpoint()``:
   a run taken over here makes the calls, it does not ask the model again;
-- each call's gate saves the same, with the call being asked (``current``);
-  ``resume`` adds the call's outcome and goes on;
+- the calls one model turn asks for are gated together: one alone saves the
+  same, with the call being asked (``current``), and ``resume`` adds its
+  outcome; several open their gates at once (``ctx.request_tools``), saved
+  with the calls (``step``), and ``resume_all`` adds every outcome, in the
+  model's order;
 - the final answer marks the state ``done`` before its message: a run taken
   over after it says nothing twice.
 
@@ -81,11 +84,54 @@ class ToolLoopAgent:
         ):
             raise AgentError("the saved state of this run is unusable")
         # The runtime has its own tool_call_id; the model needs its own back.
-        content = outcome.output if outcome.approved else "denied"
         answers = list(state.get("answers") or [])
-        answers.append(self.answer(state.pop("current"), content, outcome.approved and outcome.ok))
+        answers.append(self._answer_of(state.pop("current"), outcome))
         state["answers"] = answers
         self._loop(ctx, state)
+
+    def resume_all(self, ctx: RunContext, outcomes: list[ToolOutcome]) -> None:
+        """A step of several calls, all decided and run: each call answered
+        in the order the model asked."""
+        if ctx.state.get("done"):
+            return
+        state = copy.deepcopy(ctx.state or {})
+        step = state.pop("step", None)
+        if not isinstance(state.get("messages"), list) or not isinstance(step, list):
+            raise AgentError("the saved state of this run is unusable")
+        if len(step) != len(outcomes):
+            raise AgentError("the step's outcomes do not match its calls")
+        answers = list(state.get("answers") or [])
+        answers += [self._answer_of(call, o) for call, o in zip(step, outcomes, strict=True)]
+        state["answers"] = answers
+        self._loop(ctx, state)
+
+    def _answer_of(self, call: Call, outcome: ToolOutcome) -> dict[str, Any]:
+        # A denial's output says so (with the person's reason, if any).
+        content = outcome.output if outcome.approved else (outcome.output or "denied")
+        return self.answer(call, content, outcome.approved and outcome.ok)
+
+    @staticmethod
+    def _ask(
+        ctx: RunContext,
+        asked: list[tuple[Call, dict[str, Any]]],
+        messages: list[dict[str, Any]],
+        answers: list[dict[str, Any]],
+        model_calls: int,
+    ) -> None:
+        """Gate the model's calls: one alone (``resume``), or several at
+        once, their gates open together (``resume_all``)."""
+        gate: dict[str, Any] = {
+            "messages": messages,
+            "pending": [],
+            "answers": answers,
+            "model_calls": model_calls,
+        }
+        if len(asked) == 1:
+            call, args = asked[0]
+            ctx.request_tool(call["name"], args, state={**gate, "current": call})
+        else:
+            gate["step"] = [call for call, _ in asked]
+            ctx.request_tools([(call["name"], args) for call, args in asked], state=gate)
 
     def _loop(self, ctx: RunContext, state: dict[str, Any]) -> None:
         messages: list[dict[str, Any]] = state["messages"]
@@ -93,21 +139,18 @@ class ToolLoopAgent:
         answers: list[dict[str, Any]] = list(state.get("answers") or [])
         model_calls = int(state.get("model_calls", 0))
         while True:
-            while pending:
-                call = pending.pop(0)
-                args, error = self.parse_call(call)
-                if error is not None:
-                    answers.append(self.answer(call, error, False))
-                    continue
-                gate = {
-                    "messages": messages,
-                    "pending": pending,
-                    "answers": answers,
-                    "current": call,
-                    "model_calls": model_calls,
-                }
-                ctx.request_tool(call["name"], args, state=gate)
-                return  # request_tool raises Parked; never reached with a real runtime
+            if pending:
+                asked: list[tuple[Call, dict[str, Any]]] = []
+                for call in pending:
+                    args, error = self.parse_call(call)
+                    if error is not None:
+                        answers.append(self.answer(call, error, False))
+                    else:
+                        asked.append((call, args))
+                pending = []
+                if asked:
+                    self._ask(ctx, asked, messages, answers, model_calls)
+                    return  # it raises Parked; never reached with a real runtime
             if answers:
                 self.add_answers(messages, answers)
                 answers = []

@@ -100,7 +100,11 @@ export function startSessionPage() {
     if (!btn || btn.disabled) return;
     const action = btn.dataset.action;
     if (action === "approve" || action === "deny") {
-      client.decide(btn.dataset.approvalId, action);
+      const card = btn.closest("[data-testid='approval']");
+      const reason = action === "deny" ? card?.querySelector("[data-testid='deny-reason']")?.value.trim() : "";
+      client.decide(btn.dataset.approvalId, action, { reason });
+    } else if (action === "approve-all" || action === "deny-all") {
+      client.decide(btn.dataset.approvalId, action === "approve-all" ? "approve" : "deny", { all: true });
     } else if (action === "cancel-run") {
       client.cancel(btn.dataset.runId || undefined);
     } else if (action === "dequeue") {

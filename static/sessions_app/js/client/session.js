@@ -433,14 +433,14 @@ export class SessionClient {
   }
 
   /**
-   * Approve or deny a pending approval (first decision wins, from any tab).
-   * @param {string} approvalId
-   * @param {"approve"|"deny"} decision
+   * Approve or deny a pending approval (first decision wins, from any tab);
+   * `more`: a denial's `reason` (told to the model), `all` (its whole step).
    * @returns {boolean} whether the command was sent
    */
-  decide(approvalId, decision) {
+  decide(approvalId, decision, { reason = "", all = false } = {}) {
     if (this.state !== STATE.LIVE || !P.DECISIONS.includes(decision)) return false;
-    return this.outbox.command({ type: P.DECIDE, approval_id: approvalId, decision }, approvalId);
+    const why = decision === P.DENY && reason ? { reason: reason.slice(0, P.MAX_REASON_CHARS) } : {};
+    return this.outbox.command({ type: P.DECIDE, approval_id: approvalId, decision, ...why, ...(all ? { all } : {}) }, approvalId);
   }
 
   /** Answer run `runId`'s message again (a sibling answer, then shown): an input like any other, as `submit`. */

@@ -12,7 +12,8 @@
  *              of a segment (a run's text between tool calls is one segment)
  *   tool       tool.call                       {toolCallId, tool, args, runId}
  *   approval   approval.requested              {approvalId, toolCallId, tool, args,
- *                                               note, status, decision, decidedBy, runId}
+ *                                               note, kind, step, stepPending, status,
+ *                                               decision, decidedBy, reason, runId}
  *   result     tool.result                     {toolCallId, ok, output, runId}
  *   notice     run.finished other than end_turn {runId, stop, message}
  *   resumed    run.resumed (once a run)        {runId, reason}: "resumed after
@@ -73,6 +74,22 @@ function displayOf(d) {
   if (!Array.isArray(d.display)) return null;
   const fields = d.display.filter((f) => f && typeof f === "object" && typeof f.arg === "string");
   return fields.length ? fields.map((f) => ({ arg: f.arg, label: str(f.label), as: str(f.as) || "code" })) : null;
+}
+
+/**
+ * The gates of one step (opened together) each know how many of the step
+ * still wait (`stepPending`), so that their cards offer Approve all / Deny
+ * all while more than one does.
+ */
+function countStep(model, step, changes) {
+  if (!step) return;
+  const cards = model.items.filter((it) => it.type === "approval" && it.step === step);
+  const pending = cards.filter((it) => it.status === "pending").length;
+  for (const card of cards) {
+    if (card.stepPending === pending) continue;
+    card.stepPending = pending;
+    changes.push({ op: "update", item: card });
+  }
 }
 
 function addItem(model, item, changes) {
@@ -187,13 +204,17 @@ export const HANDLERS = {
       args: d.args ?? {},
       display: displayOf(d),
       note: str(d.note),
+      kind: str(d.kind) || P.GATE_APPROVAL,
+      step: str(d.step),
       status: "pending",
       decision: null,
       decidedBy: null,
+      reason: "",
       runId,
     };
     const i = addItem(model, item, changes);
     if (id) model.idx.approval[id] = i;
+    countStep(model, item.step, changes);
   },
 
   [P.K_APPROVAL_DECIDED](model, _ev, d, _runId, changes) {
@@ -203,7 +224,9 @@ export const HANDLERS = {
     item.decision = str(d.decision);
     item.status = d.decision === P.APPROVE ? "approved" : d.decision === P.GATE_CANCELLED ? "cancelled" : "denied";
     item.decidedBy = str(d.decided_by);
+    item.reason = str(d.reason);
     changes.push({ op: "update", item });
+    countStep(model, item.step, changes);
   },
 
   [P.K_TOOL_RESULT](model, ev, d, runId, changes) {

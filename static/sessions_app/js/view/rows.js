@@ -246,13 +246,45 @@ export function buildApproval(doc, item, ctx) {
     "data-approval-id": item.approvalId,
     text: "Deny",
   });
-  approve.disabled = deny.disabled = !canAct;
-  approve.hidden = deny.hidden = !pending;
+  // A denial may say why (the model is told): typed here, sent with Deny.
+  const reason = h(d, "input", {
+    class: "approval-reason",
+    type: "text",
+    "data-testid": "deny-reason",
+    "data-approval-id": item.approvalId,
+    maxlength: String(P.MAX_REASON_CHARS),
+    placeholder: "Reason to deny (optional)",
+    "aria-label": `Reason to deny ${item.tool}`,
+  });
+  // A step's cards decide it whole while more than one of it waits.
+  const whole = item.step && pending && item.stepPending > 1;
+  const approveAll = h(d, "button", {
+    class: "btn",
+    type: "button",
+    "data-testid": "approve-all",
+    "data-action": "approve-all",
+    "data-approval-id": item.approvalId,
+    text: `Approve all ${item.stepPending || ""}`.trim(),
+  });
+  const denyAll = h(d, "button", {
+    class: "btn btn-danger-outline",
+    type: "button",
+    "data-testid": "deny-all",
+    "data-action": "deny-all",
+    "data-approval-id": item.approvalId,
+    text: "Deny all",
+  });
+  approve.disabled = deny.disabled = reason.disabled = approveAll.disabled = denyAll.disabled = !canAct;
+  approve.hidden = deny.hidden = reason.hidden = !pending;
+  approveAll.hidden = denyAll.hidden = !whole;
   const cancelled = item.status === "cancelled";
   let statusText = "";
   if (pending) statusText = busy ? "Sending your decision…" : ctx.live ? "Waiting for your decision" : "Waiting for the connection to decide";
   else if (cancelled) statusText = "Cancelled: the conversation moved to another branch";
-  else statusText = `${item.status === "approved" ? "Approved" : "Denied"}${item.decidedBy ? ` by ${item.decidedBy}` : ""}`;
+  else {
+    const by = item.decidedBy ? ` by ${item.decidedBy}` : "";
+    statusText = `${item.status === "approved" ? "Approved" : "Denied"}${by}${item.reason ? `: ${item.reason}` : ""}`;
+  }
   return h(
     d,
     "section",
@@ -262,6 +294,8 @@ export function buildApproval(doc, item, ctx) {
       "data-testid": "approval",
       "data-approval-id": item.approvalId,
       "data-status": item.status,
+      "data-kind": item.kind || P.GATE_APPROVAL,
+      "data-step": item.step || null,
       "data-run-id": item.runId || "",
       "aria-label": `Approval for ${item.tool}`,
     },
@@ -275,7 +309,8 @@ export function buildApproval(doc, item, ctx) {
       h(d, "div", { class: "approval-foot" }, [
         h(d, "p", { class: "approval-status", "data-testid": "approval-decision", "data-decided-by": item.decidedBy || null, text: statusText }),
         // A gate closed with its branch can never be decided: no buttons at all.
-        h(d, "div", { class: "approval-actions" }, cancelled ? [] : [deny, approve]),
+        h(d, "div", { class: "approval-actions" }, cancelled ? [] : [reason, deny, approve]),
+        cancelled ? null : h(d, "div", { class: "approval-actions approval-step-actions" }, [denyAll, approveAll]),
       ]),
     ],
   );

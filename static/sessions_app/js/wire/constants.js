@@ -129,6 +129,13 @@ export const SEND_DUPLICATE = "duplicate";
 export const APPROVE = "approve";
 export const DENY = "deny";
 export const DECISIONS = ["approve", "deny"];
+// The longest reason a denial may give (the model is told it).
+export const MAX_REASON_CHARS = 2000;
+// What a gate is (approval.requested's "kind").
+export const GATE_APPROVAL = "approval";
+export const GATE_QUESTION = "question";
+export const GATE_UNKNOWN_OUTCOME = "unknown_outcome";
+export const GATE_KINDS = ["approval", "question", "unknown_outcome"];
 /** approval.decided's decision for a gate closed because its branch was left. */
 export const GATE_CANCELLED = "cancelled";
 

@@ -1,0 +1,122 @@
+"""A step of several gates in Chromium (``/parallel N``): every card of the
+step at once in every tab, each decided on its own from either tab, with
+refreshes between the decisions, or the whole step with Approve all / Deny
+all; every tab ends showing the same outcomes, and the workspace holds
+exactly the approved writes, once each."""
+
+from __future__ import annotations
+
+from playwright.sync_api import Page, expect
+
+from sessions_app.runtime.tools import workspace_for
+from tests.browser.helpers import (
+    TIMEOUT,
+    assert_same_transcript,
+    assert_shows_log,
+    expect_live,
+    new_session,
+    send,
+    settle,
+    wait_run_status,
+)
+from tests.browser.scenarios import tab
+
+ROUNDS = 10
+
+
+def _card(page: Page, approval_id: str):
+    return page.locator(f"[data-testid=approval][data-approval-id='{approval_id}']")
+
+
+def _step_cards(pages: list[Page], session_id: str) -> tuple[str, list[str]]:
+    """Wait until the session's run is parked and every tab shows its four
+    pending cards; the run and the approval ids, in the model's order."""
+    run = wait_run_status(session_id, "awaiting_approval")
+    for page in pages:
+        cards = page.locator(f"[data-testid=approval][data-run-id='{run.id}']")
+        expect(cards).to_have_count(4, timeout=TIMEOUT)
+        for k in range(4):
+            expect(cards.nth(k)).to_have_attribute("data-status", "pending")
+    cards = pages[0].locator(f"[data-testid=approval][data-run-id='{run.id}']")
+    return run.id, [cards.nth(k).get_attribute("data-approval-id") for k in range(4)]
+
+
+def _decided(pages: list[Page], approval_id: str, status: str) -> None:
+    for page in pages:
+        expect(_card(page, approval_id)).to_have_attribute("data-status", status, timeout=TIMEOUT)
+
+
+def _reload(page: Page) -> None:
+    page.reload()
+    expect_live(page)
+
+
+def _lines(session_id: str, path: str) -> list[str]:
+    written = workspace_for(session_id) / path
+    return written.read_text().splitlines() if written.exists() else []
+
+
+def test_two_tabs_decide_one_step_interleaved_with_refreshes(server, ctx):
+    """Ten rounds of /parallel 4: tab A approves 1 and 3, tab B denies 4 with
+    a reason and approves 2, interleaved, each tab refreshed between
+    decisions. Both tabs show the same four outcomes (the denial with its
+    reason), and each file holds exactly writes 1–3, once each."""
+    a, _ = tab(ctx, server)
+    session_id = new_session(a, server)
+    b, _ = tab(ctx, server, session_id)
+    for i in range(ROUNDS):
+        path = f"step{i}.txt"
+        send(a if i % 2 == 0 else b, f"/parallel 4 {path}")
+        _, ids = _step_cards([a, b], session_id)
+        _card(a, ids[0]).get_by_test_id("approve").click()
+        _decided([a, b], ids[0], "approved")
+        _reload(b)
+        _card(b, ids[3]).get_by_test_id("deny-reason").fill(f"not in round {i}")
+        _card(b, ids[3]).get_by_test_id("deny").click()
+        _decided([a, b], ids[3], "denied")
+        _reload(a)
+        _card(a, ids[2]).get_by_test_id("approve").click()
+        _decided([a, b], ids[2], "approved")
+        assert _lines(session_id, path) == []  # nothing runs before the last decision
+        _card(b, ids[1]).get_by_test_id("approve").click()
+        settle([a, b], session_id, runs=i + 1)
+        for page in (a, b):
+            statuses = [_card(page, x).get_attribute("data-status") for x in ids]
+            assert statuses == ["approved", "approved", "approved", "denied"]
+            expect(_card(page, ids[3]).get_by_test_id("approval-decision")).to_have_text(
+                f"Denied by alice: not in round {i}"
+            )
+        assert _lines(session_id, path) == ["write 1", "write 2", "write 3"]
+    assert_same_transcript(a, b)
+    for page in (a, b):
+        assert_shows_log(page, session_id)
+
+
+def test_approve_all_and_deny_all_decide_what_still_waits(server, ctx):
+    """The step's cards offer Approve all (with the count still waiting)
+    while more than one waits: one denied alone in tab B, then Approve all
+    in tab A approves the other three; the buttons are gone; three writes."""
+    a, _ = tab(ctx, server)
+    session_id = new_session(a, server)
+    b, _ = tab(ctx, server, session_id)
+    send(a, "/parallel 4 all.txt")
+    _, ids = _step_cards([a, b], session_id)
+    expect(_card(a, ids[0]).get_by_test_id("approve-all")).to_have_text("Approve all 4")
+    _card(b, ids[1]).get_by_test_id("deny").click()
+    _decided([a, b], ids[1], "denied")
+    expect(_card(a, ids[2]).get_by_test_id("approve-all")).to_have_text("Approve all 3")
+    _card(a, ids[2]).get_by_test_id("approve-all").click()
+    settle([a, b], session_id)
+    for page in (a, b):
+        for x, status in zip(ids, ["approved", "denied", "approved", "approved"], strict=True):
+            expect(_card(page, x)).to_have_attribute("data-status", status)
+            expect(_card(page, x).get_by_test_id("approve-all")).to_be_hidden()
+    assert _lines(session_id, "all.txt") == ["write 1", "write 3", "write 4"]
+    send(b, "/parallel 4 none.txt")
+    wait_run_status(session_id, "awaiting_approval")
+    cards = b.locator("[data-testid=approval][data-status=pending]")
+    expect(cards).to_have_count(4, timeout=TIMEOUT)
+    cards.first.get_by_test_id("deny-all").click()
+    settle([a, b], session_id, runs=2)
+    expect(a.locator("[data-testid=approval][data-status=denied]")).to_have_count(5)
+    assert _lines(session_id, "none.txt") == []
