@@ -200,6 +200,11 @@ class ApprovalRequest(models.Model):
         DENIED = "denied", "denied"
         # Closed undecided: its branch was left (a regenerate, an edit, a switch).
         CANCELLED = "cancelled", "cancelled"
+        # Approved with the person's own arguments (``edited_args``).
+        EDITED = "edited", "edited"
+        # Answered by the person instead: their ``response`` is the call's
+        # result, and the tool does not run.
+        ANSWERED = "answered", "answered"
 
     id = models.CharField(primary_key=True, max_length=40, default=new_approval_id, editable=False)
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="approvals")
@@ -220,6 +225,10 @@ class ApprovalRequest(models.Model):
     decided_via = models.CharField(max_length=20, blank=True, default="", db_default="")
     # A denial's reason, as the model is told it.
     reason = models.TextField(blank=True, default="", db_default="")
+    # An edit's arguments, the call's own kept in ``args`` (null: not edited).
+    edited_args = models.JSONField(null=True, blank=True)
+    # A response instead of the call: what the model is told as its result.
+    response = models.TextField(blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
     # Set, in its own transaction, right before the tool runs: a continuation
     # delivered twice, or after a crash mid-call, never runs the tool again.

@@ -25,7 +25,7 @@ from sessions_app.log.group_commit import append_event
 from sessions_app.models import ApprovalRequest, Event, Run
 from sessions_app.runtime import durable, registry, runs, turns
 from sessions_app.runtime.base import AgentError, AutoApproved, Parked, ToolOutcome
-from sessions_app.runtime.gates import AUTO_APPROVER, VIA_AUTO, Gate, Kind
+from sessions_app.runtime.gates import AUTO_APPROVER, VIA_AUTO, Gate
 from sessions_app.runtime.locks import lock_run_session
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted
@@ -268,17 +268,6 @@ class Context:
         self.commit_step(events, approve, gate=tool_call_id, keep=0)
         self._streamed = 0
         return tool_call_id
-
-    def gate(
-        self, tool: str, args: dict[str, Any], note: str = "", kind: str = Kind.APPROVAL
-    ) -> str | None:
-        """Log a gate for a new call of ``tool`` (the run parks): its approval
-        id, or None when this worker no longer holds the run."""
-        tool_call_id = new_call_id()
-        parked = self.park(
-            [Gate(tool_call_id, tool, args, note, kind=kind)], {"gate": tool_call_id}
-        )
-        return parked[0] if parked else None
 
     def open_text(self) -> str:
         """The current message's text as streamed so far (its deltas since the

@@ -42,17 +42,25 @@ Kind = ApprovalRequest.Kind
 # A gate's life: from each status, the statuses it may move to. A decided
 # gate is final (an empty row): deciding it again is refused, never redone.
 MOVES: dict[str, frozenset[str]] = {
-    Status.PENDING: frozenset({Status.APPROVED, Status.DENIED, Status.CANCELLED}),
+    Status.PENDING: frozenset(
+        {Status.APPROVED, Status.EDITED, Status.DENIED, Status.ANSWERED, Status.CANCELLED}
+    ),
     Status.APPROVED: frozenset(),
+    Status.EDITED: frozenset(),
     Status.DENIED: frozenset(),
+    Status.ANSWERED: frozenset(),
     Status.CANCELLED: frozenset(),
 }
 # The status each decision word moves a gate to, and back (the log's word).
 STATUS_OF = {
     p.APPROVE: Status.APPROVED,
+    p.EDIT: Status.EDITED,
     p.DENY: Status.DENIED,
+    p.RESPOND: Status.ANSWERED,
     p.GATE_CANCELLED: Status.CANCELLED,
 }
+# The statuses whose call runs (with the person's arguments, when edited).
+RUNS = (Status.APPROVED, Status.EDITED)
 DECISION_OF = {status: word for word, status in STATUS_OF.items()}
 
 # Through which channel a decision came (``ApprovalRequest.decided_via``).
@@ -61,10 +69,9 @@ VIA_API = "api"  # the REST API (a session cookie or an API token)
 VIA_ADMIN = "admin"
 VIA_AG_UI = "ag_ui"
 VIA_AI_SDK = "ai_sdk"
-VIA_MCP = "mcp"  # the MCP endpoint's answer to a question
 VIA_SERVER = "server"  # the server itself: a cancel, a branch left, a question closed
 VIA_AUTO = "auto"  # a tool that runs without asking
-CHANNELS = (VIA_TAB, VIA_API, VIA_ADMIN, VIA_AG_UI, VIA_AI_SDK, VIA_MCP, VIA_SERVER, VIA_AUTO)
+CHANNELS = (VIA_TAB, VIA_API, VIA_ADMIN, VIA_AG_UI, VIA_AI_SDK, VIA_SERVER, VIA_AUTO)
 
 # Who decided a call that runs without asking (its gate row's ``decided_by``).
 AUTO_APPROVER = "auto-approve"
@@ -73,15 +80,18 @@ AUTO_APPROVER = "auto-approve"
 @dataclass(frozen=True)
 class Decision:
     """One decision of a gate, as ``runs.decide`` takes it: the word
-    (``approve``, ``deny``), who decides (``by``) through which channel
-    (``via``), a denial's ``reason``, and ``whole_step``: every gate of its
-    step still pending, decided alike (Approve all / Deny all)."""
+    (``approve``, ``deny``, ``edit``, ``respond``), who decides (``by``)
+    through which channel (``via``), a denial's ``reason``, an edit's
+    ``args``, a response's text (``response``), and ``whole_step``: every
+    gate of its step still pending, decided alike (Approve all / Deny all)."""
 
     word: str
     by: str
     via: str
     reason: str = ""
     whole_step: bool = False
+    args: dict | None = None
+    response: str = ""
 
 
 def can_move(status: str, to: str) -> bool:
@@ -89,19 +99,26 @@ def can_move(status: str, to: str) -> bool:
     return to in MOVES.get(status, frozenset())
 
 
-def move(approval: ApprovalRequest, decision: str, by: str, via: str, reason: str = "") -> bool:
-    """Decide ``approval`` with ``decision`` (a word of ``STATUS_OF``), by
-    ``by`` through ``via``: a compare-and-set from ``pending``, in the
-    caller's transaction. False, with the row re-read, when it was decided
-    first by someone else; the object holds what stands either way."""
-    to = STATUS_OF[decision]
-    if via not in CHANNELS:
-        raise ValueError(f"unknown channel {via!r}")
+def move(approval: ApprovalRequest, decision: Decision) -> bool:
+    """Decide ``approval`` with ``decision``: a compare-and-set from
+    ``pending``, in the caller's transaction. False, with the row re-read,
+    when it was decided first by someone else; the object holds what stands
+    either way. An edit keeps the call's own arguments in ``args`` and the
+    person's in ``edited_args``."""
+    to = STATUS_OF[decision.word]
+    if decision.via not in CHANNELS:
+        raise ValueError(f"unknown channel {decision.via!r}")
     if not can_move(Status.PENDING, to):  # the table is the rule
         raise ValueError(f"a pending gate cannot become {to}")
-    now = timezone.now()
-    fields = {"status": to, "decided_by": by, "decided_at": now, "decided_via": via}
-    fields["reason"] = reason[: p.MAX_REASON_CHARS] if to == Status.DENIED else ""
+    fields: dict[str, Any] = {
+        "status": to,
+        "decided_by": decision.by,
+        "decided_at": timezone.now(),
+        "decided_via": decision.via,
+        "reason": decision.reason[: p.MAX_REASON_CHARS] if to == Status.DENIED else "",
+        "edited_args": decision.args if to == Status.EDITED else None,
+        "response": decision.response if to == Status.ANSWERED else "",
+    }
     moved = ApprovalRequest.objects.filter(id=approval.id, status=Status.PENDING).update(**fields)
     if not moved:
         approval.refresh_from_db()
@@ -109,6 +126,11 @@ def move(approval: ApprovalRequest, decision: str, by: str, via: str, reason: st
     for name, value in fields.items():
         setattr(approval, name, value)
     return True
+
+
+def call_args(approval: ApprovalRequest) -> dict:
+    """The arguments the call runs with: the person's, when edited."""
+    return approval.edited_args if approval.status == Status.EDITED else approval.args
 
 
 def is_question(approval: ApprovalRequest) -> bool:

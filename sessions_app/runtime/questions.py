@@ -226,7 +226,7 @@ def close_open(
         now = timezone.now()
         for question in asked.filter(executed_at__isnull=True):
             if question.status == ApprovalRequest.Status.PENDING and gates.move(
-                question, decision, by, gates.VIA_SERVER
+                question, gates.Decision(decision, by, gates.VIA_SERVER)
             ):
                 decided = {"approval_id": question.id, "decision": decision, "decided_by": by}
                 events.append(NewEvent(p.K_APPROVAL_DECIDED, decided, run_id))

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from sessions_app.log.events import append_event, append_events
 from sessions_app.models import AgentSession, ApprovalRequest, Run
-from sessions_app.runtime import cancels, questions, wakeups
+from sessions_app.runtime import cancels, questions, registry, wakeups
 from sessions_app.runtime import gates as gate_model
 from sessions_app.runtime.gates import VIA_SERVER, Gate
 from sessions_app.runtime.leases import pickup_deadline
@@ -45,6 +45,8 @@ from sessions_app.wire.errors import (
     ApprovalCancelled,
     NotFound,
     NotPending,
+    RunAborted,
+    SessionError,
 )
 
 log = logging.getLogger(__name__)
@@ -117,7 +119,7 @@ def decide(
     the step still pending alike, in one transaction (Approve all / Deny
     all), each ``approval.decided`` naming the step.
     """
-    if decision.word not in p.DECISIONS:
+    if decision.word not in p.ALL_DECISIONS:
         raise ValueError(decision.word)
     lookup = ApprovalRequest.objects.filter(id=approval_id)
     if session_id is not None:
@@ -135,6 +137,8 @@ def decide(
             each = _step_of(approval) if decision.whole_step else [approval]
             if not each:
                 raise _decided_error(approval)
+            if decision.word in (p.EDIT, p.RESPOND):
+                _check_beyond_yes_and_no(approval, decision)
             for gate in each:
                 record_decision(gate, decision)
             # The wait at the gate: from the request to now.
@@ -146,6 +150,21 @@ def decide(
             )
             _continue_if_step_decided(session, approval)
         return approval
+
+
+def _check_beyond_yes_and_no(approval: ApprovalRequest, decision: gate_model.Decision) -> None:
+    """An edit or a response decides one gated call (not a question, not a
+    whole step); an edit's arguments are the tool's (its JSON schema, read
+    by the server: ``registry.validate_args``). ``SessionError``
+    (``bad_frame``, 400) otherwise, nothing decided."""
+    if gate_model.is_question(approval) or decision.whole_step:
+        raise SessionError(
+            f"'{decision.word}' decides one gated tool call, not a question or a step"
+        )
+    if decision.word == p.EDIT:
+        problem = registry.validate_args(approval.tool, decision.args)
+        if problem:
+            raise SessionError(f"the edited arguments are not {approval.tool}'s: {problem}")
 
 
 def _step_of(approval: ApprovalRequest) -> list[ApprovalRequest]:
@@ -200,21 +219,24 @@ def _decided_error(approval: ApprovalRequest) -> AlreadyDecided | ApprovalCancel
     """Why a gate that is no longer pending cannot be decided."""
     if approval.status == ApprovalRequest.Status.CANCELLED:
         return ApprovalCancelled(approval.decided_by)
-    word = p.APPROVE if approval.status == ApprovalRequest.Status.APPROVED else p.DENY
-    return AlreadyDecided(word, approval.decided_by)
+    return AlreadyDecided(gate_model.DECISION_OF[approval.status], approval.decided_by)
 
 
 def record_decision(approval: ApprovalRequest, decision: gate_model.Decision) -> None:
     """Move a pending gate (``gates.move``) and log its ``approval.decided``
     (the caller holds its session's lock); ``AlreadyDecided`` or
     ``ApprovalCancelled`` when another decision stood first."""
-    if not gate_model.move(approval, decision.word, decision.by, decision.via, decision.reason):
+    if not gate_model.move(approval, decision):
         raise _decided_error(approval)
     if gate_model.is_question(approval):
         wakeups.wake_on_commit(approval.id)
     decided = {"approval_id": approval.id, "decision": decision.word, "decided_by": decision.by}
     if approval.reason:
         decided["reason"] = approval.reason
+    if approval.edited_args is not None:
+        decided["args"] = approval.edited_args  # what runs; tool.call keeps the model's
+    if approval.response:
+        decided["response"] = approval.response
     if decision.whole_step and approval.step:
         decided["step"] = approval.step  # decided with its whole step, at once
     append_event(approval.session_id, p.K_APPROVAL_DECIDED, decided, approval.run_id)
@@ -262,32 +284,41 @@ def cancel_locked(
         # so that the tool ends and the cancel is carried out.
         questions.close_open(run_id, run.session_id, gates, cancelled_by)
         return
+    close_gates(run, gates, cancelled_by)
+    finish_run(run_id, p.STOP_CANCELLED, message, start_next=start_next, first=first)
+
+
+def close_gates(run: Run, gates: str, by: str) -> None:
+    """Close every gate of a run that ends (its session's lock held): those
+    pending decided ``gates`` (denied, or cancelled when their branch was
+    left) by ``by``, and every one whose tool never ran (denied just now,
+    or decided but its continuation not yet started, a step's later calls)
+    given its result; the mark keeps a late continuation from running it."""
     for approval in ApprovalRequest.objects.filter(
-        run_id=run_id, status=ApprovalRequest.Status.PENDING
+        run_id=run.id, status=ApprovalRequest.Status.PENDING
     ):
-        record_decision(approval, gate_model.Decision(gates, cancelled_by, VIA_SERVER))
-    # Every gate of the run whose tool never ran (denied just now, or
-    # decided but its continuation not yet started) gets its result, and
-    # the mark keeps a late continuation from running it.
+        record_decision(approval, gate_model.Decision(gates, by, VIA_SERVER))
     now = timezone.now()
-    for approval in ApprovalRequest.objects.filter(run_id=run_id, executed_at__isnull=True):
-        if ApprovalRequest.objects.filter(id=approval.id, executed_at__isnull=True).update(
+    for approval in ApprovalRequest.objects.filter(run_id=run.id, executed_at__isnull=True):
+        if not ApprovalRequest.objects.filter(id=approval.id, executed_at__isnull=True).update(
             executed_at=now
         ):
-            # Re-read after the denials above: nothing is pending any more.
-            if gates == p.GATE_CANCELLED:
-                output = "cancelled: the conversation moved to another branch"
-            elif approval.status != ApprovalRequest.Status.APPROVED:
-                output = "denied"
-            else:
-                output = "cancelled before it ran"
-            append_event(
-                run.session_id,
-                p.K_TOOL_RESULT,
-                {"tool_call_id": approval.tool_call_id, "ok": False, "output": output},
-                run_id,
-            )
-    finish_run(run_id, p.STOP_CANCELLED, message, start_next=start_next, first=first)
+            continue
+        # Re-read after the decisions above: nothing is pending any more.
+        if gates == p.GATE_CANCELLED:
+            output = "cancelled: the conversation moved to another branch"
+        elif approval.status in gate_model.RUNS:
+            output = "cancelled before it ran"
+        elif approval.status == ApprovalRequest.Status.ANSWERED:
+            output = "cancelled before the answer reached the agent"
+        else:
+            output = "denied"
+        append_event(
+            run.session_id,
+            p.K_TOOL_RESULT,
+            {"tool_call_id": approval.tool_call_id, "ok": False, "output": output},
+            run.id,
+        )
 
 
 def finish_run(
@@ -322,6 +353,10 @@ def finish_run(
         )
         if not updated:
             return False
+        if stop_reason == p.STOP_ERROR:
+            # A run that failed mid-step: no gate of it is left waiting, and
+            # no call of it without its result.
+            close_gates(Run(id=run_id, session_id=session_id), p.DENY, "the run failed")
         data = {"stop_reason": stop_reason}
         if stop_reason == p.STOP_ERROR:
             data["message"] = message or "the run failed"
@@ -405,6 +440,29 @@ def park(
         set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
         admit_after_commit(session.owner_id)
     return [row.id for row in rows]
+
+
+def wait_again(run_id: str, worker: str, session_id: str, step: list[str]) -> bool:
+    """A run continued while a gate of its ``step`` still waits (a decision
+    made by a version that knew no steps, in a rolling deploy): park it
+    again, if this worker holds it and a gate still waits once the session
+    is locked (a decision made meanwhile continues it then, or this goes on).
+    True when parked."""
+    with transaction.atomic():
+        session = lock_session(session_id)
+        pending = ApprovalRequest.objects.filter(
+            run_id=run_id, tool_call_id__in=step, status=ApprovalRequest.Status.PENDING
+        )
+        if not pending.exists():
+            return False
+        parked = Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker).update(
+            status=Run.Status.AWAITING_APPROVAL, worker="", lease_expires_at=None
+        )
+        if not parked:
+            raise RunAborted(run_id)
+        set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
+        admit_after_commit(session.owner_id)
+    return True
 
 
 # How a run reaches an executor: ``tasks.enqueue_run``, set when the app is

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from sessions_app.log.events import NewEvent, append_events
 from sessions_app.models import ApprovalRequest, Run
-from sessions_app.runtime import journal, questions, registry, runs
+from sessions_app.runtime import gates, journal, questions, registry, runs
 from sessions_app.runtime.base import Parked, ToolOutcome
 from sessions_app.runtime.context import Context, new_call_id
 from sessions_app.runtime.durable import UNKNOWN_OUTPUT
@@ -55,6 +55,8 @@ def continue_step(ctx: Context, step: list[str]) -> list[ToolOutcome]:
     a drive taken over mid-step goes on after the last logged result); every
     outcome for ``agent.resume_all``. Each result commits with a checkpoint
     naming the calls still to run."""
+    if runs.wait_again(ctx.run_id, ctx.worker, ctx.session_id, step):
+        raise Parked(step[0])  # a gate of it still waits: nothing runs before the last
     done = list(ctx.outcomes or [])
     for index, tool_call_id in enumerate(step):
         ctx.outcomes = done
@@ -66,10 +68,12 @@ def continue_step(ctx: Context, step: list[str]) -> list[ToolOutcome]:
 def _continue(ctx: Context, tool_call_id: str, rest: list[str] | None) -> ToolOutcome:
     """One decided call (``rest``: a step's calls after it, or None alone)."""
     approval = ApprovalRequest.objects.get(tool_call_id=tool_call_id)
-    approved = approval.status == ApprovalRequest.Status.APPROVED
-    # A denial runs nothing: it is marked with its result, in one commit.
+    approved = approval.status in gates.RUNS
+    # A denial or a response runs nothing: it is marked with its result, in one commit.
     first = approved and _mark_started(ctx, approval)
-    if not approved:
+    if approval.status == ApprovalRequest.Status.ANSWERED:
+        ok, output = True, approval.response  # the person's answer is the result
+    elif not approved:
         ok, output = False, denial(approval)
     elif first or registry.is_idempotent(approval.tool):
         ok, output = _execute(ctx, approval)
@@ -78,7 +82,7 @@ def _continue(ctx: Context, tool_call_id: str, rest: list[str] | None) -> ToolOu
     outcome = ToolOutcome(
         tool_call_id=tool_call_id,
         tool=approval.tool,
-        args=approval.args,
+        args=gates.call_args(approval),
         approved=approved,
         ok=ok,
         output=output,
@@ -116,7 +120,10 @@ def _execute(ctx: Context, approval: ApprovalRequest) -> tuple[bool, str]:
         journal.fenced(ctx.fence),
     ):
         ok, output = registry.execute(
-            approval.tool, approval.args, workspace_for(ctx.session_id), approval.tool_call_id
+            approval.tool,
+            gates.call_args(approval),
+            workspace_for(ctx.session_id),
+            approval.tool_call_id,
         )
         if span is not None:
             span.set_attribute("ok", ok)
@@ -190,9 +197,8 @@ def _unknown(ctx: Context, approval: ApprovalRequest, rest: list[str] | None) ->
 def _ask_again(ctx: Context, approval: ApprovalRequest, rest: list[str] | None) -> str | None:
     """The unknown outcome's gate: run the call again?"""
     tool_call_id = new_call_id()
-    again = Gate(
-        tool_call_id, approval.tool, approval.args, UNKNOWN_NOTE, kind=Kind.UNKNOWN_OUTCOME
-    )
+    args = gates.call_args(approval)  # asked again as it ran: edited, if it was
+    again = Gate(tool_call_id, approval.tool, args, UNKNOWN_NOTE, kind=Kind.UNKNOWN_OUTCOME)
     if rest is None:
         where: dict = {"gate": tool_call_id}
     else:

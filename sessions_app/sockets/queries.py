@@ -133,7 +133,15 @@ def switch(session_id: str, run_id: str, username: str, granted: tuple[int, str]
 def decide(session_id: str, decide: Decide, username: str, granted: tuple[int, str]) -> None:
 
     require(granted)
-    decision = Decision(decide.decision, username, VIA_TAB, decide.reason, decide.whole_step)
+    decision = Decision(
+        decide.decision,
+        username,
+        VIA_TAB,
+        decide.reason,
+        decide.whole_step,
+        decide.args,
+        decide.response,
+    )
     decide_gate(decide.approval_id, decision, session_id=session_id)
 
 

@@ -23,6 +23,7 @@ CopilotKit) runs this server's agent (docs/integrations.md).
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from ag_ui.core import RunAgentInput, UserMessage
 from asgiref.sync import sync_to_async
@@ -66,8 +67,8 @@ async def run(request: HttpRequest, answer: Answer) -> HttpResponse:
     session_id, thread_id, epoch, run_id, after, went_on = await sync_to_async(_act)(
         who, asked, position
     )
-    snapshot, segments = went_on or (None, 0)
-    pickup = ag_ui.Pickup(position, snapshot, segments)
+    snapshot, segments, gates = went_on or (None, 0, ())
+    pickup = ag_ui.Pickup(position, snapshot, segments, gates)
     encoder = ag_ui.AgUiRun(thread_id, asked.run_id, run_id, epoch, pickup)
     history = _history(session_id, run_id)
     return await answer.stream(request, who, Reading(session_id, after, history=history), encoder)
@@ -138,18 +139,7 @@ def _act(who: Caller, asked: RunAgentInput, position) -> tuple:
     _same_epoch(position, session.epoch)
     ids = (session.id, thread_id, session.epoch)
     if asked.resume:
-        answers = []
-        for entry in asked.resume:
-            payload = entry.payload if isinstance(entry.payload, dict) else {}
-            approved = entry.status == "resolved" and payload.get("approved") is True
-            if entry.status == "resolved" and not isinstance(payload.get("approved"), bool):
-                raise Refused(
-                    400, p.E_BAD_FRAME, "a resolved approval's payload is {approved: bool}"
-                )
-            reason = payload.get("reason") or ""
-            if not isinstance(reason, str):
-                raise Refused(400, p.E_BAD_FRAME, "an interrupt's 'reason' must be a string")
-            answers.append((entry.interrupt_id, approved, reason))
+        answers = [(entry.interrupt_id, _answer_of(entry)) for entry in asked.resume]
         run_id, after = conversation.answer_gates(session, answers, by, VIA_AG_UI)
         return *ids, run_id, after, _went_on(session, run_id, after)
     run_id, after = conversation.send(session, send, by, "ag-ui")
@@ -168,19 +158,39 @@ def _new_input(asked: RunAgentInput) -> p.Send:
     return p.send_of({"client_message_id": last.id, "text": content})
 
 
+def _answer_of(entry) -> dict[str, Any]:
+    """A ``resume`` entry as a decision's fields: ``status: "cancelled"``
+    denies; ``"resolved"`` with ``payload.approved`` approves (or, with
+    ``args``, approves with those arguments: an edit) or denies (with an
+    optional ``reason``); a ``response`` answers instead of the call."""
+    if entry.status != "resolved":
+        return {"decision": p.DENY}
+    payload = entry.payload if isinstance(entry.payload, dict) else {}
+    if not isinstance(payload.get("approved"), bool):
+        raise Refused(400, p.E_BAD_FRAME, "a resolved approval's payload is {approved: bool}")
+    given = {key: payload[key] for key in ("reason", "args", "response") if key in payload}
+    if "response" in payload:
+        return {"decision": p.RESPOND, **given}
+    if payload["approved"]:
+        return {"decision": p.EDIT if "args" in payload else p.APPROVE, **given}
+    return {"decision": p.DENY, **given}
+
+
 def _went_on(session: AgentSession, run_id: str, after: int):
     """What a response that goes on after a gate opens with: the conversation
-    up to the gate (``MESSAGES_SNAPSHOT``), and how many text messages of
-    the run came before it."""
+    up to the gate (``MESSAGES_SNAPSHOT``), how many text messages of the
+    run came before it, and its gates not decided by then (a step answered
+    in part: the rest are its interrupts again)."""
     turns = conversation.path_turns(session, upto=after).turns
     snapshot = ag_ui_messages.history([_turn(turn) for turn in turns])
     said = [t for t in turns if t.run_id == run_id]
-    segments = sum(
-        1
-        for e in (said[0].events if said else [])
-        if e.kind == p.K_ASSISTANT_MESSAGE and e.data.get("text")
-    )
-    return snapshot, segments
+    events = said[0].events if said else []
+    segments = sum(1 for e in events if e.kind == p.K_ASSISTANT_MESSAGE and e.data.get("text"))
+    asked = {e.data["approval_id"]: e.data for e in events if e.kind == p.K_APPROVAL_REQUESTED}
+    for e in events:
+        if e.kind == p.K_APPROVAL_DECIDED:
+            asked.pop(e.data.get("approval_id"), None)
+    return snapshot, segments, tuple(asked.values())
 
 
 def _turn(turn: conversation.Turn):

@@ -30,7 +30,7 @@ from sessions_app.runtime import runs, turns
 from sessions_app.runtime.gates import VIA_API, Decision
 from sessions_app.server import tracing
 from sessions_app.web.policy import Pipeline, exception_handler
-from sessions_app.wire import frames
+from sessions_app.wire import decisions, frames
 from sessions_app.wire import protocol as p
 from sessions_app.wire.frames import event_frame
 
@@ -113,18 +113,22 @@ class ErrorSerializer(serializers.Serializer):
 
 
 class DecisionSerializer(serializers.Serializer):
-    decision = serializers.ChoiceField(choices=p.DECISIONS)
+    decision = serializers.ChoiceField(choices=p.ALL_DECISIONS)
     # A denial's reason, which the model is told.
-    reason = serializers.CharField(
-        required=False, allow_blank=True, max_length=p.MAX_REASON_CHARS, trim_whitespace=True
-    )
+    reason = serializers.CharField(required=False, max_length=p.MAX_REASON_CHARS)
     # Every gate of its step still waiting, decided alike.
     all = serializers.BooleanField(required=False, default=False)
+    # An edit's arguments (the tool's JSON schema checks them).
+    args = serializers.JSONField(required=False)
+    # A response instead of the call: the model is told it as the result.
+    response = serializers.CharField(required=False, max_length=p.MAX_RESPONSE_CHARS)
 
     def validate(self, attrs):
-        if attrs.get("reason") and attrs["decision"] != p.DENY:
-            raise serializers.ValidationError({"reason": "a reason is given with a denial only"})
-        return attrs
+        """The socket's rule, one copy (``wire.decisions``)."""
+        try:
+            return decisions.fields_of(self.initial_data)
+        except p.FrameError as exc:
+            raise serializers.ValidationError({"decision": exc.message}) from None
 
 
 class EventsQuerySerializer(serializers.Serializer):
@@ -337,14 +341,17 @@ class ApprovalDecide(AppView, generics.GenericAPIView):
         body.is_valid(raise_exception=True)
         approval = self.get_object()
         decision = body.validated_data["decision"]
+        fields = body.validated_data
         runs.decide(
             approval.id,
             Decision(
-                decision,
+                fields["decision"],
                 request.user.get_username(),
                 VIA_API,
-                body.validated_data.get("reason", ""),
-                body.validated_data["all"],
+                fields["reason"],
+                fields["whole_step"],
+                fields["args"],
+                fields["response"],
             ),
         )
         return Response({"approval_id": approval.id, "decision": decision})

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import IntegrityError
 from django.db.models import Q
@@ -23,6 +25,7 @@ from sessions_app.runtime import runs, turns
 from sessions_app.runtime.gates import Decision
 from sessions_app.server import tracing
 from sessions_app.web.dialects import Refused
+from sessions_app.wire import decisions
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import AlreadyDecided, ApprovalCancelled
 
@@ -75,25 +78,32 @@ MAX_ANSWERS = 64
 
 
 def answer_gates(session: AgentSession, answers, by: str, via: str) -> tuple[str, int]:
-    """Decide each gate answered (``answers``: approval id, approved, a
-    denial's reason or ""), exactly once (a gate decided already, from
-    another tab or the admin, keeps that decision: the stream says which);
-    the run and the seq after which it goes on (its ``run.paused``).
+    """Decide each gate answered (``answers``: approval id and the answer's
+    fields, as ``wire.decisions.fields_of`` reads them: a decision, a
+    denial's reason, an edit's arguments, a response), exactly once (a gate
+    decided already, from another tab or the admin, keeps that decision:
+    the stream says which); the run and the seq after which it goes on (its
+    ``run.paused``).
 
-    Bounded before anything is decided: a repeated answer to a gate is
-    dropped (the first stands), more than ``MAX_ANSWERS`` gates is 400
-    ``too_many_answers``, and every gate named must be the session's (one
-    read; else 404, deciding none). Only the gates still waiting are
-    decided, so a request costs at most the session's waiting gates."""
-    unique: dict[str, tuple[bool, str]] = {}
-    for approval_id, approved, reason in answers:
-        unique.setdefault(approval_id, (approved, _reason(reason)))
+    Bounded and validated before anything is decided: a repeated answer to
+    a gate is dropped (the first stands), more than ``MAX_ANSWERS`` gates is
+    400 ``too_many_answers``, an answer the socket would refuse is 400
+    ``bad_frame``, and every gate named must be the session's (one read;
+    else 404, deciding none). Only the gates still waiting are decided, so a
+    request costs at most the session's waiting gates."""
+    unique: dict[str, Mapping[str, Any]] = {}
+    for approval_id, fields in answers:
+        unique.setdefault(approval_id, fields)
     if len(unique) > MAX_ANSWERS:
         raise Refused(
             400,
             "too_many_answers",
             f"this request answers {len(unique)} gates: at most {MAX_ANSWERS} at once",
         )
+    try:
+        checked = {approval_id: decisions.fields_of(f) for approval_id, f in unique.items()}
+    except p.FrameError as exc:
+        raise Refused(400, p.E_BAD_FRAME, exc.message) from None
     gates = dict(
         ApprovalRequest.objects.filter(session_id=session.id, id__in=list(unique)).values_list(
             "id", "run_id"
@@ -102,24 +112,13 @@ def answer_gates(session: AgentSession, answers, by: str, via: str) -> tuple[str
     if len(gates) < len(unique):
         raise Refused(404, "not_found", "no such approval in this conversation")
     run_id, after = "", 0
-    for approval_id, (approved, reason) in unique.items():
+    for approval_id, f in checked.items():
         gate = gates[approval_id]
+        decision = Decision(f["decision"], by, via, f["reason"], False, f["args"], f["response"])
         with contextlib.suppress(AlreadyDecided, ApprovalCancelled):
-            word = p.APPROVE if approved else p.DENY
-            decision = Decision(word, by, via, "" if approved else reason)
             runs.decide(approval_id, decision, session_id=session.id)
         run_id, after = gate, _paused_at(session.id, gate, approval_id)
     return run_id, after
-
-
-def _reason(reason: str) -> str:
-    """A denial's reason as a dialect gave it: trimmed, at most
-    ``MAX_REASON_CHARS`` (400 ``bad_frame`` past it, nothing decided)."""
-    if len(reason) > p.MAX_REASON_CHARS or not p.is_unicode(reason):
-        raise Refused(
-            400, p.E_BAD_FRAME, f"a reason is text of at most {p.MAX_REASON_CHARS} characters"
-        )
-    return reason.strip()
 
 
 def _paused_at(session_id: str, run_id: str, approval_id: str) -> int:

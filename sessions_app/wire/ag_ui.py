@@ -106,6 +106,9 @@ class Pickup:
     position: tuple[str, int, int] | None = None
     snapshot: list | None = None
     segments: int = 0
+    # The run's gates asked before the pickup and not decided by then (a
+    # step answered in part: those left are interrupts again).
+    gates: tuple[dict[str, Any], ...] = ()
 
 
 class AgUiRun:
@@ -124,10 +127,10 @@ class AgUiRun:
         self.snapshot = pickup.snapshot
         self.segments = pickup.segments
         self.done = False
-        self.paused = False
         # The gates asked and not seen decided, in the order asked (a step
         # opens several at once: one interrupt each).
-        self.gates: dict[str, dict[str, Any]] = {}
+        self.gates: dict[str, dict[str, Any]] = {g["approval_id"]: g for g in pickup.gates}
+        self.paused = bool(self.gates)
         self.open_id: str | None = None
         self._said = ""  # what the open message said, but for ``_raw``
         self._raw: list[str] = []  # deltas as the frames wrote them (JSON strings)

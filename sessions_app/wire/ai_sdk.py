@@ -221,7 +221,12 @@ class UiMessageStream:
         self.close_text()
         call_id = data["tool_call_id"]
         output = data.get("output")
-        if call_id in self.denied or (not data.get("ok") and output == "denied"):
+        # A denial the stream did not see decided (it began after the gate)
+        # says so in its output: "denied", or "denied: <the reason>".
+        said_denied = isinstance(output, str) and (
+            output == "denied" or output.startswith("denied: ")
+        )
+        if call_id in self.denied or (not data.get("ok") and said_denied):
             self.emit({"type": "tool-output-denied", "toolCallId": call_id})
         elif data.get("ok"):
             self.emit({"type": "tool-output-available", "toolCallId": call_id, "output": output})

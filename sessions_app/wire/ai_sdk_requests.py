@@ -94,15 +94,15 @@ REGENERATE = "regenerate-message"
 @dataclass(frozen=True)
 class ChatRequest:
     """What one ``POST …/chat`` asks: a new user message (``user``: its id and
-    text), answers to gates (``answers``: approval id, approved, a denial's
-    reason or ""), or a regenerate of ``message_id`` (a run id; None: the
-    last answer)."""
+    text), answers to gates (``answers``: approval id and the answer's
+    fields: ``decision``, a denial's ``reason``), or a regenerate of
+    ``message_id`` (a run id; None: the last answer)."""
 
     chat_id: str
     trigger: str
     message_id: str | None
     user: tuple[str, str] | None
-    answers: tuple[tuple[str, bool, str], ...]
+    answers: tuple[tuple[str, dict[str, Any]], ...]
 
 
 def _bad(message: str) -> p.FrameError:
@@ -159,7 +159,10 @@ def parse_chat(body: Any) -> ChatRequest:
                 reason = approval.get("reason")
                 if reason is not None and not isinstance(reason, str):
                     raise _bad("an approval response's 'reason' must be a string")
-                answers.append((approval["id"], approval["approved"], reason or ""))
+                answer: dict[str, Any] = {"decision": p.APPROVE if approval["approved"] else p.DENY}
+                if reason:
+                    answer["reason"] = reason
+                answers.append((approval["id"], answer))
         if not answers:
             raise _bad("the last message is the assistant's and answers no approval")
         return ChatRequest(chat_id, trigger, message_id, None, tuple(answers))

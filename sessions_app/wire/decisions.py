@@ -1,7 +1,8 @@
-"""A ``decide`` frame (docs/protocol.md, "Commands"): which gate, which
-decision, a denial's reason, and whether it decides the gate's whole step.
-(The REST API's serializer and the dialects' ``web.conversation`` hold a
-reason to the same rule: a denial's, at most ``MAX_REASON_CHARS``.)"""
+"""A decision of a gate (docs/protocol.md, "Commands"): which decision, a
+denial's reason, an edit's arguments, a response's text, and whether it
+decides the gate's whole step. One rule for the ``decide`` frame and the
+REST API's body (``fields_of``); the runtime checks the rest against the
+gate itself (an edit's arguments against its tool's schema)."""
 
 from __future__ import annotations
 
@@ -22,33 +23,67 @@ class Decide:
     reason: str = ""
     # Every gate of its step still waiting, decided alike (Approve all / Deny all).
     whole_step: bool = False
+    # An edit's arguments: the call runs with these.
+    args: dict | None = None
+    # A response instead of the call: the model is told it as the result.
+    response: str = ""
 
 
 def parse_decide(frame: dict[str, Any]) -> Decide:
     rid = p.request_id_of(frame, strict=True)
     approval_id = p.string_field(frame, "approval_id")
-    decision = frame.get("decision")
-    if decision not in p.DECISIONS:
-        raise FrameError(p.E_BAD_FRAME, "'decision' must be 'approve' or 'deny'", rid)
-    return Decide(rid, approval_id, decision, *decision_extras(frame, decision, rid))
+    return Decide(rid, approval_id, **fields_of(frame, rid))
 
 
-def decision_extras(fields: Mapping[str, Any], decision: str, rid: Any = None) -> tuple[str, bool]:
-    """A decision's ``reason`` and ``all``: a reason is text of at most
-    ``MAX_REASON_CHARS``, given with a denial only; ``all`` is a boolean."""
-    reason = fields.get("reason")
-    if reason is not None:
-        if not isinstance(reason, str) or len(reason) > p.MAX_REASON_CHARS:
-            raise FrameError(
-                p.E_BAD_FRAME,
-                f"'reason' must be a string of at most {p.MAX_REASON_CHARS} characters",
-                rid,
-            )
-        if not p.is_unicode(reason):
-            raise FrameError(p.E_BAD_FRAME, "'reason' is not valid Unicode", rid)
-        if reason.strip() and decision != p.DENY:
-            raise FrameError(p.E_BAD_FRAME, "a 'reason' is given with a denial only", rid)
+def fields_of(fields: Mapping[str, Any], rid: Any = None) -> dict[str, Any]:
+    """A decision's fields, validated: ``decision`` (approve, deny, edit,
+    respond); ``reason`` with a denial only, at most ``MAX_REASON_CHARS``;
+    ``args`` (an object) with an edit only and always; ``response`` (text of
+    at most ``MAX_RESPONSE_CHARS``) with a response only and always; ``all``
+    a boolean, never with an edit or a response (each decides one call)."""
+    decision = fields.get("decision")
+    if decision not in p.ALL_DECISIONS:
+        raise FrameError(
+            p.E_BAD_FRAME, "'decision' must be 'approve', 'deny', 'edit' or 'respond'", rid
+        )
+    reason = _text(fields, "reason", p.MAX_REASON_CHARS, rid)
+    if reason and decision != p.DENY:
+        raise FrameError(p.E_BAD_FRAME, "a 'reason' is given with a denial only", rid)
+    args = fields.get("args")
+    if (args is not None or decision == p.EDIT) and (
+        decision != p.EDIT or not isinstance(args, dict)
+    ):
+        raise FrameError(
+            p.E_BAD_FRAME, "an edit, and only an edit, carries 'args' (an object)", rid
+        )
+    response = _text(fields, "response", p.MAX_RESPONSE_CHARS, rid)
+    if bool(response) != (decision == p.RESPOND) or ("response" in fields and not response):
+        raise FrameError(
+            p.E_BAD_FRAME, "a response, and only a response, carries 'response' (text)", rid
+        )
     whole = fields.get("all", False)
     if not isinstance(whole, bool):
         raise FrameError(p.E_BAD_FRAME, "'all' must be a boolean", rid)
-    return (reason or "").strip(), whole
+    if whole and decision in (p.EDIT, p.RESPOND):
+        raise FrameError(p.E_BAD_FRAME, f"'{decision}' decides one call, never 'all'", rid)
+    return {
+        "decision": decision,
+        "reason": reason,
+        "whole_step": whole,
+        "args": args,
+        "response": response,
+    }
+
+
+def _text(fields: Mapping[str, Any], name: str, limit: int, rid: Any) -> str:
+    """An optional text field, stripped ("" when absent)."""
+    value = fields.get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > limit:
+        raise FrameError(
+            p.E_BAD_FRAME, f"'{name}' must be a string of at most {limit} characters", rid
+        )
+    if not p.is_unicode(value):
+        raise FrameError(p.E_BAD_FRAME, f"'{name}' is not valid Unicode", rid)
+    return value.strip()

@@ -147,6 +147,11 @@ SEND_DUPLICATE = "duplicate"
 APPROVE = "approve"
 DENY = "deny"
 DECISIONS = (APPROVE, DENY)
+# Decisions beyond yes and no (a gated call only, not a question): run it
+# with the person's arguments, or answer it with the person's text instead.
+EDIT = "edit"
+RESPOND = "respond"
+ALL_DECISIONS = (APPROVE, DENY, EDIT, RESPOND)
 # What a gate is (approval.requested's "kind"; runtime.gates).
 GATE_APPROVAL = "approval"
 GATE_QUESTION = "question"
@@ -154,6 +159,8 @@ GATE_UNKNOWN_OUTCOME = "unknown_outcome"
 GATE_KINDS = (GATE_APPROVAL, GATE_QUESTION, GATE_UNKNOWN_OUTCOME)
 # The longest reason a denial may give (the model is told it).
 MAX_REASON_CHARS = 2_000
+# The longest response a person may give instead of a call.
+MAX_RESPONSE_CHARS = 32_000
 # approval.decided's "decision" for a gate closed undecided because its
 # branch was left (never a client's decision).
 GATE_CANCELLED = "cancelled"

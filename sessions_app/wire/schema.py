@@ -91,11 +91,27 @@ def _decide() -> dict[str, Any]:
     """``decide``: a gate, its decision, a denial's reason, its whole step."""
     return frame_of(
         p.DECIDE,
-        {"approval_id": ID, "decision": {"enum": list(p.DECISIONS)}},
+        {"approval_id": ID, "decision": {"enum": list(p.ALL_DECISIONS)}},
         {
             "request_id": REQUEST_ID,
             "reason": {"type": "string", "maxLength": p.MAX_REASON_CHARS},
             "all": {"type": "boolean"},
+            "args": {"type": "object"},
+            "response": {"type": "string", "minLength": 1, "maxLength": p.MAX_RESPONSE_CHARS},
+        },
+        **{
+            "allOf": [
+                {
+                    "if": {"properties": {"decision": {"const": p.EDIT}}},
+                    "then": {"required": ["args"]},
+                    "else": {"not": {"required": ["args"]}},
+                },
+                {
+                    "if": {"properties": {"decision": {"const": p.RESPOND}}},
+                    "then": {"required": ["response"]},
+                    "else": {"not": {"required": ["response"]}},
+                },
+            ]
         },
     )
 
@@ -194,7 +210,7 @@ def _command_replies() -> dict[str, dict[str, Any]]:
     decided = {
         "request_id": REPLY_ID,
         "approval_id": {"type": "string"},
-        "decision": {"enum": list(p.DECISIONS)},
+        "decision": {"enum": list(p.ALL_DECISIONS)},
     }
     switched = {
         "request_id": REPLY_ID,

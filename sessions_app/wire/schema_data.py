@@ -148,11 +148,17 @@ def _answer_data() -> dict[str, dict[str, Any]]:
         p.K_APPROVAL_DECIDED: _data(
             {
                 "approval_id": ID,
-                "decision": {"enum": [*p.DECISIONS, p.GATE_CANCELLED]},
+                "decision": {"enum": [*p.ALL_DECISIONS, p.GATE_CANCELLED]},
                 "decided_by": STRING,
             },
-            # reason: a denial's; step: decided with its whole step at once.
-            {"reason": STRING, "step": TOOL_CALL_ID},
+            # reason: a denial's; step: decided with its whole step at once;
+            # args: an edit's (what runs); response: what the model is told.
+            {
+                "reason": STRING,
+                "step": TOOL_CALL_ID,
+                "args": {"type": "object"},
+                "response": STRING,
+            },
         ),
         # runtime.toolcalls, runs.cancel_locked, durable._unknown_result,
         # questions.close_open.

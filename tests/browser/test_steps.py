@@ -120,3 +120,39 @@ def test_approve_all_and_deny_all_decide_what_still_waits(server, ctx):
     settle([a, b], session_id, runs=2)
     expect(a.locator("[data-testid=approval][data-status=denied]")).to_have_count(5)
     assert _lines(session_id, "none.txt") == []
+
+
+def test_edit_respond_and_what_is_typed_survives_another_tabs_decision(server, ctx):
+    """In a step of three: a reason typed into the third card stays while tab
+    B approves the first (its cards are built again); the second is edited
+    (the write runs with the person's text, the card says so) and the third
+    answered instead (nothing runs; the answer is the result)."""
+    a, _ = tab(ctx, server)
+    session_id = new_session(a, server)
+    b, _ = tab(ctx, server, session_id)
+    send(a, "/parallel 3 edit.txt")
+    run = wait_run_status(session_id, "awaiting_approval")
+    cards = a.locator(f"[data-testid=approval][data-run-id='{run.id}']")
+    expect(cards).to_have_count(3, timeout=TIMEOUT)
+    ids = [cards.nth(k).get_attribute("data-approval-id") for k in range(3)]
+    third = _card(a, ids[2])
+    third.get_by_test_id("respond-call").locator("summary").click()
+    third.get_by_test_id("respond-text").fill("Already written.")
+    _card(b, ids[0]).get_by_test_id("approve").click()
+    _decided([a, b], ids[0], "approved")
+    expect(_card(a, ids[2]).get_by_test_id("respond-text")).to_have_value("Already written.")
+    second = _card(a, ids[1])
+    second.get_by_test_id("edit-call").locator("summary").click()
+    second.get_by_test_id("edit-args").fill('{"path": "edit.txt", "text": "edited in the card"}')
+    second.get_by_test_id("approve-edited").click()
+    _decided([a, b], ids[1], "edited")
+    _card(a, ids[2]).get_by_test_id("respond-instead").click()
+    settle([a, b], session_id)
+    for page in (a, b):
+        expect(_card(page, ids[1]).get_by_test_id("approval-decision")).to_have_text(
+            "Approved with edited arguments by alice"
+        )
+        expect(_card(page, ids[2]).get_by_test_id("approval-decision")).to_have_text(
+            "Answered instead by alice: Already written."
+        )
+    assert _lines(session_id, "edit.txt") == ["write 1", "edited in the card"]

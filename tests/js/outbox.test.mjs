@@ -4,6 +4,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
+import { decideFrame } from "../../static/sessions_app/js/client/outbox.js";
+import * as P from "../../static/sessions_app/js/wire/constants.js";
 import { ev } from "./helpers.mjs";
 import { parkedAtGate, setup } from "./session_rig.mjs";
 
@@ -187,4 +189,12 @@ test("stop and send: the input carries interrupt, kept across a drop; the server
   );
   const plain = client.submit("later");
   assert.equal(sock().framesOf("send").at(-1).interrupt, undefined, `${plain.id} queues as before`);
+});
+
+test("a decide frame carries what its decision needs, a reason cut in code points", () => {
+  assert.deepEqual(decideFrame("ap", "approve", { reason: "ignored", all: true }), { type: P.DECIDE, approval_id: "ap", decision: "approve", all: true });
+  assert.deepEqual(decideFrame("ap", "edit", { args: { path: "b" } }), { type: P.DECIDE, approval_id: "ap", decision: "edit", args: { path: "b" } });
+  assert.deepEqual(decideFrame("ap", "respond", { response: "done" }), { type: P.DECIDE, approval_id: "ap", decision: "respond", response: "done" });
+  const long = "😀".repeat(P.MAX_REASON_CHARS + 5);
+  assert.equal(Array.from(decideFrame("ap", "deny", { reason: long }).reason).length, P.MAX_REASON_CHARS);
 });

@@ -28,8 +28,20 @@ Status = ApprovalRequest.Status
 
 def test_the_table_lets_a_pending_gate_move_once_and_a_decided_one_never():
     """pending → approved / denied / cancelled; every decided status is final."""
-    assert gates.MOVES[Status.PENDING] == {Status.APPROVED, Status.DENIED, Status.CANCELLED}
-    for status in (Status.APPROVED, Status.DENIED, Status.CANCELLED):
+    assert gates.MOVES[Status.PENDING] == {
+        Status.APPROVED,
+        Status.EDITED,
+        Status.DENIED,
+        Status.ANSWERED,
+        Status.CANCELLED,
+    }
+    for status in (
+        Status.APPROVED,
+        Status.EDITED,
+        Status.DENIED,
+        Status.ANSWERED,
+        Status.CANCELLED,
+    ):
         assert not gates.MOVES[status]
         assert not any(gates.can_move(status, to) for to in Status.values)
     assert set(gates.MOVES) == set(Status.values)
@@ -47,19 +59,19 @@ def test_move_is_a_compare_and_set_that_records_who_how_and_why(user):
     reason; a second is refused and the row says what stands."""
     row = _gate_row(user)
     again = ApprovalRequest.objects.get(id=row.id)
-    assert gates.move(row, p.DENY, "alice", gates.VIA_TAB, "  not now") is True
-    assert gates.move(again, p.APPROVE, "bob", gates.VIA_ADMIN) is False
+    assert gates.move(row, gates.Decision(p.DENY, "alice", gates.VIA_TAB, "  not now")) is True
+    assert gates.move(again, gates.Decision(p.APPROVE, "bob", gates.VIA_ADMIN)) is False
     assert (again.status, again.decided_by, again.decided_via) == (Status.DENIED, "alice", "tab")
     assert again.reason == "  not now"
     with pytest.raises(ValueError, match="channel"):
-        gates.move(_gate_row(user, "call_b"), p.APPROVE, "alice", "carrier pigeon")
+        gates.move(_gate_row(user, "call_b"), gates.Decision(p.APPROVE, "alice", "carrier pigeon"))
 
 
 @pytest.mark.django_db
 def test_a_reason_is_kept_for_a_denial_only(user):
     """An approval carries no reason, whatever was passed."""
     row = _gate_row(user)
-    assert gates.move(row, p.APPROVE, "alice", gates.VIA_API, "because")
+    assert gates.move(row, gates.Decision(p.APPROVE, "alice", gates.VIA_API, "because"))
     assert ApprovalRequest.objects.get(id=row.id).reason == ""
 
 
@@ -298,4 +310,31 @@ async def test_the_api_decides_a_whole_step_and_says_so_in_the_row(server, cooki
     await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id)
     rows = await database_sync_to_async(_rows)(run_id)
     assert [(r.status, r.decided_via, r.reason) for r in rows] == [("denied", "api", "no")] * 2
+    await c.close()
+
+
+async def test_edit_and_respond_over_the_socket(server, cookie):
+    """An edit the tool refuses is a bad_frame and decides nothing; a good
+    one runs the person's arguments, its approval.decided saying which; a
+    response answers the second call of a step instead of running it."""
+    c, sid = await open_session(server, cookie)
+    run_id, asked, _ = await _step(c, 2)
+    first, second = (e["data"]["approval_id"] for e in asked)
+    bad = await c.request(
+        {"type": "decide", "approval_id": first, "decision": "edit", "args": {"path": "x"}}
+    )
+    assert bad["type"] == "error" and bad["code"] == p.E_BAD_FRAME
+    assert "not write_file's" in bad["message"]
+    edited = {"path": "out.txt", "text": "edited by a person"}
+    await _decide(c, first, "edit", args=edited)
+    await _decide(c, second, "respond", response="Skip it: already there.")
+    await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id)
+    decided = [e["data"] for e in c.events() if e["kind"] == "approval.decided"]
+    assert [(d["decision"], d.get("args"), d.get("response")) for d in decided] == [
+        ("edit", edited, None),
+        ("respond", None, "Skip it: already there."),
+    ]
+    assert _lines(sid) == ["edited by a person"]
+    results = [e["data"] for e in c.events() if e["kind"] == "tool.result"]
+    assert [(r["ok"], r["output"]) for r in results][1] == (True, "Skip it: already there.")
     await c.close()

@@ -122,6 +122,42 @@ def test_a_step_is_one_interrupt_a_gate_and_one_resume_answers_them_all(server, 
     clean(report, tmp_path, "several")
 
 
+def test_a_step_answered_in_part_ends_with_the_interrupts_left(server, user, tmp_path):
+    """A resume that answers one of a step's three interrupts (HttpAgent
+    refuses to send one; another client may): the response ends with the two
+    gates left as interrupts again, nothing run yet, and a resume answering
+    those runs all three, each once."""
+    report = agent(server, api_key(user), "thread10", "turn", "/parallel 3 out.txt")
+    ids = [i["id"] for i in report["runs"][0]["interrupts"]]
+    assert len(ids) == 3
+
+    def resume(run_id: str, answered: list[str]) -> list[dict]:
+        body = {
+            "threadId": "thread10",
+            "runId": run_id,
+            "messages": [],
+            "resume": [
+                {"interruptId": i, "status": "resolved", "payload": {"approved": True}}
+                for i in answered
+            ],
+        }
+        auth = {"Authorization": f"Token {api_key(user)}"}
+        with httpx.Client(base_url=server.http, timeout=30) as c:
+            sent = c.post("/api/ag-ui/", json=body, headers=auth)
+        assert sent.status_code == 200, sent.text
+        data = [ln[6:] for ln in sent.text.splitlines() if ln.startswith("data: ")]
+        return [json.loads(d) for d in data]
+
+    [finished] = [e for e in resume("r2", ids[:1]) if e["type"] == "RUN_FINISHED"]
+    assert finished["outcome"]["type"] == "interrupt"
+    assert [i["id"] for i in finished["outcome"]["interrupts"]] == ids[1:]
+    assert logged("thread10", "tool.result", external=True) == []
+    [finished] = [e for e in resume("r3", ids[1:]) if e["type"] == "RUN_FINISHED"]
+    assert finished["outcome"]["type"] == "success"
+    results = logged("thread10", "tool.result", external=True)
+    assert [r["ok"] for r in results] == [True, True, True]
+
+
 def test_a_cut_stream_resumes_with_last_event_id_exactly(server, user, tmp_path):
     """An aborted run sent again with Last-Event-ID gets exactly what followed:
     the agent's message is the whole answer, each token once, and both

@@ -108,6 +108,14 @@ def test_three_approvals_of_one_step_go_in_one_request_with_a_reason(server, use
         (True, "appended"),
     ]
     assert results[1]["output"] == "denied: not this one"
+    # The live stream says the denial as one (it began after the gate).
+    parts = [part for m in report["messages"] for part in m["parts"] if part.get("toolCallId")]
+    states = {part["toolCallId"]: part["state"] for part in parts}
+    assert [states[g.tool_call_id] for g in gates] == [
+        "output-available",
+        "output-denied",
+        "output-available",
+    ]
 
 
 def test_a_fresh_page_resumes_the_run_from_the_log_exactly_once(server, user):

@@ -149,11 +149,11 @@ def test_a_request_is_read_from_its_last_message_only():
         ],
     }
     assert requests.parse_chat({"id": "c1", "messages": [user(), responded]}).answers == (
-        ("ap", True, ""),
+        ("ap", {"decision": "approve"}),
     )
     responded["parts"][0]["approval"] = {"id": "ap", "approved": False, "reason": "no"}
     assert requests.parse_chat({"id": "c1", "messages": [user(), responded]}).answers == (
-        ("ap", False, "no"),
+        ("ap", {"decision": "deny", "reason": "no"}),
     )
     regen = requests.parse_chat({"id": "c1", "trigger": "regenerate-message", "messageId": "run_1"})
     assert regen.message_id == "run_1" and regen.user is None

@@ -140,17 +140,19 @@ class ScriptedAgent:
     @staticmethod
     def _said(state: dict, outcome: ToolOutcome) -> str:
         """What the agent says of one call's outcome."""
+        if not outcome.approved and outcome.ok:
+            return f"You answered instead of {outcome.tool}: {outcome.output}"
         why = outcome.output[len("denied: ") :] if outcome.output.startswith("denied: ") else ""
         denied = f" was denied ({why})." if why else " was denied."
         if outcome.tool == "write_file":
-            path = state.get("path", outcome.args.get("path", ""))
+            path = outcome.args.get("path", state.get("path", ""))
             if not outcome.approved:
                 return f"The write to {path}{denied}"
             if outcome.ok:
                 return f"Wrote to {path}: {outcome.output}"
             return f"The write to {path} failed: {outcome.output}"
         if outcome.tool == "terminal":
-            command = state.get("command", outcome.args.get("command", ""))
+            command = outcome.args.get("command", state.get("command", ""))
             if not outcome.approved:
                 return f"The command `{command}`{denied}"
             if outcome.ok:

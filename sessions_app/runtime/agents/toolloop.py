@@ -24,6 +24,7 @@ not shown to the user: it is answered to the model as a failed call.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from sessions_app.runtime.base import AgentError, RunContext, ToolOutcome
@@ -106,9 +107,15 @@ class ToolLoopAgent:
         self._loop(ctx, state)
 
     def _answer_of(self, call: Call, outcome: ToolOutcome) -> dict[str, Any]:
-        # A denial's output says so (with the person's reason, if any).
+        """The model's answer to one call: its output; a denial says so (with
+        the person's reason), a person's response instead of the call is the
+        result, and a call run with arguments the person edited says which."""
         content = outcome.output if outcome.approved else (outcome.output or "denied")
-        return self.answer(call, content, outcome.approved and outcome.ok)
+        asked, _ = self.parse_call(call)
+        if outcome.approved and asked is not None and outcome.args != asked:
+            edited = json.dumps(outcome.args, ensure_ascii=False)
+            content = f"(the user edited the arguments; it ran with {edited})\n{content}"
+        return self.answer(call, content, outcome.ok)
 
     @staticmethod
     def _ask(

@@ -94,6 +94,19 @@ export function startSessionPage() {
     if (!view.el.composerError.hidden) view.composerError(null);
   });
 
+  /** An approval card's Edit: its arguments as JSON, sent if they are an object. */
+  function editCall(btn) {
+    const text = btn.closest("[data-testid='approval']")?.querySelector("[data-testid='edit-args']")?.value ?? "";
+    let args = null;
+    try {
+      args = JSON.parse(text);
+    } catch {
+      args = null;
+    }
+    if (args && typeof args === "object" && !Array.isArray(args)) client.decide(btn.dataset.approvalId, "edit", { args });
+    else view.notify("The arguments must be a JSON object.", "error");
+  }
+
   // --- transcript, queue and run controls (delegated) ---------------------------------
   document.addEventListener("click", (e) => {
     const btn = e.target instanceof Element ? e.target.closest("button[data-action]") : null;
@@ -105,6 +118,12 @@ export function startSessionPage() {
       client.decide(btn.dataset.approvalId, action, { reason });
     } else if (action === "approve-all" || action === "deny-all") {
       client.decide(btn.dataset.approvalId, action === "approve-all" ? "approve" : "deny", { all: true });
+    } else if (action === "approve-edited") {
+      editCall(btn);
+    } else if (action === "respond-instead") {
+      const response = btn.closest("[data-testid='approval']")?.querySelector("[data-testid='respond-text']")?.value.trim();
+      if (response) client.decide(btn.dataset.approvalId, "respond", { response });
+      else view.notify("Write the answer the agent should be told first.", "error");
     } else if (action === "cancel-run") {
       client.cancel(btn.dataset.runId || undefined);
     } else if (action === "dequeue") {

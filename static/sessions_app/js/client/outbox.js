@@ -41,6 +41,19 @@ export function validateInput(text) {
   return null;
 }
 
+/**
+ * A `decide` frame: a denial's `reason` (cut to the limit in code points,
+ * as the server counts), an edit's `args`, a `response`, `all` (its step).
+ */
+export function decideFrame(approvalId, decision, { reason = "", all = false, args = null, response = "" } = {}) {
+  const frame = { type: P.DECIDE, approval_id: approvalId, decision };
+  if (decision === P.DENY && reason) frame.reason = Array.from(reason).slice(0, P.MAX_REASON_CHARS).join("");
+  if (decision === P.EDIT) frame.args = args;
+  if (decision === P.RESPOND) frame.response = response;
+  if (all) frame.all = true;
+  return frame;
+}
+
 /** The view's name for what a busy push disables. */
 const BUSY_KIND = { [P.DECIDE]: "approval", [P.CANCEL]: "cancel" };
 
@@ -381,7 +394,7 @@ export class Outbox {
       if (frame.code === P.E_APPROVAL_CANCELLED) {
         this.view.notify("This approval was cancelled: the conversation moved to another branch.", "info");
       } else if (frame.code === P.E_ALREADY_DECIDED) {
-        const verb = frame.decision === P.APPROVE ? "approved" : "denied";
+        const verb = { [P.APPROVE]: "approved", [P.EDIT]: "approved with edits", [P.RESPOND]: "answered" }[frame.decision] || "denied";
         this.view.notify(`Already ${verb}${frame.decided_by ? ` by ${frame.decided_by}` : ""}.`, "info");
       } else {
         this.view.notify(`Could not record the decision: ${message}`, "error");

@@ -28,7 +28,7 @@ import { checkTransition, realTimers } from "../model/timers.js";
 import { activeRun, applyCompacted, applyEvent, emptyModel, isModel } from "../model/transcript.js";
 import * as P from "../wire/constants.js";
 import { Ledger } from "./ledger.js";
-import { Outbox } from "./outbox.js";
+import { decideFrame, Outbox } from "./outbox.js";
 import { Persister } from "./store.js";
 import * as V from "./view.js";
 import { completeView, NO_HOOKS, NULL_VIEW, STATE, shownState, TRANSITIONS } from "./view.js";
@@ -433,14 +433,13 @@ export class SessionClient {
   }
 
   /**
-   * Approve or deny a pending approval (first decision wins, from any tab);
-   * `more`: a denial's `reason` (told to the model), `all` (its whole step).
+   * Decide a pending approval (first decision wins, from any tab): a
+   * denial's `reason`, an edit's `args`, a `response`, or `all` (its step).
    * @returns {boolean} whether the command was sent
    */
-  decide(approvalId, decision, { reason = "", all = false } = {}) {
-    if (this.state !== STATE.LIVE || !P.DECISIONS.includes(decision)) return false;
-    const why = decision === P.DENY && reason ? { reason: reason.slice(0, P.MAX_REASON_CHARS) } : {};
-    return this.outbox.command({ type: P.DECIDE, approval_id: approvalId, decision, ...why, ...(all ? { all } : {}) }, approvalId);
+  decide(approvalId, decision, more = {}) {
+    if (this.state !== STATE.LIVE || !P.ALL_DECISIONS.includes(decision)) return false;
+    return this.outbox.command(decideFrame(approvalId, decision, more), approvalId);
   }
 
   /** Answer run `runId`'s message again (a sibling answer, then shown): an input like any other, as `submit`. */

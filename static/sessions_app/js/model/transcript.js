@@ -13,7 +13,8 @@
  *   tool       tool.call                       {toolCallId, tool, args, runId}
  *   approval   approval.requested              {approvalId, toolCallId, tool, args,
  *                                               note, kind, step, stepPending, status,
- *                                               decision, decidedBy, reason, runId}
+ *                                               decision, decidedBy, reason, editedArgs,
+ *                                               response, runId}
  *   result     tool.result                     {toolCallId, ok, output, runId}
  *   notice     run.finished other than end_turn {runId, stop, message}
  *   resumed    run.resumed (once a run)        {runId, reason}: "resumed after
@@ -75,6 +76,15 @@ function displayOf(d) {
   const fields = d.display.filter((f) => f && typeof f === "object" && typeof f.arg === "string");
   return fields.length ? fields.map((f) => ({ arg: f.arg, label: str(f.label), as: str(f.as) || "code" })) : null;
 }
+
+/** A card's status after its approval.decided's decision. */
+const STATUS_OF = {
+  [P.APPROVE]: "approved",
+  [P.EDIT]: "edited",
+  [P.DENY]: "denied",
+  [P.RESPOND]: "answered",
+  [P.GATE_CANCELLED]: "cancelled",
+};
 
 /**
  * The gates of one step (opened together) each know how many of the step
@@ -222,9 +232,11 @@ export const HANDLERS = {
     if (i === undefined) return;
     const item = model.items[i];
     item.decision = str(d.decision);
-    item.status = d.decision === P.APPROVE ? "approved" : d.decision === P.GATE_CANCELLED ? "cancelled" : "denied";
+    item.status = STATUS_OF[d.decision] || "denied";
     item.decidedBy = str(d.decided_by);
     item.reason = str(d.reason);
+    item.editedArgs = d.args && typeof d.args === "object" ? d.args : null;
+    item.response = str(d.response);
     changes.push({ op: "update", item });
     countStep(model, item.step, changes);
   },

@@ -8,6 +8,8 @@
 
 import { CONFIRMED, FAILED, SENT } from "../client/ledger.js";
 import * as P from "../wire/constants.js";
+import { buildApproval } from "./approval.js";
+import { argsBlock, argsSummary, legacyDisplay } from "./args.js";
 import { h } from "./dom.js";
 import { MarkdownView } from "./markdown.js";
 
@@ -16,57 +18,6 @@ import { MarkdownView } from "./markdown.js";
  * @property {boolean} live whether the session is live (decisions may go)
  * @property {(kind: "approval"|"cancel", id: string) => boolean} busy whether one is in flight
  */
-
-function pretty(value) {
-  if (typeof value === "string") return value;
-  try {
-    return JSON.stringify(value, null, 2);
-  } catch {
-    return String(value);
-  }
-}
-
-/**
- * The arguments of a tool call, readable: as its tool says to show them (the
- * registry's `display`, sent with the call), else as JSON. A field is shown
- * as text, never as markup: whatever a model put in an argument stays inert.
- */
-function argsBlock(doc, display, args) {
-  const a = args && typeof args === "object" ? args : {};
-  if (!display) return h(doc, "pre", { class: "code" }, [h(doc, "code", { text: pretty(a) })]);
-  return h(
-    doc,
-    "div",
-    { class: "tool-args" },
-    display.map((f) => {
-      const value = pretty(a[f.arg] ?? "");
-      if (f.as === "command") return h(doc, "pre", { class: "code code-cmd" }, [h(doc, "code", { text: `$ ${value}` })]);
-      if (f.as === "block") return h(doc, "pre", { class: "code" }, [h(doc, "code", { text: value })]);
-      return h(doc, "div", { class: "kv" }, [h(doc, "span", { class: "k", text: f.label || f.arg }), h(doc, "code", { class: "v", text: value })]);
-    }),
-  );
-}
-
-/** A one-line summary of a tool call's arguments: its first shown field, or its JSON. */
-function argsSummary(display, args) {
-  const a = args && typeof args === "object" ? args : {};
-  const first = display ? a[display[0].arg] : undefined;
-  const text = (first !== undefined ? pretty(first) : pretty(a)).replace(/\s+/g, " ");
-  return text.length > 80 ? `${text.slice(0, 79)}…` : text;
-}
-
-/** The built-in tools' display, for calls logged before tools sent their own. */
-const BUILTIN_DISPLAY = {
-  write_file: [
-    { arg: "path", label: "path", as: "code" },
-    { arg: "text", label: "", as: "block" },
-  ],
-  terminal: [{ arg: "command", label: "", as: "command" }],
-};
-
-function legacyDisplay(item) {
-  return item.display || BUILTIN_DISPLAY[item.tool] || null;
-}
 
 const NOTICE_TEXT = {
   [P.STOP_CANCELLED]: "Run cancelled",
@@ -217,103 +168,14 @@ function row(doc, item, ctx) {
  * keeps the text as written in `sourceText` (what the log says, for the
  * tests); its DOM is the rendering.
  */
+export { buildApproval };
+
 export function renderText(doc, el, item) {
   if (!el) return;
   if (!el.markdown) el.markdown = new MarkdownView(doc, el.querySelector(":scope > .msg-body") || el);
   el.sourceText = item.text;
   // While it streams only its open chunk is lexed (markdown.js).
   el.markdown.render(item.text, { final: item.final !== false });
-}
-
-export function buildApproval(doc, item, ctx) {
-  const d = doc;
-  const pending = item.status === "pending";
-  const busy = ctx.busy("approval", item.approvalId);
-  const canAct = pending && ctx.live && !busy;
-  const approve = h(d, "button", {
-    class: "btn btn-primary",
-    type: "button",
-    "data-testid": "approve",
-    "data-action": "approve",
-    "data-approval-id": item.approvalId,
-    text: "Approve",
-  });
-  const deny = h(d, "button", {
-    class: "btn btn-danger-outline",
-    type: "button",
-    "data-testid": "deny",
-    "data-action": "deny",
-    "data-approval-id": item.approvalId,
-    text: "Deny",
-  });
-  // A denial may say why (the model is told): typed here, sent with Deny.
-  const reason = h(d, "input", {
-    class: "approval-reason",
-    type: "text",
-    "data-testid": "deny-reason",
-    "data-approval-id": item.approvalId,
-    maxlength: String(P.MAX_REASON_CHARS),
-    placeholder: "Reason to deny (optional)",
-    "aria-label": `Reason to deny ${item.tool}`,
-  });
-  // A step's cards decide it whole while more than one of it waits.
-  const whole = item.step && pending && item.stepPending > 1;
-  const approveAll = h(d, "button", {
-    class: "btn",
-    type: "button",
-    "data-testid": "approve-all",
-    "data-action": "approve-all",
-    "data-approval-id": item.approvalId,
-    text: `Approve all ${item.stepPending || ""}`.trim(),
-  });
-  const denyAll = h(d, "button", {
-    class: "btn btn-danger-outline",
-    type: "button",
-    "data-testid": "deny-all",
-    "data-action": "deny-all",
-    "data-approval-id": item.approvalId,
-    text: "Deny all",
-  });
-  approve.disabled = deny.disabled = reason.disabled = approveAll.disabled = denyAll.disabled = !canAct;
-  approve.hidden = deny.hidden = reason.hidden = !pending;
-  approveAll.hidden = denyAll.hidden = !whole;
-  const cancelled = item.status === "cancelled";
-  let statusText = "";
-  if (pending) statusText = busy ? "Sending your decision…" : ctx.live ? "Waiting for your decision" : "Waiting for the connection to decide";
-  else if (cancelled) statusText = "Cancelled: the conversation moved to another branch";
-  else {
-    const by = item.decidedBy ? ` by ${item.decidedBy}` : "";
-    statusText = `${item.status === "approved" ? "Approved" : "Denied"}${by}${item.reason ? `: ${item.reason}` : ""}`;
-  }
-  return h(
-    d,
-    "section",
-    {
-      class: `row card approval approval-${item.status}`,
-      "data-seq": item.seq,
-      "data-testid": "approval",
-      "data-approval-id": item.approvalId,
-      "data-status": item.status,
-      "data-kind": item.kind || P.GATE_APPROVAL,
-      "data-step": item.step || null,
-      "data-run-id": item.runId || "",
-      "aria-label": `Approval for ${item.tool}`,
-    },
-    [
-      h(d, "header", { class: "card-head" }, [
-        h(d, "span", { class: "chip chip-approval", text: pending ? "Approval needed" : "Approval" }),
-        h(d, "strong", { text: item.tool }),
-      ]),
-      item.note ? h(d, "p", { class: "approval-note", "data-testid": "approval-note", text: item.note }) : null,
-      argsBlock(d, legacyDisplay(item), item.args),
-      h(d, "div", { class: "approval-foot" }, [
-        h(d, "p", { class: "approval-status", "data-testid": "approval-decision", "data-decided-by": item.decidedBy || null, text: statusText }),
-        // A gate closed with its branch can never be decided: no buttons at all.
-        h(d, "div", { class: "approval-actions" }, cancelled ? [] : [reason, deny, approve]),
-        cancelled ? null : h(d, "div", { class: "approval-actions approval-step-actions" }, [denyAll, approveAll]),
-      ]),
-    ],
-  );
 }
 
 /**

@@ -15,6 +15,7 @@
 import { STATE } from "../client/view.js";
 import { realTimers } from "../model/timers.js";
 import { activeRun, queuedRuns } from "../model/transcript.js";
+import { keepTyped } from "./approval.js";
 import { BranchView } from "./branchview.js";
 import { rejectionBadge, showRejection } from "./rejection.js";
 import { buildApproval, buildRow, pendingItem, queueItem, renderText } from "./rows.js";
@@ -232,6 +233,7 @@ export class SessionView {
       const el = buildRow(this.doc, item, ctx);
       this.rows.set(key, el);
       built.push(item);
+      if (old && item.type === "approval") keepTyped(old, el);
       if (old) old.replaceWith(el);
       else frag.append(el);
     }
@@ -260,6 +262,7 @@ export class SessionView {
       const hadFocus = old.contains(this.doc.activeElement) ? this.doc.activeElement.dataset.action : null;
       const el = buildApproval(this.doc, item, this._ctx());
       el.hidden = old.hidden;
+      keepTyped(old, el);
       old.replaceWith(el);
       this.rows.set(item.key, el);
       if (hadFocus) el.querySelector(`[data-action="${hadFocus}"]`)?.focus();

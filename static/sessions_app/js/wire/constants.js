@@ -129,8 +129,14 @@ export const SEND_DUPLICATE = "duplicate";
 export const APPROVE = "approve";
 export const DENY = "deny";
 export const DECISIONS = ["approve", "deny"];
+// Decisions beyond yes and no: run with the person's arguments, or answer instead.
+export const EDIT = "edit";
+export const RESPOND = "respond";
+export const ALL_DECISIONS = ["approve", "deny", "edit", "respond"];
 // The longest reason a denial may give (the model is told it).
 export const MAX_REASON_CHARS = 2000;
+// The longest response a person may give instead of a call.
+export const MAX_RESPONSE_CHARS = 32000;
 // What a gate is (approval.requested's "kind").
 export const GATE_APPROVAL = "approval";
 export const GATE_QUESTION = "question";

@@ -1,0 +1,157 @@
+/**
+ * An approval card: one gate (transcript.js's `approval` item) and what a
+ * person may decide there. Approve, Deny (with a reason, told to the model),
+ * Edit the arguments and run with them, or Respond instead (the text is the
+ * call's result; the tool does not run); a step's cards decide it whole
+ * (Approve all / Deny all) while more than one of it waits. Built from the
+ * item and `ctx` alone; `keepTyped` carries what a person typed into a card
+ * over to the card built again in its place.
+ *
+ * @module approval
+ */
+
+import * as P from "../wire/constants.js";
+import { argsBlock, legacyDisplay, pretty } from "./args.js";
+import { h } from "./dom.js";
+
+function button(d, action, item, text, cls) {
+  return h(d, "button", { class: `btn ${cls}`, type: "button", "data-testid": action, "data-action": action, "data-approval-id": item.approvalId, text });
+}
+
+/** Edit, or Respond instead: a folded form with its field and its button. */
+function folded(d, item, { kind, label, field, action, submit }) {
+  return h(d, "details", { class: "approval-more", "data-testid": kind }, [
+    h(d, "summary", { text: label }),
+    field,
+    h(d, "div", { class: "approval-actions" }, [button(d, action, item, submit, "btn-primary")]),
+  ]);
+}
+
+function statusText(item, pending, busy, live) {
+  if (pending) return busy ? "Sending your decision…" : live ? "Waiting for your decision" : "Waiting for the connection to decide";
+  if (item.status === "cancelled") return "Cancelled: the conversation moved to another branch";
+  const by = item.decidedBy ? ` by ${item.decidedBy}` : "";
+  if (item.status === "edited") return `Approved with edited arguments${by}`;
+  if (item.status === "answered") return `Answered instead${by}: ${item.response || ""}`;
+  return `${item.status === "approved" ? "Approved" : "Denied"}${by}${item.reason ? `: ${item.reason}` : ""}`;
+}
+
+/**
+ * @param {Document} doc
+ * @param {object} item an `approval` item
+ * @param {import("./rows.js").RowContext} ctx
+ * @returns {HTMLElement}
+ */
+export function buildApproval(doc, item, ctx) {
+  const d = doc;
+  const pending = item.status === "pending";
+  const busy = ctx.busy("approval", item.approvalId);
+  const canAct = pending && ctx.live && !busy;
+  const cancelled = item.status === "cancelled";
+  // A gated call may be edited or answered; a question only approved or denied.
+  const call = pending && item.kind !== P.GATE_QUESTION;
+  const reason = h(d, "input", {
+    class: "approval-reason",
+    type: "text",
+    "data-testid": "deny-reason",
+    maxlength: String(P.MAX_REASON_CHARS),
+    placeholder: "Reason to deny (optional)",
+    "aria-label": `Reason to deny ${item.tool}`,
+  });
+  const editArgs = h(d, "textarea", {
+    class: "approval-field",
+    "data-testid": "edit-args",
+    rows: "4",
+    "aria-label": `Arguments for ${item.tool}`,
+    text: pretty(item.args ?? {}),
+  });
+  const respondText = h(d, "textarea", {
+    class: "approval-field",
+    "data-testid": "respond-text",
+    rows: "3",
+    maxlength: String(P.MAX_RESPONSE_CHARS),
+    placeholder: "What the agent is told instead of running it",
+    "aria-label": `Your answer instead of ${item.tool}`,
+  });
+  const whole = item.step && pending && item.stepPending > 1;
+  const controls = [
+    button(d, "approve", item, "Approve", "btn-primary"),
+    button(d, "deny", item, "Deny", "btn-danger-outline"),
+    button(d, "approve-all", item, `Approve all ${item.stepPending || ""}`.trim(), ""),
+    button(d, "deny-all", item, "Deny all", "btn-danger-outline"),
+  ];
+  const [approve, deny, approveAll, denyAll] = controls;
+  const edit = folded(d, item, { kind: "edit-call", label: "Edit", field: editArgs, action: "approve-edited", submit: "Run with these arguments" });
+  const respond = folded(d, item, {
+    kind: "respond-call",
+    label: "Respond instead",
+    field: respondText,
+    action: "respond-instead",
+    submit: "Send as the answer",
+  });
+  for (const el of [...controls, reason, editArgs, respondText, ...edit.querySelectorAll("button"), ...respond.querySelectorAll("button")])
+    el.disabled = !canAct;
+  approve.hidden = deny.hidden = reason.hidden = !pending;
+  approveAll.hidden = denyAll.hidden = !whole;
+  edit.hidden = respond.hidden = !call;
+  const shown =
+    item.status === "edited" && item.editedArgs
+      ? [h(d, "p", { class: "approval-note", text: "Ran with:" }), argsBlock(d, legacyDisplay(item), item.editedArgs)]
+      : [];
+  return h(
+    d,
+    "section",
+    {
+      class: `row card approval approval-${item.status}`,
+      "data-seq": item.seq,
+      "data-testid": "approval",
+      "data-approval-id": item.approvalId,
+      "data-status": item.status,
+      "data-kind": item.kind || P.GATE_APPROVAL,
+      "data-step": item.step || null,
+      "data-run-id": item.runId || "",
+      "aria-label": `Approval for ${item.tool}`,
+    },
+    [
+      h(d, "header", { class: "card-head" }, [
+        h(d, "span", { class: "chip chip-approval", text: pending ? "Approval needed" : "Approval" }),
+        h(d, "strong", { text: item.tool }),
+      ]),
+      item.note ? h(d, "p", { class: "approval-note", "data-testid": "approval-note", text: item.note }) : null,
+      argsBlock(d, legacyDisplay(item), item.args),
+      ...shown,
+      h(d, "div", { class: "approval-foot" }, [
+        h(d, "p", {
+          class: "approval-status",
+          "data-testid": "approval-decision",
+          "data-decided-by": item.decidedBy || null,
+          text: statusText(item, pending, busy, ctx.live),
+        }),
+        // A gate closed with its branch can never be decided: no buttons at all.
+        h(d, "div", { class: "approval-actions" }, cancelled ? [] : [reason, deny, approve]),
+        cancelled ? null : h(d, "div", { class: "approval-actions approval-step-actions" }, [denyAll, approveAll]),
+      ]),
+      cancelled ? null : edit,
+      cancelled ? null : respond,
+    ],
+  );
+}
+
+/**
+ * What a person typed into a card (a reason, edited arguments, a response)
+ * and which fold was open, carried over to the card built again in its
+ * place (another tab's decision rebuilds a step's cards), and its focus.
+ * @param {HTMLElement} old
+ * @param {HTMLElement} el
+ */
+export function keepTyped(old, el) {
+  const twins = new Map(Array.from(el.querySelectorAll("[data-testid]"), (n) => [n.dataset.testid, n]));
+  for (const field of old.querySelectorAll("[data-testid]")) {
+    const twin = twins.get(field.dataset.testid);
+    if (!twin) continue;
+    if (field.tagName === "DETAILS") twin.open = field.open;
+    if (field.tagName !== "INPUT" && field.tagName !== "TEXTAREA") continue;
+    if (twin.value !== field.value) twin.value = field.value;
+    if (old.ownerDocument.activeElement === field) twin.focus();
+  }
+}
