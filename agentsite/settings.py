@@ -278,20 +278,20 @@ AGENT_SYSTEM_PROMPT = _app("AGENT_SYSTEM_PROMPT")
 AGENT_WEBSOCKET_PREFIX = _app("AGENT_WEBSOCKET_PREFIX")
 # Comma-separated dotted paths of Tool classes (docs/agents.md, "Adding a tool").
 AGENT_TOOLS = _env_list("AGENT_TOOLS", _app("AGENT_TOOLS"))
-# MCP servers as tools, as JSON (docs/integrations.md, "MCP"):
-# AGENT_MCP_SERVERS='{"files": {"command": ["python", "-m", "srv"], "auto_approve": ["read"]}}'
+# MCP servers as tools, as JSON (docs/integrations.md, "MCP").
 AGENT_MCP_SERVERS = _env_json("AGENT_MCP_SERVERS", _app("AGENT_MCP_SERVERS"))
 AGENT_MCP_CALL_SECONDS = _app("AGENT_MCP_CALL_SECONDS")
 AGENT_MCP_ASK_SECONDS = _app("AGENT_MCP_ASK_SECONDS")
-# The access log, and the proxies whose X-Forwarded-For it believes
-# (comma-separated addresses; sessions_app/server/access_log.py).
+# A gate's deadline, and per tool as JSON: '{"terminal": 300}' (docs/deployment.md).
+AGENT_GATE_DEADLINE_SECONDS = _app("AGENT_GATE_DEADLINE_SECONDS")
+AGENT_GATE_DEADLINES = _env_json("AGENT_GATE_DEADLINES", _app("AGENT_GATE_DEADLINES"))
+# The access log, and the proxies whose X-Forwarded-For it believes (comma-separated).
 AGENT_ACCESS_LOG = _app("AGENT_ACCESS_LOG")
 AGENT_TRUSTED_PROXIES = _env_list("AGENT_TRUSTED_PROXIES", _app("AGENT_TRUSTED_PROXIES"))
 AGENT_WORKER_METRICS_PORT = _app("AGENT_WORKER_METRICS_PORT")
 AGENT_WORKER_METRICS_HOST = _app("AGENT_WORKER_METRICS_HOST")
 AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))
-# A run's lease: renewed while it works; expired, another worker takes the run
-# over from its last checkpoint. Lease + sweep bound the stall a kill -9 causes.
+# A run's lease, renewed while it works; lease + sweep bound a kill -9's stall.
 AGENT_LEASE_SECONDS = _app("AGENT_LEASE_SECONDS")
 AGENT_SWEEP_SECONDS = _app("AGENT_SWEEP_SECONDS")
 # A run whose step took its worker down this many times finishes "error".

@@ -48,7 +48,7 @@ def agent_settings(app_configs=None, **kwargs) -> list:
                     id="sessions_app.E002",
                 )
             )
-    problems += mcp_servers()
+    problems += mcp_servers() + gate_deadlines()
     if not settings.DEBUG and not settings.ALLOWED_HOSTS:
         problems.append(
             Warning(
@@ -92,3 +92,20 @@ def mcp_servers() -> list:
                 )
             )
     return problems
+
+
+def gate_deadlines() -> list:
+    """``AGENT_GATE_DEADLINES``: a tool's name to its gates' seconds (0: none)."""
+    per_tool = settings.AGENT_GATE_DEADLINES
+    if isinstance(per_tool, dict) and all(
+        isinstance(tool, str) and isinstance(seconds, int | float) and seconds >= 0
+        for tool, seconds in per_tool.items()
+    ):
+        return []
+    return [
+        Error(
+            f"AGENT_GATE_DEADLINES must map tool names to seconds (0 or more), not {per_tool!r}",
+            hint='for example {"terminal": 300} (docs/deployment.md)',
+            id="sessions_app.E004",
+        )
+    ]

@@ -68,6 +68,11 @@ DEFAULTS: dict[str, object] = {
     # How long a question an MCP server asks during a call (runtime.questions)
     # waits for a person before it is cancelled; its worker thread waits too.
     "AGENT_MCP_ASK_SECONDS": 600.0,
+    # How long a gate waits for a person before the server decides it
+    # "expired" (runtime.gates; 0: no deadline), and per tool (name:
+    # seconds, 0 for none), which wins over it.
+    "AGENT_GATE_DEADLINE_SECONDS": 0.0,
+    "AGENT_GATE_DEADLINES": {},
     # The access log (server.access_log): a line per request and socket,
     # with the client's address as a proxy on one of these forwards it.
     "AGENT_ACCESS_LOG": True,

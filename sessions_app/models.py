@@ -205,6 +205,8 @@ class ApprovalRequest(models.Model):
         # Answered by the person instead: their ``response`` is the call's
         # result, and the tool does not run.
         ANSWERED = "answered", "answered"
+        # Nobody decided before its deadline (``expires_at``): the server did.
+        EXPIRED = "expired", "expired"
 
     id = models.CharField(primary_key=True, max_length=40, default=new_approval_id, editable=False)
     session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="approvals")
@@ -229,6 +231,8 @@ class ApprovalRequest(models.Model):
     edited_args = models.JSONField(null=True, blank=True)
     # A response instead of the call: what the model is told as its result.
     response = models.TextField(blank=True, default="", db_default="")
+    # Its deadline (null: none): the sweeper decides it ``expired`` then.
+    expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # Set, in its own transaction, right before the tool runs: a continuation
     # delivered twice, or after a crash mid-call, never runs the tool again.
@@ -236,7 +240,15 @@ class ApprovalRequest(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["session", "status"])]
+        indexes = [
+            models.Index(fields=["session", "status"]),
+            # The sweeper's read: the pending gates whose deadline passed.
+            models.Index(
+                fields=["expires_at"],
+                condition=models.Q(status="pending", expires_at__isnull=False),
+                name="gate_deadline_pending",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.tool} ({self.status})"

@@ -68,3 +68,10 @@ def test_a_server_does_not_start_on_a_misspelt_tool():
     assert "sessions_app.E001 AGENT_TOOLS: cannot load 'sessions_app.runtime.tools.WritFile'" in (
         done.stderr
     )
+
+
+@pytest.mark.parametrize("per_tool", [{"terminal": -1}, {"terminal": "5"}, ["terminal"]])
+def test_gate_deadlines_that_are_not_seconds_are_named(settings, per_tool):
+    """AGENT_GATE_DEADLINES maps tool names to seconds, 0 or more."""
+    settings.AGENT_GATE_DEADLINES = per_tool
+    assert "sessions_app.E004" in _ids()

@@ -26,15 +26,18 @@ once (``Step``) open together and share the step's id.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from sessions_app.log.events import NewEvent
 from sessions_app.models import ApprovalRequest
 from sessions_app.runtime import registry
 from sessions_app.wire import protocol as p
+from sessions_app.wire.frames import iso
 
 Status = ApprovalRequest.Status
 Kind = ApprovalRequest.Kind
@@ -43,12 +46,20 @@ Kind = ApprovalRequest.Kind
 # gate is final (an empty row): deciding it again is refused, never redone.
 MOVES: dict[str, frozenset[str]] = {
     Status.PENDING: frozenset(
-        {Status.APPROVED, Status.EDITED, Status.DENIED, Status.ANSWERED, Status.CANCELLED}
+        {
+            Status.APPROVED,
+            Status.EDITED,
+            Status.DENIED,
+            Status.ANSWERED,
+            Status.EXPIRED,
+            Status.CANCELLED,
+        }
     ),
     Status.APPROVED: frozenset(),
     Status.EDITED: frozenset(),
     Status.DENIED: frozenset(),
     Status.ANSWERED: frozenset(),
+    Status.EXPIRED: frozenset(),
     Status.CANCELLED: frozenset(),
 }
 # The status each decision word moves a gate to, and back (the log's word).
@@ -57,6 +68,7 @@ STATUS_OF = {
     p.EDIT: Status.EDITED,
     p.DENY: Status.DENIED,
     p.RESPOND: Status.ANSWERED,
+    p.GATE_EXPIRED: Status.EXPIRED,
     p.GATE_CANCELLED: Status.CANCELLED,
 }
 # The statuses whose call runs (with the person's arguments, when edited).
@@ -71,7 +83,21 @@ VIA_AG_UI = "ag_ui"
 VIA_AI_SDK = "ai_sdk"
 VIA_SERVER = "server"  # the server itself: a cancel, a branch left, a question closed
 VIA_AUTO = "auto"  # a tool that runs without asking
-CHANNELS = (VIA_TAB, VIA_API, VIA_ADMIN, VIA_AG_UI, VIA_AI_SDK, VIA_SERVER, VIA_AUTO)
+VIA_DEADLINE = "deadline"  # nobody decided in time: the sweeper did
+CHANNELS = (
+    VIA_TAB,
+    VIA_API,
+    VIA_ADMIN,
+    VIA_AG_UI,
+    VIA_AI_SDK,
+    VIA_SERVER,
+    VIA_AUTO,
+    VIA_DEADLINE,
+)
+# Who decided a gate its deadline decided (``decided_by``), and what the
+# model is told of its call (it never ran).
+DEADLINE = "deadline"
+EXPIRED_OUTPUT = "expired: nobody decided before its deadline, so it did not run"
 
 # Who decided a call that runs without asking (its gate row's ``decided_by``).
 AUTO_APPROVER = "auto-approve"
@@ -128,6 +154,15 @@ def move(approval: ApprovalRequest, decision: Decision) -> bool:
     return True
 
 
+def deadline_of(tool: str) -> float:
+    """How long a gate of ``tool`` waits for a person, in seconds (0: for
+    ever): ``AGENT_GATE_DEADLINES[tool]``, else ``AGENT_GATE_DEADLINE_SECONDS``."""
+    per_tool = settings.AGENT_GATE_DEADLINES
+    per_tool = per_tool if isinstance(per_tool, dict) else {}  # the check names it
+    seconds = per_tool.get(tool, settings.AGENT_GATE_DEADLINE_SECONDS)
+    return float(seconds) if isinstance(seconds, int | float) and seconds > 0 else 0.0
+
+
 def call_args(approval: ApprovalRequest) -> dict:
     """The arguments the call runs with: the person's, when edited."""
     return approval.edited_args if approval.status == Status.EDITED else approval.args
@@ -169,6 +204,17 @@ class Gate:
     # A call of a tool that runs without asking (``Tool.auto_approve``), in
     # a step with others: its row is approved at once and no card asks.
     auto: bool = False
+    # When the server decides it ``expired`` (None: never; ``with_deadline``).
+    expires_at: datetime | None = None
+
+    def with_deadline(self, now: datetime) -> Gate:
+        """This gate with its deadline from now (``deadline_of`` its tool), if
+        a person decides it (not a question: it has its own, nor a call that
+        runs without asking)."""
+        seconds = deadline_of(self.tool)
+        if not seconds or self.auto or self.kind == Kind.QUESTION or self.expires_at:
+            return self
+        return replace(self, expires_at=now + timedelta(seconds=seconds))
 
     def call(self) -> dict[str, Any]:
         """The call as its ``tool.call`` and ``approval.requested`` carry it."""
@@ -191,6 +237,7 @@ class Gate:
             args=self.args,
             kind=self.kind,
             step=self.step,
+            expires_at=self.expires_at,
         )
         if self.auto:
             row.status, row.decided_by, row.decided_via = Status.APPROVED, AUTO_APPROVER, VIA_AUTO
@@ -217,6 +264,8 @@ class Gate:
         requested: dict[str, Any] = {"approval_id": approval_id, **call, "kind": self.kind}
         if self.step:
             requested["step"] = self.step
+        if self.expires_at is not None:
+            requested["expires_at"] = iso(self.expires_at)
         return [*opening, NewEvent(p.K_APPROVAL_REQUESTED, requested, run_id)]
 
     @staticmethod

@@ -119,7 +119,7 @@ def decide(
     the step still pending alike, in one transaction (Approve all / Deny
     all), each ``approval.decided`` naming the step.
     """
-    if decision.word not in p.ALL_DECISIONS:
+    if decision.word not in (*p.ALL_DECISIONS, p.GATE_EXPIRED):
         raise ValueError(decision.word)
     lookup = ApprovalRequest.objects.filter(id=approval_id)
     if session_id is not None:
@@ -311,6 +311,8 @@ def close_gates(run: Run, gates: str, by: str) -> None:
             output = "cancelled before it ran"
         elif approval.status == ApprovalRequest.Status.ANSWERED:
             output = "cancelled before the answer reached the agent"
+        elif approval.status == ApprovalRequest.Status.EXPIRED:
+            output = gate_model.EXPIRED_OUTPUT
         else:
             output = "denied"
         append_event(
@@ -428,6 +430,8 @@ def park(
         )
         if not updated:
             return None
+        now = timezone.now()
+        step = [gate.with_deadline(now) for gate in step]
         rows = ApprovalRequest.objects.bulk_create([gate.row(session_id, run_id) for gate in step])
         events = []
         for gate, row in zip(step, rows, strict=True):

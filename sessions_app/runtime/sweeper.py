@@ -4,8 +4,8 @@ A running run is held by a worker whose lease the worker keeps renewing. The
 ``Sweeper`` (a thread in every run-executing process) takes over runs whose
 lease expired: each goes back to the queue at its last checkpoint
 (``durable.release``), and another worker goes on with it. Parked gates hold
-no lease and are never touched: they wait for their decision however many
-restarts happen.
+no lease: they wait for their decision however many restarts happen, or, with
+a deadline, until the sweeper decides them ``expired`` (``expire_due_gates``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ from django.utils import timezone
 
 from sessions_app.fanout.presence import close_stale_connections
 from sessions_app.log.retention import apply_retention
-from sessions_app.models import Connection, Run
-from sessions_app.runtime import durable, runs
+from sessions_app.models import ApprovalRequest, Connection, Run
+from sessions_app.runtime import durable, gates, runs
+from sessions_app.runtime.gates import Decision
 from sessions_app.server.identity import worker_id
 from sessions_app.server.logs import Outage
 from sessions_app.wire import protocol as p
+from sessions_app.wire.errors import AlreadyDecided, ApprovalCancelled, NotFound
 
 log = logging.getLogger(__name__)
 _outage = Outage(log)
@@ -44,6 +46,34 @@ def take_over_expired() -> list[str]:
         if durable.release(run_id, worker, p.RESUMED_TAKEOVER, lease_expired=True):
             done.append(run_id)
     return done
+
+
+# Gates one pass expires at most (the next pass takes the rest).
+EXPIRE_BATCH = 200
+
+
+def expire_due_gates() -> list[str]:
+    """Decide ``expired`` every pending gate whose deadline passed (oldest
+    first, ``EXPIRE_BATCH`` a pass), as any decision: once, against a
+    person's racing it (the first stands), its run going on when its step is
+    decided. A deadline is a row, so one that passed while every process was
+    down is decided by the first pass after. Returns the gates it decided."""
+    due = (
+        ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING, expires_at__lte=Now())
+        .order_by("expires_at")
+        .values_list("id", flat=True)[:EXPIRE_BATCH]
+    )
+    decided = []
+    expire = Decision(p.GATE_EXPIRED, gates.DEADLINE, gates.VIA_DEADLINE)
+    for approval_id in list(due):
+        try:
+            runs.decide(approval_id, expire)
+        except (AlreadyDecided, ApprovalCancelled, NotFound):
+            continue  # a person (or its run's end) came first
+        decided.append(approval_id)
+    if decided:
+        log.info("gates expired: %s", decided)
+    return decided
 
 
 def requeue_unclaimed() -> list[str]:
@@ -97,6 +127,7 @@ class Sweeper(threading.Thread):
         while not self.stopped.wait(self.interval):
             try:
                 take_over_expired()
+                expire_due_gates()
                 requeue_unclaimed()
                 runs.admit_all_waiting()
                 close_stale_connections()

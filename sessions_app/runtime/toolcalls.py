@@ -73,6 +73,8 @@ def _continue(ctx: Context, tool_call_id: str, rest: list[str] | None) -> ToolOu
     first = approved and _mark_started(ctx, approval)
     if approval.status == ApprovalRequest.Status.ANSWERED:
         ok, output = True, approval.response  # the person's answer is the result
+    elif approval.status == ApprovalRequest.Status.EXPIRED:
+        ok, output = False, gates.EXPIRED_OUTPUT
     elif not approved:
         ok, output = False, denial(approval)
     elif first or registry.is_idempotent(approval.tool):

@@ -154,6 +154,7 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
         "decided_via",
         "reason",
         "decided_at",
+        "expires_at",
         "created_at",
         "executed_at",
     )

@@ -164,6 +164,9 @@ MAX_RESPONSE_CHARS = 32_000
 # approval.decided's "decision" for a gate closed undecided because its
 # branch was left (never a client's decision).
 GATE_CANCELLED = "cancelled"
+# approval.decided's "decision" for a gate its deadline decided (never a
+# client's decision either).
+GATE_EXPIRED = "expired"
 
 STOP_END_TURN = "end_turn"
 STOP_CANCELLED = "cancelled"

@@ -140,7 +140,13 @@ def _answer_data() -> dict[str, dict[str, Any]]:
         # kind (runtime.gates): absent on gates logged before kinds; step:
         # the id the gates one step opened together share.
         p.K_APPROVAL_REQUESTED: _call(
-            {"kind": {"enum": list(p.GATE_KINDS)}, "step": TOOL_CALL_ID}, approval_id=ID
+            {
+                "kind": {"enum": list(p.GATE_KINDS)},
+                "step": TOOL_CALL_ID,
+                # When the server decides it expired if nobody has (UTC, ms).
+                "expires_at": {"type": "string", "format": "date-time"},
+            },
+            approval_id=ID,
         ),
         # runtime.runs.record_decision, runtime.questions.close_open. decided_by:
         # a username, "" (a branch change without one), or why a question
@@ -148,7 +154,7 @@ def _answer_data() -> dict[str, dict[str, Any]]:
         p.K_APPROVAL_DECIDED: _data(
             {
                 "approval_id": ID,
-                "decision": {"enum": [*p.ALL_DECISIONS, p.GATE_CANCELLED]},
+                "decision": {"enum": [*p.ALL_DECISIONS, p.GATE_CANCELLED, p.GATE_EXPIRED]},
                 "decided_by": STRING,
             },
             # reason: a denial's; step: decided with its whole step at once;

@@ -6,6 +6,8 @@ exactly the approved writes, once each."""
 
 from __future__ import annotations
 
+import re
+
 from playwright.sync_api import Page, expect
 
 from sessions_app.runtime.tools import workspace_for
@@ -156,3 +158,24 @@ def test_edit_respond_and_what_is_typed_survives_another_tabs_decision(server, c
             "Answered instead by alice: Already written."
         )
     assert _lines(session_id, "edit.txt") == ["write 1", "edited in the card"]
+
+
+def test_a_card_counts_down_to_its_deadline_and_says_it_expired(own_server, ctx):
+    """With a 5 s deadline the pending card shows the time left, warning in
+    its last minute; at the deadline the server decides it and the card says
+    it expired, its buttons gone; nothing was written."""
+    start, _ = own_server
+    server = start(AGENT_GATE_DEADLINE_SECONDS="5")
+    a, _ = tab(ctx, server)
+    session_id = new_session(a, server)
+    send(a, "/write late.txt x")
+    card = a.locator("[data-testid=approval]")
+    deadline = card.get_by_test_id("approval-deadline")
+    expect(deadline).to_have_text(re.compile(r"^Expires soon: 0:0[1-5]$"), timeout=TIMEOUT)
+    expect(deadline).to_have_class(re.compile("approval-expiring"))
+    expect(card).to_have_attribute("data-status", "expired", timeout=TIMEOUT)
+    expect(card.get_by_test_id("approval-decision")).to_have_text("Expired: nobody decided in time")
+    expect(card.get_by_test_id("approve")).to_be_hidden()
+    expect(deadline).to_have_count(0)
+    settle(a, session_id)
+    assert not (workspace_for(session_id) / "late.txt").exists()

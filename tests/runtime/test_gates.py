@@ -21,6 +21,7 @@ from sessions_app.wire import protocol as p
 from tests.harness import WsClient
 from tests.support.clients import connect
 from tests.support.sessions import open_session, send_text
+from tests.support.waiting import wait_until
 from tests.web.test_stream import client_for
 
 Status = ApprovalRequest.Status
@@ -337,4 +338,38 @@ async def test_edit_and_respond_over_the_socket(server, cookie):
     assert _lines(sid) == ["edited by a person"]
     results = [e["data"] for e in c.events() if e["kind"] == "tool.result"]
     assert [(r["ok"], r["output"]) for r in results][1] == (True, "Skip it: already there.")
+    await c.close()
+
+
+async def test_a_deadline_passing_while_every_process_is_down_is_kept(own_server, cookie):
+    """A gate with a 2 s deadline; every process killed -9; the deadline
+    passes with nobody up; started again, the first sweep decides it expired
+    and the run goes on to its end, the model told; the card's deadline was
+    on its approval.requested."""
+    from datetime import datetime
+
+    start, procs = own_server
+    env = {"AGENT_GATE_DEADLINE_SECONDS": "2"}
+    server = start(**env)
+    c, sid = await open_session(server, cookie)
+    run_id = (await send_text(c, "/write d.txt x", "m1"))["run_id"]
+    asked = await c.wait_event(lambda f: f["kind"] == "approval.requested")
+    expires = datetime.fromisoformat(asked["data"]["expires_at"].replace("Z", "+00:00"))
+    await c.close()
+    for proc in procs:
+        proc.kill()
+    procs.clear()
+    await wait_until(lambda: datetime.now(expires.tzinfo) > expires, timeout=10)
+    server = start(**env)
+    c = await connect(server, cookie)
+    await c.resume(sid, 0)
+    end = await c.wait_event(
+        lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id, timeout=40
+    )
+    assert end["data"] == {"stop_reason": "end_turn"}
+    decided = [e["data"] for e in c.events() if e["kind"] == "approval.decided"]
+    assert [(d["decision"], d["decided_by"]) for d in decided] == [("expired", "deadline")]
+    [result] = [e["data"] for e in c.events() if e["kind"] == "tool.result"]
+    assert result["ok"] is False and result["output"].startswith("expired: ")
+    assert not (workspace_for(sid) / "d.txt").exists()
     await c.close()

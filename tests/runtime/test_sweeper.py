@@ -290,3 +290,99 @@ def test_a_run_ended_by_the_budget_says_its_tool_call_is_unknown(user, no_enqueu
         {"tool_call_id": "call_started", "ok": False, "output": durable.UNKNOWN_OUTPUT},
     )
     assert tail[1][0] == "run.finished" and tail[1][1]["stop_reason"] == "error"
+
+
+def _parked_with_deadline(user, settings, seconds: float, n: int = 1):
+    """A run parked at ``/parallel n`` with gates that expire in ``seconds``."""
+    from sessions_app.runtime.executor import execute_run
+
+    settings.AGENT_GATE_DEADLINE_SECONDS = seconds
+    s = create_session(user)
+    run_id = turns.submit_message(s.id, "m1", f"/parallel {n} d.txt").run_id
+    execute_run(run_id)
+    gates = sorted(ApprovalRequest.objects.filter(run_id=run_id), key=lambda g: g.args["text"])
+    return s, run_id, gates
+
+
+def test_a_gate_past_its_deadline_is_expired_once_and_its_run_goes_on(user, no_enqueue, settings):
+    """The sweeper decides a gate past its deadline 'expired' (by 'deadline',
+    through the deadline), once: a second pass finds nothing, a person after
+    it is told it already stands, and the run goes on with the model told."""
+    from sessions_app.runtime.executor import execute_run
+    from sessions_app.runtime.sweeper import expire_due_gates
+    from sessions_app.wire.errors import AlreadyDecided
+
+    s, run_id, (gate,) = _parked_with_deadline(user, settings, 30)
+    asked = [e.data for e in read_events(s.id, 0) if e.kind == "approval.requested"]
+    assert asked[0]["expires_at"].endswith("Z") and gate.expires_at is not None
+    assert expire_due_gates() == []  # not due yet
+    ApprovalRequest.objects.filter(id=gate.id).update(expires_at=timezone.now())
+    assert expire_due_gates() == [gate.id]
+    assert expire_due_gates() == []
+    with pytest.raises(AlreadyDecided):
+        runs.decide(gate.id, Decision("approve", "alice", "tab"))
+    gate.refresh_from_db()
+    assert (gate.status, gate.decided_by, gate.decided_via) == ("expired", "deadline", "deadline")
+    assert no_enqueue == [run_id, run_id]
+    execute_run(run_id)
+    tail = [(e.kind, e.data) for e in read_events(s.id, 0)][-4:]
+    assert tail[0] == (
+        "approval.decided",
+        {"approval_id": gate.id, "decision": "expired", "decided_by": "deadline"},
+    )
+    assert tail[1][1]["output"].startswith("expired: ") and tail[1][1]["ok"] is False
+    assert tail[2][1]["text"] == "1. The write to d.txt expired: nobody decided in time."
+
+
+@pytest.mark.parametrize("seconds", [0, 5])
+def test_no_deadline_unless_asked_and_a_tools_own_wins(user, no_enqueue, settings, seconds):
+    """Off by default; AGENT_GATE_DEADLINES names a tool's own (0: none)."""
+    settings.AGENT_GATE_DEADLINES = {"write_file": seconds}
+    _, _, (gate,) = _parked_with_deadline(user, settings, 1000)
+    if seconds:
+        left = (gate.expires_at - gate.created_at).total_seconds()
+        assert 4.5 < left <= 5.5
+    else:
+        assert gate.expires_at is None
+
+
+def test_a_deadline_racing_a_decision_leaves_exactly_one_standing(user, no_enqueue, settings):
+    """20 rounds: a person's decision and the deadline's, at the same moment
+    on two threads; exactly one approval.decided a gate, and the gate says it."""
+    from sessions_app.runtime.executor import execute_run
+    from sessions_app.runtime.sweeper import expire_due_gates
+    from sessions_app.wire.errors import AlreadyDecided
+
+    settings.AGENT_GATE_DEADLINE_SECONDS = 60
+    settings.AGENT_USER_MAX_RUNS = 0  # the approved ones stay running here
+    for i in range(20):
+        s = create_session(user)
+        run_id = turns.submit_message(s.id, f"r{i}", "/write r.txt x").run_id
+        execute_run(run_id)
+        gate = ApprovalRequest.objects.get(run_id=run_id)
+        ApprovalRequest.objects.filter(id=gate.id).update(expires_at=timezone.now())
+        start = threading.Barrier(2)
+        won: list[str] = []
+
+        def person(gate_id=gate.id, start=start, won=won):
+            start.wait()
+            try:
+                runs.decide(gate_id, Decision("approve", "alice", "tab"))
+                won.append("person")
+            except AlreadyDecided:
+                pass
+
+        def deadline(start=start, won=won):
+            start.wait()
+            if expire_due_gates():
+                won.append("deadline")
+
+        threads = [threading.Thread(target=person), threading.Thread(target=deadline)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        decided = [e.data for e in read_events(s.id, 0) if e.kind == "approval.decided"]
+        assert len(won) == 1 and len(decided) == 1, (i, won, decided)
+        gate.refresh_from_db()
+        assert gate.status == ("approved" if won == ["person"] else "expired")

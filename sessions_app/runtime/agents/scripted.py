@@ -144,6 +144,8 @@ class ScriptedAgent:
             return f"You answered instead of {outcome.tool}: {outcome.output}"
         why = outcome.output[len("denied: ") :] if outcome.output.startswith("denied: ") else ""
         denied = f" was denied ({why})." if why else " was denied."
+        if outcome.output.startswith("expired: "):
+            denied = " expired: nobody decided in time."
         if outcome.tool == "write_file":
             path = outcome.args.get("path", state.get("path", ""))
             if not outcome.approved:

@@ -12,7 +12,7 @@
  *              of a segment (a run's text between tool calls is one segment)
  *   tool       tool.call                       {toolCallId, tool, args, runId}
  *   approval   approval.requested              {approvalId, toolCallId, tool, args,
- *                                               note, kind, step, stepPending, status,
+ *                                               note, kind, step, expiresAt, stepPending, status,
  *                                               decision, decidedBy, reason, editedArgs,
  *                                               response, runId}
  *   result     tool.result                     {toolCallId, ok, output, runId}
@@ -83,6 +83,7 @@ const STATUS_OF = {
   [P.EDIT]: "edited",
   [P.DENY]: "denied",
   [P.RESPOND]: "answered",
+  [P.GATE_EXPIRED]: "expired",
   [P.GATE_CANCELLED]: "cancelled",
 };
 
@@ -216,6 +217,7 @@ export const HANDLERS = {
       note: str(d.note),
       kind: str(d.kind) || P.GATE_APPROVAL,
       step: str(d.step),
+      expiresAt: str(d.expires_at),
       status: "pending",
       decision: null,
       decidedBy: null,

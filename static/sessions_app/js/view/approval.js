@@ -27,12 +27,39 @@ function folded(d, item, { kind, label, field, action, submit }) {
   ]);
 }
 
+/** How long is left, as m:ss (h:mm:ss past an hour). */
+export function timeLeft(ms) {
+  const s = Math.max(0, Math.ceil(ms / 1000));
+  const [h, m, sec] = [Math.floor(s / 3600), Math.floor((s % 3600) / 60), s % 60];
+  const pad = (n) => String(n).padStart(2, "0");
+  return h ? `${h}:${pad(m)}:${pad(sec)}` : `${m}:${pad(sec)}`;
+}
+
+/** A pending gate's deadline: the time left, and a warning in its last minute. */
+export function deadline(d, expiresAt, now) {
+  const el = h(d, "p", { class: "approval-deadline", "data-testid": "approval-deadline", "data-expires-at": expiresAt });
+  tickDeadline(el, now);
+  return el;
+}
+
+/** Bring a deadline's text up to `now` (the view ticks every second). */
+export function tickDeadline(el, now) {
+  const left = Date.parse(el.dataset.expiresAt) - now;
+  const warn = left <= WARN_MS;
+  el.classList.toggle("approval-expiring", warn);
+  el.textContent = left > 0 ? `${warn ? "Expires soon: " : "Decide within "}${timeLeft(left)}` : "Deadline passed: expiring…";
+}
+
+/** A deadline warns in its last minute. */
+const WARN_MS = 60_000;
+
 function statusText(item, pending, busy, live) {
   if (pending) return busy ? "Sending your decision…" : live ? "Waiting for your decision" : "Waiting for the connection to decide";
   if (item.status === "cancelled") return "Cancelled: the conversation moved to another branch";
   const by = item.decidedBy ? ` by ${item.decidedBy}` : "";
   if (item.status === "edited") return `Approved with edited arguments${by}`;
   if (item.status === "answered") return `Answered instead${by}: ${item.response || ""}`;
+  if (item.status === "expired") return "Expired: nobody decided in time";
   return `${item.status === "approved" ? "Approved" : "Denied"}${by}${item.reason ? `: ${item.reason}` : ""}`;
 }
 
@@ -120,6 +147,7 @@ export function buildApproval(doc, item, ctx) {
       item.note ? h(d, "p", { class: "approval-note", "data-testid": "approval-note", text: item.note }) : null,
       argsBlock(d, legacyDisplay(item), item.args),
       ...shown,
+      pending && item.expiresAt ? deadline(d, item.expiresAt, ctx.now ?? Date.now()) : null,
       h(d, "div", { class: "approval-foot" }, [
         h(d, "p", {
           class: "approval-status",

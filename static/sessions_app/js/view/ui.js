@@ -15,7 +15,7 @@
 import { STATE } from "../client/view.js";
 import { realTimers } from "../model/timers.js";
 import { activeRun, queuedRuns } from "../model/transcript.js";
-import { keepTyped } from "./approval.js";
+import { keepTyped, tickDeadline } from "./approval.js";
 import { BranchView } from "./branchview.js";
 import { rejectionBadge, showRejection } from "./rejection.js";
 import { buildApproval, buildRow, pendingItem, queueItem, renderText } from "./rows.js";
@@ -116,7 +116,21 @@ export class SessionView {
 
   /** What a row needs to know of the client now. */
   _ctx() {
-    return { live: this._live, busy: (kind, id) => !!this.client?.isBusy(kind, id) };
+    return { live: this._live, now: this.now(), busy: (kind, id) => !!this.client?.isBusy(kind, id) };
+  }
+
+  /** Cards with a deadline count down, a tick a second, while any is shown. */
+  _watchDeadlines() {
+    const shown = () => this.el.transcript.querySelectorAll("[data-testid=approval-deadline]");
+    if (this._deadlines || !shown().length) return;
+    this._deadlines = this.timers.setInterval(() => {
+      const left = shown();
+      for (const el of left) tickDeadline(el, this.now());
+      if (!left.length) {
+        this.timers.clearInterval(this._deadlines);
+        this._deadlines = null;
+      }
+    }, 1000);
   }
 
   // --- transcript ----------------------------------------------------------------
@@ -251,6 +265,7 @@ export class SessionView {
       this._pendingCursor = null;
     }
     if (changes.length) this._scroll();
+    this._watchDeadlines();
   }
 
   _refreshApprovals() {

@@ -144,6 +144,8 @@ export const GATE_UNKNOWN_OUTCOME = "unknown_outcome";
 export const GATE_KINDS = ["approval", "question", "unknown_outcome"];
 /** approval.decided's decision for a gate closed because its branch was left. */
 export const GATE_CANCELLED = "cancelled";
+// approval.decided's decision for a gate its deadline decided.
+export const GATE_EXPIRED = "expired";
 
 export const STOP_END_TURN = "end_turn";
 export const STOP_CANCELLED = "cancelled";
