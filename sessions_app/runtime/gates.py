@@ -163,6 +163,13 @@ def deadline_of(tool: str) -> float:
     return float(seconds) if isinstance(seconds, int | float) and seconds > 0 else 0.0
 
 
+def expired_output(approval: ApprovalRequest) -> str:
+    """What the model is told of a call its gate's deadline decided."""
+    if approval.kind == Kind.UNKNOWN_OUTCOME:  # it may have run before
+        return "expired: nobody decided in time whether to run it again, so it was not"
+    return EXPIRED_OUTPUT
+
+
 def call_args(approval: ApprovalRequest) -> dict:
     """The arguments the call runs with: the person's, when edited."""
     return approval.edited_args if approval.status == Status.EDITED else approval.args

@@ -127,6 +127,9 @@ def decide(
     found = lookup.values_list("session_id", "run__trace").first()
     if found is None:
         raise NotFound("no such approval in this session")
+    # Checked before the session's lock: an MCP tool's schema may take a
+    # connection to read (the kind and tool of a gate never change).
+    check_decision(lookup.only("kind", "tool", "tool_call_id").get(), decision)
     # The decision belongs to its run's trace (server.tracing): the send that
     # asked for the tool, the wait at the gate, this, and the tool after it.
     ids = {"approval.id": approval_id, "decision": decision.word}
@@ -137,8 +140,6 @@ def decide(
             each = _step_of(approval) if decision.whole_step else [approval]
             if not each:
                 raise _decided_error(approval)
-            if decision.word in (p.EDIT, p.RESPOND):
-                _check_beyond_yes_and_no(approval, decision)
             for gate in each:
                 record_decision(gate, decision)
             # The wait at the gate: from the request to now.
@@ -152,11 +153,14 @@ def decide(
         return approval
 
 
-def _check_beyond_yes_and_no(approval: ApprovalRequest, decision: gate_model.Decision) -> None:
-    """An edit or a response decides one gated call (not a question, not a
-    whole step); an edit's arguments are the tool's (its JSON schema, read
-    by the server: ``registry.validate_args``). ``SessionError``
-    (``bad_frame``, 400) otherwise, nothing decided."""
+def check_decision(approval: ApprovalRequest, decision: gate_model.Decision) -> None:
+    """May ``decision`` decide ``approval`` (whatever its status)? An edit or
+    a response decides one gated call (not a question, not a whole step); an
+    edit's arguments are the tool's (its own validation: the JSON schema of
+    the built-in ones, ``registry.validate_args``). ``SessionError``
+    (``bad_frame``, 400) otherwise."""
+    if decision.word not in (p.EDIT, p.RESPOND):
+        return
     if gate_model.is_question(approval) or decision.whole_step:
         raise SessionError(
             f"'{decision.word}' decides one gated tool call, not a question or a step"
@@ -312,7 +316,7 @@ def close_gates(run: Run, gates: str, by: str) -> None:
         elif approval.status == ApprovalRequest.Status.ANSWERED:
             output = "cancelled before the answer reached the agent"
         elif approval.status == ApprovalRequest.Status.EXPIRED:
-            output = gate_model.EXPIRED_OUTPUT
+            output = gate_model.expired_output(approval)
         else:
             output = "denied"
         append_event(
@@ -464,6 +468,9 @@ def wait_again(run_id: str, worker: str, session_id: str, step: list[str]) -> bo
         )
         if not parked:
             raise RunAborted(run_id)
+        # Every tab shows it waiting again.
+        first = pending.order_by("created_at").values_list("id", flat=True).first()
+        append_events(session_id, [Gate.paused(run_id, first)])
         set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
         admit_after_commit(session.owner_id)
     return True

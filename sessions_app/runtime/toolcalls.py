@@ -74,7 +74,7 @@ def _continue(ctx: Context, tool_call_id: str, rest: list[str] | None) -> ToolOu
     if approval.status == ApprovalRequest.Status.ANSWERED:
         ok, output = True, approval.response  # the person's answer is the result
     elif approval.status == ApprovalRequest.Status.EXPIRED:
-        ok, output = False, gates.EXPIRED_OUTPUT
+        ok, output = False, gates.expired_output(approval)
     elif not approved:
         ok, output = False, denial(approval)
     elif first or registry.is_idempotent(approval.tool):

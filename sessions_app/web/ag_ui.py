@@ -168,12 +168,13 @@ def _answer_of(entry) -> dict[str, Any]:
     payload = entry.payload if isinstance(entry.payload, dict) else {}
     if not isinstance(payload.get("approved"), bool):
         raise Refused(400, p.E_BAD_FRAME, "a resolved approval's payload is {approved: bool}")
-    given = {key: payload[key] for key in ("reason", "args", "response") if key in payload}
     if "response" in payload:
-        return {"decision": p.RESPOND, **given}
+        return {"decision": p.RESPOND, "response": payload["response"]}
     if payload["approved"]:
-        return {"decision": p.EDIT if "args" in payload else p.APPROVE, **given}
-    return {"decision": p.DENY, **given}
+        if "args" in payload:
+            return {"decision": p.EDIT, "args": payload["args"]}
+        return {"decision": p.APPROVE}  # an approval's reason, if any, is dropped
+    return {"decision": p.DENY, **({"reason": payload["reason"]} if "reason" in payload else {})}
 
 
 def _went_on(session: AgentSession, run_id: str, after: int):

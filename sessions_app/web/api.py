@@ -115,18 +115,22 @@ class ErrorSerializer(serializers.Serializer):
 class DecisionSerializer(serializers.Serializer):
     decision = serializers.ChoiceField(choices=p.ALL_DECISIONS)
     # A denial's reason, which the model is told.
-    reason = serializers.CharField(required=False, max_length=p.MAX_REASON_CHARS)
+    reason = serializers.CharField(
+        required=False, allow_blank=True, trim_whitespace=False, max_length=p.MAX_REASON_CHARS
+    )
     # Every gate of its step still waiting, decided alike.
     all = serializers.BooleanField(required=False, default=False)
     # An edit's arguments (the tool's JSON schema checks them).
-    args = serializers.JSONField(required=False)
+    args = serializers.JSONField(required=False, allow_null=True)
     # A response instead of the call: the model is told it as the result.
-    response = serializers.CharField(required=False, max_length=p.MAX_RESPONSE_CHARS)
+    response = serializers.CharField(
+        required=False, allow_blank=True, trim_whitespace=False, max_length=p.MAX_RESPONSE_CHARS
+    )
 
     def validate(self, attrs):
         """The socket's rule, one copy (``wire.decisions``)."""
         try:
-            return decisions.fields_of(self.initial_data)
+            return decisions.fields_of(attrs)
         except p.FrameError as exc:
             raise serializers.ValidationError({"decision": exc.message}) from None
 

@@ -111,10 +111,18 @@ def answer_gates(session: AgentSession, answers, by: str, via: str) -> tuple[str
     )
     if len(gates) < len(unique):
         raise Refused(404, "not_found", "no such approval in this conversation")
+    made = {
+        approval_id: Decision(f["decision"], by, via, f["reason"], False, f["args"], f["response"])
+        for approval_id, f in checked.items()
+    }
+    # Every edit and response checked before the first decision.
+    for gate in ApprovalRequest.objects.filter(id__in=list(made)).only(
+        "kind", "tool", "tool_call_id"
+    ):
+        runs.check_decision(gate, made[gate.id])
     run_id, after = "", 0
-    for approval_id, f in checked.items():
+    for approval_id, decision in made.items():
         gate = gates[approval_id]
-        decision = Decision(f["decision"], by, via, f["reason"], False, f["args"], f["response"])
         with contextlib.suppress(AlreadyDecided, ApprovalCancelled):
             runs.decide(approval_id, decision, session_id=session.id)
         run_id, after = gate, _paused_at(session.id, gate, approval_id)

@@ -78,7 +78,14 @@ KEEP_ALIVE = b": keep-alive\n\n"
 APPROVAL_REASON = "tool_approval"
 APPROVAL_SCHEMA = {
     "type": "object",
-    "properties": {"approved": {"type": "boolean"}},
+    "properties": {
+        "approved": {"type": "boolean"},
+        # A denial's reason; an approval's own arguments (an edit); a
+        # response instead of the call (docs/integrations.md).
+        "reason": {"type": "string"},
+        "args": {"type": "object"},
+        "response": {"type": "string"},
+    },
     "required": ["approved"],
 }
 _POSITION = re.compile(r"([A-Za-z0-9_-]{1,32}):(\d{1,19})(?:/(\d{1,4}))?")

@@ -206,7 +206,8 @@ class UiMessageStream:
         self.emit(chunk)
 
     def approval_decided(self, data: dict[str, Any]) -> None:
-        approved = data.get("decision") == p.APPROVE
+        # An edit ran the call, a response answered it: neither is a denial.
+        approved = data.get("decision") in (p.APPROVE, p.EDIT, p.RESPOND)
         if not approved and data["approval_id"] in self.gates:
             self.denied.add(self.gates[data["approval_id"]])
         self.emit(

@@ -160,8 +160,8 @@ def parse_chat(body: Any) -> ChatRequest:
                 if reason is not None and not isinstance(reason, str):
                     raise _bad("an approval response's 'reason' must be a string")
                 answer: dict[str, Any] = {"decision": p.APPROVE if approval["approved"] else p.DENY}
-                if reason:
-                    answer["reason"] = reason
+                if reason and not approval["approved"]:
+                    answer["reason"] = reason  # a denial's; an approval's is dropped
                 answers.append((approval["id"], answer))
         if not answers:
             raise _bad("the last message is the assistant's and answers no approval")

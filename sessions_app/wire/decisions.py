@@ -50,6 +50,8 @@ def fields_of(fields: Mapping[str, Any], rid: Any = None) -> dict[str, Any]:
     if reason and decision != p.DENY:
         raise FrameError(p.E_BAD_FRAME, "a 'reason' is given with a denial only", rid)
     args = fields.get("args")
+    if args is not None and not _all_text(args):
+        raise FrameError(p.E_BAD_FRAME, "'args' holds text that is not valid Unicode", rid)
     if (args is not None or decision == p.EDIT) and (
         decision != p.EDIT or not isinstance(args, dict)
     ):
@@ -73,6 +75,17 @@ def fields_of(fields: Mapping[str, Any], rid: Any = None) -> dict[str, Any]:
         "args": args,
         "response": response,
     }
+
+
+def _all_text(value: Any) -> bool:
+    """Is every string in ``value`` (keys too, at any depth) storable text?"""
+    if isinstance(value, str):
+        return p.is_unicode(value)
+    if isinstance(value, dict):
+        return all(_all_text(k) and _all_text(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_all_text(v) for v in value)
+    return True
 
 
 def _text(fields: Mapping[str, Any], name: str, limit: int, rid: Any) -> str:

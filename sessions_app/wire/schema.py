@@ -111,6 +111,10 @@ def _decide() -> dict[str, Any]:
                     "then": {"required": ["response"]},
                     "else": {"not": {"required": ["response"]}},
                 },
+                {
+                    "if": {"properties": {"decision": {"enum": [p.EDIT, p.RESPOND]}}},
+                    "then": {"not": {"properties": {"all": {"const": True}}, "required": ["all"]}},
+                },
             ]
         },
     )

@@ -346,3 +346,27 @@ def test_a_redo_that_says_something_else_is_taken_back_in_the_client(
     assert [m["content"] for m in events[at]["messages"] if m["id"] == f"{run_id}:t0"] == [cut]
     assert [m["role"] for m in events[at]["messages"]] == ["user", "assistant"]
     clean(report, tmp_path, thread)
+
+
+def test_a_resume_with_one_bad_edit_decides_none_of_its_answers(server, user):
+    """Two interrupts answered, one an edit its tool refuses: 400, and the
+    other, a plain approval, is not decided either (all checked first)."""
+    report = agent(server, api_key(user), "thread11", "turn", "/parallel 2 out.txt")
+    first, second = (i["id"] for i in report["runs"][0]["interrupts"])
+    body = {
+        "threadId": "thread11",
+        "runId": "r2",
+        "messages": [],
+        "resume": [
+            {"interruptId": first, "status": "resolved", "payload": {"approved": True}},
+            {
+                "interruptId": second,
+                "status": "resolved",
+                "payload": {"approved": True, "args": {"path": "x"}},
+            },
+        ],
+    }
+    with httpx.Client(base_url=server.http, timeout=30) as c:
+        sent = c.post("/api/ag-ui/", json=body, headers={"Authorization": f"Token {api_key(user)}"})
+    assert sent.status_code == 400 and "not write_file's" in sent.json()["message"]
+    assert set(ApprovalRequest.objects.values_list("status", flat=True)) == {"pending"}

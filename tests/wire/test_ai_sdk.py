@@ -98,6 +98,34 @@ def test_a_gate_not_decided_ends_the_response_and_one_decided_goes_on():
     }
 
 
+@pytest.mark.parametrize(
+    ("decision", "result", "state"),
+    [
+        (p.EDIT, {"ok": True, "output": "appended"}, "output-available"),
+        (p.RESPOND, {"ok": True, "output": "already there"}, "output-available"),
+        (p.DENY, {"ok": False, "output": "denied: no"}, "output-denied"),
+        (p.GATE_EXPIRED, {"ok": False, "output": "expired: nobody decided"}, "output-denied"),
+    ],
+)
+def test_an_edit_or_a_response_is_not_a_denial(decision, result, state):
+    """An edited call ran and a response answered it: the chat shows their
+    output, approved; a denial and an expiry did not run it."""
+    gate = {"approval_id": "ap_1", "tool_call_id": "c1", "tool": "write_file", "args": {"a": 1}}
+    out = feed(
+        ai_sdk.UiMessageStream("s1", RUN),
+        [
+            (p.K_TOOL_CALL, {"tool_call_id": "c1", "tool": "write_file", "args": {"a": 1}}),
+            (p.K_APPROVAL_REQUESTED, gate),
+            (p.K_RUN_PAUSED, {"stop_reason": p.STOP_REQUIRES_APPROVAL, "approval_id": "ap_1"}),
+            (p.K_APPROVAL_DECIDED, {"approval_id": "ap_1", "decision": decision}),
+            (p.K_TOOL_RESULT, {"tool_call_id": "c1", **result}),
+        ],
+    )
+    (tool,) = [part for part in requests.fold(out) if part["type"] == "tool-write_file"]
+    assert tool["state"] == state
+    assert tool["approval"]["approved"] is (decision in (p.EDIT, p.RESPOND))
+
+
 def test_other_runs_and_the_users_own_input_are_not_this_message():
     """Only the run's own events are encoded."""
     enc = ai_sdk.UiMessageStream("s1", RUN)

@@ -36,6 +36,8 @@ def test_each_decision_carries_what_it_needs():
         ({"decision": "deny", "reason": "\ud800"}, "not valid Unicode"),
         ({"decision": "edit"}, "only an edit, carries 'args'"),
         ({"decision": "edit", "args": [1]}, "only an edit, carries 'args'"),
+        ({"decision": "edit", "args": {"a": {"b": ["x\u0000"]}}}, "not valid Unicode"),
+        ({"decision": "edit", "args": {"\ud800": 1}}, "not valid Unicode"),
         ({"decision": "approve", "args": {}}, "only an edit, carries 'args'"),
         ({"decision": "respond"}, "only a response, carries 'response'"),
         ({"decision": "respond", "response": "   "}, "only a response, carries 'response'"),

@@ -394,7 +394,8 @@ export class Outbox {
       if (frame.code === P.E_APPROVAL_CANCELLED) {
         this.view.notify("This approval was cancelled: the conversation moved to another branch.", "info");
       } else if (frame.code === P.E_ALREADY_DECIDED) {
-        const verb = { [P.APPROVE]: "approved", [P.EDIT]: "approved with edits", [P.RESPOND]: "answered" }[frame.decision] || "denied";
+        const verb =
+          { [P.APPROVE]: "approved", [P.EDIT]: "approved with edits", [P.RESPOND]: "answered", [P.GATE_EXPIRED]: "expired" }[frame.decision] || "denied";
         this.view.notify(`Already ${verb}${frame.decided_by ? ` by ${frame.decided_by}` : ""}.`, "info");
       } else {
         this.view.notify(`Could not record the decision: ${message}`, "error");

@@ -168,18 +168,29 @@ export function buildApproval(doc, item, ctx) {
 /**
  * What a person typed into a card (a reason, edited arguments, a response)
  * and which fold was open, carried over to the card built again in its
- * place (another tab's decision rebuilds a step's cards), and its focus.
+ * place (another tab's decision rebuilds a step's cards). Returns a function
+ * to call once the new card is in the document: it gives back the focus and
+ * the caret the person had.
  * @param {HTMLElement} old
  * @param {HTMLElement} el
+ * @returns {() => void}
  */
 export function keepTyped(old, el) {
   const twins = new Map(Array.from(el.querySelectorAll("[data-testid]"), (n) => [n.dataset.testid, n]));
+  let refocus = () => {};
   for (const field of old.querySelectorAll("[data-testid]")) {
     const twin = twins.get(field.dataset.testid);
     if (!twin) continue;
     if (field.tagName === "DETAILS") twin.open = field.open;
     if (field.tagName !== "INPUT" && field.tagName !== "TEXTAREA") continue;
     if (twin.value !== field.value) twin.value = field.value;
-    if (old.ownerDocument.activeElement === field) twin.focus();
+    if (old.ownerDocument.activeElement === field) {
+      const [start, end] = [field.selectionStart, field.selectionEnd];
+      refocus = () => {
+        twin.focus();
+        if (typeof start === "number" && twin.setSelectionRange) twin.setSelectionRange(start, end);
+      };
+    }
   }
+  return refocus;
 }

@@ -247,9 +247,10 @@ export class SessionView {
       const el = buildRow(this.doc, item, ctx);
       this.rows.set(key, el);
       built.push(item);
-      if (old && item.type === "approval") keepTyped(old, el);
+      const refocus = old && item.type === "approval" ? keepTyped(old, el) : null;
       if (old) old.replaceWith(el);
       else frag.append(el);
+      refocus?.();
     }
     if (frag.childNodes.length) this.el.transcript.append(frag);
     // Hidden off the path, and the branch controls where rows or runs changed.
@@ -277,8 +278,9 @@ export class SessionView {
       const hadFocus = old.contains(this.doc.activeElement) ? this.doc.activeElement.dataset.action : null;
       const el = buildApproval(this.doc, item, this._ctx());
       el.hidden = old.hidden;
-      keepTyped(old, el);
+      const refocus = keepTyped(old, el);
       old.replaceWith(el);
+      refocus();
       this.rows.set(item.key, el);
       if (hadFocus) el.querySelector(`[data-action="${hadFocus}"]`)?.focus();
     }
