@@ -60,9 +60,10 @@ def _lines(session_id: str, path: str) -> list[str]:
 
 def test_two_tabs_decide_one_step_interleaved_with_refreshes(server, ctx):
     """Ten rounds of /parallel 4: tab A approves 1 and 3, tab B denies 4 with
-    a reason and approves 2, interleaved, each tab refreshed between
+    a reason and edits 2, interleaved, each tab refreshed between
     decisions. Both tabs show the same four outcomes (the denial with its
-    reason), and each file holds exactly writes 1–3, once each."""
+    reason, the edit as one), and each file holds exactly writes 1 and 3
+    and the edited 2, once each, in the model's order."""
     a, _ = tab(ctx, server)
     session_id = new_session(a, server)
     b, _ = tab(ctx, server, session_id)
@@ -80,15 +81,18 @@ def test_two_tabs_decide_one_step_interleaved_with_refreshes(server, ctx):
         _card(a, ids[2]).get_by_test_id("approve").click()
         _decided([a, b], ids[2], "approved")
         assert _lines(session_id, path) == []  # nothing runs before the last decision
-        _card(b, ids[1]).get_by_test_id("approve").click()
+        second = _card(b, ids[1])
+        second.get_by_test_id("edit-call").locator("summary").click()
+        second.get_by_test_id("edit-args").fill(f'{{"path": "{path}", "text": "edited {i}"}}')
+        second.get_by_test_id("approve-edited").click()
         settle([a, b], session_id, runs=i + 1)
         for page in (a, b):
             statuses = [_card(page, x).get_attribute("data-status") for x in ids]
-            assert statuses == ["approved", "approved", "approved", "denied"]
+            assert statuses == ["approved", "edited", "approved", "denied"]
             expect(_card(page, ids[3]).get_by_test_id("approval-decision")).to_have_text(
                 f"Denied by alice: not in round {i}"
             )
-        assert _lines(session_id, path) == ["write 1", "write 2", "write 3"]
+        assert _lines(session_id, path) == ["write 1", f"edited {i}", "write 3"]
     assert_same_transcript(a, b)
     for page in (a, b):
         assert_shows_log(page, session_id)

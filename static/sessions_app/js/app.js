@@ -11,6 +11,7 @@ import { MemoryStorage, SessionStore } from "./client/store.js";
 import { pageUrls, urlFor } from "./client/urls.js";
 import { Failpoints, failpointHooks, hooksEnabled, installTestHooks } from "./hooks.js";
 import { openEditor } from "./view/editor.js";
+import { gateNotifier, offerNotifications } from "./view/notify.js";
 import { attachRename } from "./view/rename.js";
 import { SessionView } from "./view/ui.js";
 
@@ -41,6 +42,8 @@ export function startSessionPage() {
   const store = new SessionStore(tabStorage(), { onError: (err) => console.warn("session storage:", err) });
   const tabId = store.tabId(window);
   const view = new SessionView(document);
+  view.onGate = gateNotifier(window);
+  offerNotifications(window, document.querySelector("[data-testid=notify-me]"));
   const failpoints = hooksEnabled(document) ? new Failpoints() : null;
   let detachSignals = () => {};
 

@@ -215,6 +215,8 @@ export class SessionView {
     const built = [];
     for (const c of changes) {
       if (c.op === "add") {
+        // A gate opened live (not replayed): the person may need telling.
+        if (c.item.type === "approval" && c.item.status === "pending" && this.el.conn.dataset.state === STATE.LIVE) this.onGate?.(c.item);
         added.add(c.item.key);
         built.push(c.item);
         const el = buildRow(this.doc, c.item, ctx);
