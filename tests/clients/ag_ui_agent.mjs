@@ -10,7 +10,8 @@
 //   approve   run <text> (a gated tool); answer the interrupt approved; run again
 //   deny      the same, denied
 //   several   run <text> (a step of gates); answer every interrupt in one
-//             resume, the first approved and the rest alternating
+//             resume, the first approved and the rest alternating (each
+//             denial with a reason)
 //   cut       run <text>; abort after the first text content; run again with
 //             Last-Event-ID (the last id received) and the same runId
 //   join      join the thread late (GET /api/ag-ui/<thread>/stream) through
@@ -137,7 +138,7 @@ if (scenario === "join") {
     resume: out.interrupts.map((interrupt, i) => ({
       interruptId: interrupt.id,
       status: "resolved",
-      payload: { approved: i % 2 === 0 },
+      payload: i % 2 === 0 ? { approved: true } : { approved: false, reason: `not number ${i + 1}` },
     })),
   });
 } else if (scenario === "cut") {

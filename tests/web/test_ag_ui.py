@@ -110,8 +110,12 @@ def test_a_step_is_one_interrupt_a_gate_and_one_resume_answers_them_all(server, 
     assert first["outcome"] == "interrupt"
     assert [i["id"] for i in report["interrupts"]] == [g.id for g in gates]
     assert second.get("thrown") is None and second["outcome"] == "success"
-    statuses = {g.id: g.status for g in ApprovalRequest.objects.all()}
-    assert [statuses[g.id] for g in gates] == ["approved", "denied", "approved"]
+    decided = {g.id: (g.status, g.reason) for g in ApprovalRequest.objects.all()}
+    assert [decided[g.id] for g in gates] == [
+        ("approved", ""),
+        ("denied", "not number 2"),
+        ("approved", ""),
+    ]
     assert {g.decided_via for g in ApprovalRequest.objects.all()} == {"ag_ui"}
     results = logged("thread9", "tool.result", external=True)
     assert [(r["ok"], r["output"][:8]) for r in results] == [
