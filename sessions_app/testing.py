@@ -234,6 +234,11 @@ if pytest is not None:
         settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, host]
         # The test database's name as the tests use it (pytest-django set it).
         database = connections["default"].settings_dict["NAME"]
+        # Built here first: the server is a fork of this process, and a
+        # module another thread of it is importing at the fork stays locked
+        # in the fork for ever (its first import of that module hangs). Built
+        # here, every module the server imports to start is imported whole.
+        _application()
         server = DaphneProcess(host, partial(_application), setup=partial(_use_database, database))
         server.start()
         try:

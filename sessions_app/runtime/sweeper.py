@@ -52,14 +52,17 @@ def take_over_expired() -> list[str]:
 EXPIRE_BATCH = 200
 
 
-def expire_due_gates() -> list[str]:
-    """Decide ``expired`` every pending gate whose deadline passed (oldest
-    first, ``EXPIRE_BATCH`` a pass), as any decision: once, against a
-    person's racing it (the first stands), its run going on when its step is
-    decided. A deadline is a row, so one that passed while every process was
-    down is decided by the first pass after. Returns the gates it decided."""
+def expire_due_gates(now=None) -> list[str]:
+    """Decide ``expired`` every pending gate whose deadline passed by ``now``
+    (the database's clock by default; oldest first, ``EXPIRE_BATCH`` a pass),
+    as any decision: once, against a person's racing it (the first stands),
+    its run going on when its step is decided. A deadline is a row, so one
+    that passed while every process was down is decided by the first pass
+    after. Returns the gates it decided."""
     due = (
-        ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING, expires_at__lte=Now())
+        ApprovalRequest.objects.filter(
+            status=ApprovalRequest.Status.PENDING, expires_at__lte=now or Now()
+        )
         .order_by("expires_at")
         .values_list("id", flat=True)[:EXPIRE_BATCH]
     )

@@ -316,9 +316,10 @@ def test_a_gate_past_its_deadline_is_expired_once_and_its_run_goes_on(user, no_e
     asked = [e.data for e in read_events(s.id, 0) if e.kind == "approval.requested"]
     assert asked[0]["expires_at"].endswith("Z") and gate.expires_at is not None
     assert expire_due_gates() == []  # not due yet
-    ApprovalRequest.objects.filter(id=gate.id).update(expires_at=timezone.now())
-    assert expire_due_gates() == [gate.id]
-    assert expire_due_gates() == []
+    # Due a minute from now (no other process's sweeper sees it due yet).
+    later = timezone.now() + timedelta(minutes=1)
+    assert expire_due_gates(now=later) == [gate.id]
+    assert expire_due_gates(now=later) == []
     with pytest.raises(AlreadyDecided):
         runs.decide(gate.id, Decision("approve", "alice", "tab"))
     gate.refresh_from_db()
@@ -360,7 +361,8 @@ def test_a_deadline_racing_a_decision_leaves_exactly_one_standing(user, no_enque
         run_id = turns.submit_message(s.id, f"r{i}", "/write r.txt x").run_id
         execute_run(run_id)
         gate = ApprovalRequest.objects.get(run_id=run_id)
-        ApprovalRequest.objects.filter(id=gate.id).update(expires_at=timezone.now())
+        # Due for this test's sweep only: another process's sees it pending.
+        later = timezone.now() + timedelta(minutes=2)
         start = threading.Barrier(2)
         won: list[str] = []
 
@@ -372,9 +374,9 @@ def test_a_deadline_racing_a_decision_leaves_exactly_one_standing(user, no_enque
             except AlreadyDecided:
                 pass
 
-        def deadline(start=start, won=won):
+        def deadline(start=start, won=won, later=later):
             start.wait()
-            if expire_due_gates():
+            if expire_due_gates(now=later):
                 won.append("deadline")
 
         threads = [threading.Thread(target=person), threading.Thread(target=deadline)]
