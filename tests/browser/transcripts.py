@@ -214,9 +214,13 @@ def expected_transcript(session_id: str, upto: int | None = None) -> dict[str, A
         elif e.kind == "approval.decided":
             index = approvals.get(d["approval_id"])
             if index is not None:
-                status = {"approve": "approved", "cancelled": "cancelled"}.get(
-                    d["decision"], "denied"
-                )
+                status = {
+                    "approve": "approved",
+                    "edit": "edited",
+                    "respond": "answered",
+                    "expired": "expired",
+                    "cancelled": "cancelled",
+                }.get(d["decision"], "denied")
                 items[index].update(status=status, decided_by=d["decided_by"])
         elif e.kind == "tool.result":
             add(
