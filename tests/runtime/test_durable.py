@@ -97,13 +97,16 @@ async def test_kill_9_mid_answer_is_taken_over_and_ends_once(own_server, cookie,
     the whole answer, and the deltas as a tab applies them equal it: live, and
     over SSE, plain and compacted."""
     start, procs = own_server
-    server = start()
+    # Embedded, the restart takes the run over at once, whatever its lease: a
+    # long one keeps a slow machine's late renewal from a second takeover.
+    env = {} if settings.AGENT_RUNNER == "worker" else {"AGENT_LEASE_SECONDS": "15"}
+    server = start(**env)
     c, sid = await open_session(server, cookie)
     hold = Hold(pace=50)  # a delta every 50 ms, a checkpoint every second
     sent = await send_text(c, hold.text, "m1")
     run_id = sent["run_id"]
     await c.wait_event(lambda f: f["kind"] == "assistant.delta" and "held25 " in f["data"]["text"])
-    live, server = await _crash(start, procs, run_id, cookie, sid, c)
+    live, server = await _crash(start, procs, run_id, cookie, sid, c, **env)
     resumed = await live.wait_event(lambda f: f["kind"] == "run.resumed", timeout=40)
     await live.wait_event(lambda f: f["kind"] == "assistant.delta" and f["seq"] > resumed["seq"])
     hold.release()  # once the run said something more after its takeover

@@ -120,9 +120,10 @@ def test_a_step_is_one_interrupt_a_gate_and_one_resume_answers_them_all(server, 
     results = logged("thread9", "tool.result", external=True)
     assert [(r["ok"], r["output"][:8]) for r in results] == [
         (True, "appended"),
-        (False, "denied"),
+        (False, "denied: "),
         (True, "appended"),
     ]
+    assert results[1]["output"] == "denied: not number 2"
     clean(report, tmp_path, "several")
 
 
