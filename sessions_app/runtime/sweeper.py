@@ -75,7 +75,7 @@ def expire_due_gates(now=None) -> list[str]:
             continue  # a person (or its run's end) came first
         decided.append(approval_id)
     if decided:
-        log.info("gates expired: %s", decided)
+        log.info("%d gates expired (%s …)", len(decided), ", ".join(decided[:3]))
     return decided
 
 
