@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from sessions_app.runtime.tools import workspace_for
@@ -58,6 +59,7 @@ def _lines(session_id: str, path: str) -> list[str]:
     return written.read_text().splitlines() if written.exists() else []
 
 
+@pytest.mark.timeout(600)  # ten rounds of a whole step, two tabs and four refreshes each
 def test_two_tabs_decide_one_step_interleaved_with_refreshes(server, ctx):
     """Ten rounds of /parallel 4: tab A approves 1 and 3, tab B denies 4 with
     a reason and edits 2, interleaved, each tab refreshed between
