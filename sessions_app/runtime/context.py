@@ -18,14 +18,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from sessions_app.log.events import NewEvent, RunGuard, append_events
 from sessions_app.log.group_commit import append_event
 from sessions_app.models import ApprovalRequest, Event, Run
 from sessions_app.runtime import durable, registry, runs, turns
 from sessions_app.runtime.base import AgentError, AutoApproved, Parked, ToolOutcome
-from sessions_app.runtime.gates import AUTO_APPROVER, VIA_AUTO, Gate
+from sessions_app.runtime.gates import Gate
 from sessions_app.runtime.locks import lock_run_session
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import RunAborted
@@ -195,24 +194,26 @@ class Context:
                 # No gate for a call no tool can take (an unknown tool, bad arguments).
                 raise AgentError(problem)
         self.state = dict(state)
-        if alone and registry.is_auto_approved(calls[0][0]):
-            raise AutoApproved(self.auto_gate(*calls[0]))
         ids = [new_call_id() for _ in calls]
         step = "" if alone else ids[0]
         asked = [
             Gate(tool_call_id, tool, args, step=step, auto=registry.is_auto_approved(tool))
             for tool_call_id, (tool, args) in zip(ids, calls, strict=True)
         ]
-        if all(gate.auto for gate in asked):
-            raise AutoApproved(self._auto_step(asked))
         where = {"gate": ids[0]} if alone else {"gates": ids}
+        if all(gate.auto for gate in asked):
+            self._auto_step(asked, where)
+            raise AutoApproved(ids[0] if alone else ids)
         if self.park(asked, where) is None:
             raise RunAborted(self.run_id)
         raise Parked(ids[0])
 
-    def _auto_step(self, step: list[Gate]) -> list[str]:
-        """A step whose every call runs without asking: its calls and their
-        approved rows commit with the checkpoint that runs them."""
+    def _auto_step(self, step: list[Gate], where: dict[str, Any]) -> None:
+        """Calls that run without asking (``Tool.auto_approve``), one or a
+        step of them: their ``tool.call``, their gate rows approved at once
+        and the checkpoint that goes on with them (``where``: its ``gate`` or
+        ``gates``) commit together; the executor then runs each as any
+        decided gate (marked started, its result logged once)."""
         if self._streamed:
             step = [replace(step[0], close_text=self.open_text()), *step[1:]]
         events = [event for gate in step for event in gate.opening(self.run_id, "")]
@@ -222,10 +223,8 @@ class Context:
                 [gate.row(self.session_id, self.run_id) for gate in step]
             )
 
-        ids = [gate.tool_call_id for gate in step]
-        self.commit_step(events, approve, gates=ids, keep=0)
+        self.commit_step(events, approve, keep=0, **where)
         self._streamed = 0
-        return ids
 
     def park(self, step: list[Gate], where: dict[str, Any]) -> list[str] | None:
         """Park the run at ``step``'s gates (``where``: the checkpoint's
@@ -237,37 +236,6 @@ class Context:
         approval_ids = runs.park(self.run_id, self.worker, self.session_id, step, state=state)
         self._streamed = 0
         return approval_ids
-
-    def auto_gate(self, tool: str, args: dict[str, Any]) -> str:
-        """A call that runs without asking (``Tool.auto_approve``): its
-        ``tool.call``, its gate row approved at once and the checkpoint that
-        goes on with it commit together; the executor then runs it as any
-        decided gate (marked started, its result logged once)."""
-        tool_call_id = new_call_id()
-        call: dict[str, Any] = {"tool_call_id": tool_call_id, "tool": tool, "args": args}
-        if display := registry.display_of(tool):
-            call["display"] = display
-        events = [NewEvent(p.K_TOOL_CALL, call, self.run_id)]
-        if self._streamed:  # text streamed before the call ends here, stated whole
-            said = {"text": self.open_text()}
-            events.insert(0, NewEvent(p.K_ASSISTANT_MESSAGE, said, self.run_id))
-
-        def approve(_state: dict[str, Any]) -> None:
-            ApprovalRequest.objects.create(
-                session_id=self.session_id,
-                run_id=self.run_id,
-                tool_call_id=tool_call_id,
-                tool=tool,
-                args=args,
-                status=ApprovalRequest.Status.APPROVED,
-                decided_by=AUTO_APPROVER,
-                decided_at=timezone.now(),
-                decided_via=VIA_AUTO,
-            )
-
-        self.commit_step(events, approve, gate=tool_call_id, keep=0)
-        self._streamed = 0
-        return tool_call_id
 
     def open_text(self) -> str:
         """The current message's text as streamed so far (its deltas since the

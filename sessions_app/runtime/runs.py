@@ -127,9 +127,10 @@ def decide(
     found = lookup.values_list("session_id", "run__trace").first()
     if found is None:
         raise NotFound("no such approval in this session")
-    # Checked before the session's lock: an MCP tool's schema may take a
-    # connection to read (the kind and tool of a gate never change).
-    check_decision(lookup.only("kind", "tool", "tool_call_id").get(), decision)
+    if decision.word in (p.EDIT, p.RESPOND):
+        # Checked before the session's lock: an MCP tool's schema may take a
+        # connection to read (the kind and tool of a gate never change).
+        check_decision(lookup.only("kind", "tool", "tool_call_id").get(), decision)
     # The decision belongs to its run's trace (server.tracing): the send that
     # asked for the tool, the wait at the gate, this, and the tool after it.
     ids = {"approval.id": approval_id, "decision": decision.word}
@@ -456,11 +457,13 @@ def wait_again(run_id: str, worker: str, session_id: str, step: list[str]) -> bo
     again, if this worker holds it and a gate still waits once the session
     is locked (a decision made meanwhile continues it then, or this goes on).
     True when parked."""
+    pending = ApprovalRequest.objects.filter(
+        run_id=run_id, tool_call_id__in=step, status=ApprovalRequest.Status.PENDING
+    )
+    if not pending.exists():
+        return False  # a gate decided stays decided: no lock needed to know it
     with transaction.atomic():
         session = lock_session(session_id)
-        pending = ApprovalRequest.objects.filter(
-            run_id=run_id, tool_call_id__in=step, status=ApprovalRequest.Status.PENDING
-        )
         if not pending.exists():
             return False
         parked = Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker).update(

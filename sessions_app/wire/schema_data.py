@@ -50,7 +50,7 @@ NOTE = {
     "description": "why the gate is asked when it is not the agent's own request",
 }
 # The fields of a tool call, shared by tool.call and approval.requested
-# (runtime.runs.park, runtime.context.auto_gate, runtime.questions.Asker._open).
+# (runtime.runs.park, runtime.context.Context._auto_step, runtime.questions.Asker._open).
 CALL_REQUIRED = {"tool_call_id": TOOL_CALL_ID, "tool": STRING, "args": {"type": "object"}}
 CALL_OPTIONAL = {"display": DISPLAY, "note": NOTE}
 # A question's arguments (``tool_call_id`` ``ask_…``): what it asks, and what
@@ -133,7 +133,7 @@ def _answer_data() -> dict[str, dict[str, Any]]:
     return {
         # runtime.context.Context.delta: may end with the cut marker.
         p.K_ASSISTANT_DELTA: _data({"text": STRING}),
-        # Context.message, Context.auto_gate and runs.park (the text streamed
+        # Context.message, Context._auto_step and runs.park (the text streamed
         # before a call): may be empty.
         p.K_ASSISTANT_MESSAGE: _data({"text": STRING}),
         p.K_TOOL_CALL: _call(),
