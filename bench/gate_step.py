@@ -48,7 +48,10 @@ class Step:
         self.decide_ms = 0.0
 
     async def park(self, tag: str, gates: int) -> None:
-        frame = {"type": "send", "client_message_id": tag, "text": f"/parallel {gates} b.txt"}
+        # One gate: /write, which every version of the demo agent has (an A/B
+        # against a main before steps).
+        text = "/write b.txt x" if gates == 1 else f"/parallel {gates} b.txt"
+        frame = {"type": "send", "client_message_id": tag, "text": text}
         self.run_id = (await self.client.request(frame))["run_id"]
         await self.client.wait_event(
             lambda f: f["kind"] == "run.paused" and f["run_id"] == self.run_id, timeout=60
@@ -121,7 +124,7 @@ def _line(name: str, values: list[float]) -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--gates", type=int, default=4)
+    parser.add_argument("--gates", type=int, default=4, help="1: a single gate (/write)")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
     print(profile_line())
