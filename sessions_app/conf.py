@@ -59,6 +59,8 @@ DEFAULTS: dict[str, object] = {
     "AGENT_TOOLS": [
         "sessions_app.runtime.tools.WriteFile",
         "sessions_app.runtime.tools.Terminal",
+        # A form the agent asks a person (runtime.ask_user; the scripted /ask).
+        "sessions_app.runtime.ask_user.AskUser",
     ],
     # MCP servers whose tools join the registry (runtime.mcp, docs/integrations.md):
     # {"name": {"command": [...]} or {"url": "..."}, with "auto_approve": [...]}.

@@ -231,6 +231,8 @@ class ApprovalRequest(models.Model):
     edited_args = models.JSONField(null=True, blank=True)
     # A response instead of the call: what the model is told as its result.
     response = models.TextField(blank=True, default="", db_default="")
+    # A question's answer, its form's fields (``wire.forms``; null: none given).
+    answer = models.JSONField(null=True, blank=True)
     # Its deadline (null: none): the sweeper decides it ``expired`` then.
     expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -26,6 +26,7 @@ once (``Step``) open together and share the step's id.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -68,12 +69,14 @@ STATUS_OF = {
     p.EDIT: Status.EDITED,
     p.DENY: Status.DENIED,
     p.RESPOND: Status.ANSWERED,
+    p.ANSWER: Status.ANSWERED,
     p.GATE_EXPIRED: Status.EXPIRED,
     p.GATE_CANCELLED: Status.CANCELLED,
 }
 # The statuses whose call runs (with the person's arguments, when edited).
 RUNS = (Status.APPROVED, Status.EDITED)
-DECISION_OF = {status: word for word, status in STATUS_OF.items()}
+# (A question ``answered`` was answered, a call ``answered`` responded to: ``word_of``.)
+DECISION_OF = {status: word for word, status in STATUS_OF.items() if word != p.ANSWER}
 
 # Through which channel a decision came (``ApprovalRequest.decided_via``).
 VIA_TAB = "tab"  # the native socket: a tab of the app
@@ -105,11 +108,12 @@ AUTO_APPROVER = "auto-approve"
 
 @dataclass(frozen=True)
 class Decision:
-    """One decision of a gate, as ``runs.decide`` takes it: the word
-    (``approve``, ``deny``, ``edit``, ``respond``), who decides (``by``)
-    through which channel (``via``), a denial's ``reason``, an edit's
-    ``args``, a response's text (``response``), and ``whole_step``: every
-    gate of its step still pending, decided alike (Approve all / Deny all)."""
+    """One decision of a gate, as ``deciding.decide`` takes it: the word
+    (``approve``, ``deny``, ``edit``, ``respond``, ``answer``), who decides
+    (``by``) through which channel (``via``), a denial's ``reason``, an
+    edit's ``args``, a response's text (``response``), a question's
+    ``answer`` (its form's fields), and ``whole_step``: every gate of its
+    step still pending, decided alike (Approve all / Deny all)."""
 
     word: str
     by: str
@@ -118,6 +122,17 @@ class Decision:
     whole_step: bool = False
     args: dict | None = None
     response: str = ""
+    answer: dict | None = None
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any], by: str, via: str) -> Decision:
+        """A decision from its validated fields (``wire.decisions.fields_of``,
+        or the socket's ``Decide``), made by ``by`` through ``via``."""
+        more = {name: fields[name] for name in _FIELDS if name in fields}
+        return cls(fields["decision"], by, via, **more)
+
+
+_FIELDS = ("reason", "whole_step", "args", "response", "answer")
 
 
 def can_move(status: str, to: str) -> bool:
@@ -144,6 +159,7 @@ def move(approval: ApprovalRequest, decision: Decision) -> bool:
         "reason": decision.reason[: p.MAX_REASON_CHARS] if to == Status.DENIED else "",
         "edited_args": decision.args if to == Status.EDITED else None,
         "response": decision.response if to == Status.ANSWERED else "",
+        "answer": decision.answer if decision.word == p.ANSWER else None,
     }
     moved = ApprovalRequest.objects.filter(id=approval.id, status=Status.PENDING).update(**fields)
     if not moved:
@@ -168,6 +184,13 @@ def expired_output(approval: ApprovalRequest) -> str:
     if approval.kind == Kind.UNKNOWN_OUTCOME:  # it may have run before
         return "expired: nobody decided in time whether to run it again, so it was not"
     return EXPIRED_OUTPUT
+
+
+def word_of(approval: ApprovalRequest) -> str:
+    """The decision that stands at a decided gate, as the log says it."""
+    if approval.status == Status.ANSWERED and approval.answer is not None:
+        return p.ANSWER
+    return DECISION_OF[approval.status]
 
 
 def call_args(approval: ApprovalRequest) -> dict:

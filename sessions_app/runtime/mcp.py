@@ -29,12 +29,14 @@ tools are listed on a thread when a process that runs agents starts, and a
 server that cannot be listed then is logged and asked again later.
 
 Elicitation (a server asking the user something during a call) is a gate,
-a question (``runtime.questions``): approving accepts with the answer the
-card shows (the schema's defaults, ``true`` for a required yes/no), denying
-declines. A form that asks for input with no default, a URL elicitation,
-and one that is not tied to its call (``runtime.mcp_hub``), are declined
-(docs/integrations.md, "MCP"); the time a question waits does not count
-against ``AGENT_MCP_CALL_SECONDS``. Sampling and roots are not offered.
+a question (``runtime.questions``) with the server's form: the card shows
+the form, and the person's answer, checked against it on the server
+(``wire.forms``), is what the server is told it accepted; approving accepts
+with the form's defaults when they answer it, denying declines. A form
+outside what the cards render (``forms.schema_problem``), a URL
+elicitation, and one that is not tied to its call (``runtime.mcp_hub``),
+are declined (docs/integrations.md, "MCP"); the time a question waits does
+not count against ``AGENT_MCP_CALL_SECONDS``. Sampling and roots are not offered.
 """
 
 from __future__ import annotations

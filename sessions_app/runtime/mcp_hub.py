@@ -42,6 +42,7 @@ from django.conf import settings
 from django.db import connections
 
 from sessions_app.runtime import questions
+from sessions_app.wire import forms
 from sessions_app.wire import protocol as p
 
 log = logging.getLogger("sessions_app.runtime.mcp")
@@ -313,18 +314,16 @@ class Hub:
         elif not isinstance(params, ElicitRequestFormParams):
             why = "URL elicitations are not supported"
         else:
-            answer = approving_answer(params.requested_schema)
-            if answer is None:
-                why = "the form asks for input that has no default"
+            why = forms.schema_problem(params.requested_schema)
         if why is not None:
             log.warning("MCP server %s asked the user; declined: %s", key, why)
             return ElicitResult(action="decline")
         call.pause()  # a person's time is not the server's
         try:
-            decision = await _asked(call.asker, params.message, answer)
+            decision, answer = await _asked(call.asker, params.message, params.requested_schema)
         finally:
             call.resume()
-        action = {p.APPROVE: "accept", p.DENY: "decline"}.get(decision, "cancel")
+        action = ACTIONS.get(decision, "cancel")
         return ElicitResult(action=action, content=answer if action == "accept" else None)
 
 
@@ -379,7 +378,13 @@ def _forget_oldest_ended(known: dict[str, _Call]) -> None:
         del known[call_id]
 
 
-async def _asked(asker: questions.Asker, message: str, answer: dict[str, Any]) -> str:
+# What the server is told of each decision (anything else: "cancel").
+ACTIONS = {p.APPROVE: "accept", p.ANSWER: "accept", p.DENY: "decline"}
+
+
+async def _asked(
+    asker: questions.Asker, message: str, schema: dict[str, Any]
+) -> tuple[str, dict[str, Any] | None]:
     """``asker.ask`` on a thread of its own (a question may wait for minutes:
     not on a pool that others share). A call that ends while it waits (its
     server gone) stops it; the tool thread closes the question before it
@@ -387,7 +392,7 @@ async def _asked(asker: questions.Asker, message: str, answer: dict[str, Any]) -
     loop = asyncio.get_running_loop()
     done: asyncio.Future = loop.create_future()
 
-    def settle(outcome: str | None, error: BaseException | None) -> None:
+    def settle(outcome: tuple | None, error: BaseException | None) -> None:
         if done.done():
             return
         if error is not None:
@@ -397,7 +402,7 @@ async def _asked(asker: questions.Asker, message: str, answer: dict[str, Any]) -
 
     def work() -> None:
         try:
-            outcome = asker.ask(message, answer)
+            outcome = asker.ask(message, schema)
         except BaseException as exc:  # noqa: BLE001 (handed to the waiting call)
             loop.call_soon_threadsafe(settle, None, exc)
         else:
@@ -411,26 +416,6 @@ async def _asked(asker: questions.Asker, message: str, answer: dict[str, Any]) -
     except asyncio.CancelledError:
         asker.stop()
         raise
-
-
-def approving_answer(schema: Any) -> dict[str, Any] | None:
-    """What approving a form answers: each field's default, ``true`` for a
-    required yes/no without one; None when a required field has neither."""
-    if not isinstance(schema, dict):
-        return None
-    props = schema.get("properties") or {}
-    required = set(schema.get("required") or ())
-    answer: dict[str, Any] = {}
-    for key, prop in props.items():
-        if not isinstance(prop, dict):
-            return None
-        if "default" in prop:
-            answer[key] = prop["default"]
-        elif prop.get("type") == "boolean" and key in required:
-            answer[key] = True
-        elif key in required:
-            return None
-    return answer
 
 
 def _broken(exc: BaseException) -> bool:

@@ -7,13 +7,16 @@ the MCP connection that asked holds the answer's place. So the run stays
 ``running`` on its worker, whose tool thread waits here (``wakeups``), and
 the log says what a gate says, so that every client shows it as one: the
 question's own ``tool.call`` (``tool_call_id`` ``ask_…``, the asking tool's
-name, ``args`` ``{"message", "answer"}``), ``approval.requested`` with the
-server's message as its ``note``, and ``run.paused``. Approve answers with
-``args.answer`` (what the card says approving sends), deny declines; the
-decision is made once, from any tab, the API or the admin (``runs.decide``,
-which continues only a parked run at its own gate, never for a question).
-Then the question's ``tool.result`` (``accepted``, ``declined`` or
-``cancelled``), and the tool goes on.
+name, ``args`` ``{"message", "schema", "answer"}``), ``approval.requested``
+with the server's message as its ``note``, and ``run.paused``. ``schema`` is
+the form (``wire.forms``); the decision ``answer`` fills it in, checked
+against it here (``check_answer``); approve answers with ``args.answer``,
+the form's defaults, and only a form whose defaults answer it may be
+approved (``check_approve``); deny declines. The decision is made once, from
+any tab, the API or the admin (``deciding.decide``, which continues only a
+parked run at its own gate, never for a question). Then the question's
+``tool.result`` (``accepted``, ``declined`` or ``cancelled``), and the tool
+goes on with what was answered.
 
 A question unanswered after ``AGENT_MCP_ASK_SECONDS``, asked after its
 run was stopped, or whose call, worker or drive ends meanwhile (a deploy, a
@@ -45,17 +48,20 @@ from sessions_app.log.events import NewEvent, RunGuard, append_events
 from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import gates, wakeups
 from sessions_app.runtime.locks import lock_run_session, set_session_status
+from sessions_app.wire import forms
 from sessions_app.wire import protocol as p
-from sessions_app.wire.errors import RunAborted, SessionGone
+from sessions_app.wire.errors import RunAborted, SessionError, SessionGone
 
 log = logging.getLogger(__name__)
 
 PREFIX = gates.QUESTION_PREFIX
+Status = ApprovalRequest.Status
 # A waiting thread reads its gate's row at least this often (a wake-up lost
 # on its way costs no more).
 RECHECK_SECONDS = 2.0
 OUTPUTS = {
     ApprovalRequest.Status.APPROVED: "accepted",
+    ApprovalRequest.Status.ANSWERED: "accepted",
     ApprovalRequest.Status.DENIED: "declined",
 }
 # A question's row: by its kind, or by its prefix when a version before
@@ -111,19 +117,21 @@ class Asker:
         if self.waiting is not None:
             wakeups.wake_now(self.waiting)
 
-    def ask(self, message: str, answer: dict[str, Any]) -> str:
-        """Log the question, wait for its decision, log its result; the
-        decision (``approve``, ``deny``, or ``cancelled`` when it was not
-        decided: the run stopped, or nobody answered in time)."""
+    def ask(self, message: str, schema: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+        """Log the question (``schema``: its form, ``wire.forms``), wait for
+        its decision, log its result; the decision (``approve``, ``answer``,
+        ``deny``, or ``cancelled`` when it was not decided: the run stopped,
+        or nobody answered in time) and what it answered (the form's fields:
+        a person's answer, or its defaults approved; None otherwise)."""
         try:
-            approval_id = self._open(message, answer)
+            approval_id = self._open(message, schema)
         except (RunAborted, SessionGone):
-            return p.GATE_CANCELLED
+            return p.GATE_CANCELLED, None
         except Exception:  # the server hears "cancel"; its connection stays
             log.exception("run %s: could not ask the question", self.ctx.run_id)
-            return p.GATE_CANCELLED
+            return p.GATE_CANCELLED, None
         if approval_id is None:
-            return p.GATE_CANCELLED
+            return p.GATE_CANCELLED, None
         why = "unanswered"
         try:
             self._wait(approval_id)
@@ -145,8 +153,9 @@ class Asker:
                 guard=self.ctx.guard,
             )
         except Exception:  # gone with its session, or the run no longer this drive's
-            return p.GATE_CANCELLED
-        return closed.get(approval_id, p.GATE_CANCELLED)
+            return p.GATE_CANCELLED, None
+        decision = closed.get(approval_id, p.GATE_CANCELLED)
+        return decision, answered(approval_id) if decision in (p.APPROVE, p.ANSWER) else None
 
     def _wait(self, approval_id: str) -> None:
         """Until the question is decided, the run or the call stops, or time is up."""
@@ -159,16 +168,14 @@ class Asker:
                     return
                 waiter.wait(min(RECHECK_SECONDS, left))
 
-    def _open(self, message: str, answer: dict[str, Any]) -> str | None:
+    def _open(self, message: str, schema: dict[str, Any]) -> str | None:
         """The question's gate and events, if this drive still holds the run."""
         ctx = self.ctx
-        shown = ", ".join(f"{key} = {json.dumps(value)}" for key, value in answer.items())
-        note = message + (f"\n\nApproving answers: {shown}" if shown else "")
         gate = gates.Gate(
             PREFIX + secrets.token_urlsafe(9),
             self.tool,
-            {"message": message, "answer": answer},
-            note,
+            asked(message, schema),
+            note_of(message, forms.defaults(schema)),
             kind=gates.Kind.QUESTION,
         )
         with transaction.atomic():
@@ -187,6 +194,52 @@ class Asker:
             set_session_status(session, AgentSession.Status.AWAITING_APPROVAL)
         self.asked.append(approval.id)
         return approval.id
+
+
+def asked(message: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """A question's arguments: its message, its form, and what approving
+    answers (the form's defaults; absent when they do not answer it)."""
+    args: dict[str, Any] = {"message": message, "schema": schema}
+    defaults = forms.defaults(schema)
+    if defaults is not None:
+        args["answer"] = defaults
+    return args
+
+
+def note_of(message: str, defaults: dict[str, Any] | None) -> str:
+    """What the card says: the message, and what approving answers."""
+    shown = ", ".join(f"{key} = {json.dumps(value)}" for key, value in (defaults or {}).items())
+    return message + (f"\n\nApproving answers: {shown}" if shown else "")
+
+
+def check_answer(approval: ApprovalRequest, answer: Any) -> None:
+    """May ``answer`` answer ``approval``? A question with a form, and the
+    fields its form asks, each valid (``SessionError`` says what is not)."""
+    schema = (approval.args or {}).get("schema") if gates.is_question(approval) else None
+    if not isinstance(schema, dict):
+        raise SessionError("'answer' answers a question's form; this gate has none")
+    _clean, errors = forms.check(schema, answer)
+    if errors:
+        raise SessionError(f"the answer does not fit the form: {forms.errors_text(errors)}")
+
+
+def check_approve(approval: ApprovalRequest) -> None:
+    """May approving answer ``approval``? Not a question whose form its
+    defaults do not answer (a field to type): that one is answered."""
+    args = approval.args or {}
+    if gates.is_question(approval) and "schema" in args and "answer" not in args:
+        raise SessionError("this question asks for typed fields: answer its form")
+
+
+def answered(approval_id: str) -> dict[str, Any] | None:
+    """What a decided question answers: the person's fields, else its defaults."""
+    row = ApprovalRequest.objects.filter(id=approval_id).values_list("answer", "args").first()
+    if row is None:
+        return None
+    answer, args = row
+    if answer is not None:
+        return forms.check((args or {}).get("schema") or {}, answer)[0]
+    return (args or {}).get("answer") or {}
 
 
 def _status(approval_id: str) -> str | None:
@@ -235,13 +288,14 @@ def close_open(
             question.save(update_fields=["executed_at"])
             result = {
                 "tool_call_id": question.tool_call_id,
-                "ok": question.status == ApprovalRequest.Status.APPROVED,
+                "ok": question.status in (Status.APPROVED, Status.ANSWERED),
                 "output": OUTPUTS.get(question.status, "cancelled"),
             }
             events.append(NewEvent(p.K_TOOL_RESULT, result, run_id))
         append_events(session_id, events, guard=guard)
         for question in asked:
-            out[question.id] = gates.DECISION_OF.get(question.status, p.GATE_CANCELLED)
+            pending = question.status == ApprovalRequest.Status.PENDING
+            out[question.id] = p.GATE_CANCELLED if pending else gates.word_of(question)
         running = Run.objects.filter(id=run_id, status=Run.Status.RUNNING).exists()
         if (
             running

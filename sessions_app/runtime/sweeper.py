@@ -22,7 +22,7 @@ from django.utils import timezone
 from sessions_app.fanout.presence import close_stale_connections
 from sessions_app.log.retention import apply_retention
 from sessions_app.models import ApprovalRequest, Connection, Run
-from sessions_app.runtime import durable, gates, runs
+from sessions_app.runtime import deciding, durable, gates, runs
 from sessions_app.runtime.gates import Decision
 from sessions_app.server.identity import worker_id
 from sessions_app.server.logs import Outage
@@ -70,7 +70,7 @@ def expire_due_gates(now=None) -> list[str]:
     expire = Decision(p.GATE_EXPIRED, gates.DEADLINE, gates.VIA_DEADLINE)
     for approval_id in list(due):
         try:
-            runs.decide(approval_id, expire)
+            deciding.decide(approval_id, expire)
         except (AlreadyDecided, ApprovalCancelled, NotFound):
             continue  # a person (or its run's end) came first
         decided.append(approval_id)

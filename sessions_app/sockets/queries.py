@@ -9,6 +9,7 @@ keeps one persistent connection.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict
 from typing import Any
 
 from django.db import connection
@@ -19,9 +20,9 @@ from sessions_app.fanout.presence import presence_of, request_presence
 from sessions_app.log.compaction import compacted_plan
 from sessions_app.log.events import check_resume_cursor, read_frames
 from sessions_app.log.sessions import create_session
+from sessions_app.runtime.deciding import decide as decide_gate
 from sessions_app.runtime.gates import VIA_TAB, Decision
 from sessions_app.runtime.runs import cancel as cancel_run
-from sessions_app.runtime.runs import decide as decide_gate
 from sessions_app.runtime.turns import Sender
 from sessions_app.runtime.turns import send as send_turn
 from sessions_app.runtime.turns import switch as switch_branch
@@ -133,15 +134,7 @@ def switch(session_id: str, run_id: str, username: str, granted: tuple[int, str]
 def decide(session_id: str, decide: Decide, username: str, granted: tuple[int, str]) -> None:
 
     require(granted)
-    decision = Decision(
-        decide.decision,
-        username,
-        VIA_TAB,
-        decide.reason,
-        decide.whole_step,
-        decide.args,
-        decide.response,
-    )
+    decision = Decision.of(asdict(decide), username, VIA_TAB)
     decide_gate(decide.approval_id, decision, session_id=session_id)
 
 

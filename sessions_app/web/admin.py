@@ -14,10 +14,10 @@ from sessions_app import fanout
 from sessions_app.access import tokens
 from sessions_app.log.retention import rotate_epoch
 from sessions_app.models import AgentSession, ApiToken, ApprovalRequest, Connection, Event, Run
-from sessions_app.runtime import runs
+from sessions_app.runtime import deciding, runs
 from sessions_app.runtime.gates import VIA_ADMIN, Decision
 from sessions_app.wire import protocol as p
-from sessions_app.wire.errors import AlreadyDecided, ApprovalCancelled, NotPending
+from sessions_app.wire.errors import AlreadyDecided, ApprovalCancelled, NotPending, SessionError
 
 
 class ReadOnlyMixin:
@@ -153,6 +153,7 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
         "decided_by",
         "decided_via",
         "reason",
+        "answer",
         "decided_at",
         "expires_at",
         "created_at",
@@ -170,15 +171,17 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
     def _decide(self, request, queryset, decision):
         for approval in queryset:
             try:
-                runs.decide(approval.id, Decision(decision, request.user.get_username(), VIA_ADMIN))
+                by = request.user.get_username()
+                deciding.decide(approval.id, Decision(decision, by, VIA_ADMIN))
             except AlreadyDecided as exc:
                 self.message_user(
                     request,
                     f"{approval.id} was already decided: {exc.decision} by {exc.decided_by}",
                     messages.WARNING,
                 )
-            except ApprovalCancelled as exc:
-                # Its branch was left: refused, and its tool never runs.
+            except (ApprovalCancelled, SessionError) as exc:
+                # Its branch was left (its tool never runs), or it cannot be
+                # decided so (a form to answer: the session's page does it).
                 self.message_user(request, f"{approval.id}: {exc.message}", messages.WARNING)
             else:
                 self.message_user(request, f"{approval.id}: {decision}")

@@ -162,7 +162,8 @@ def _answer_of(entry) -> dict[str, Any]:
     """A ``resume`` entry as a decision's fields: ``status: "cancelled"``
     denies; ``"resolved"`` with ``payload.approved`` approves (or, with
     ``args``, approves with those arguments: an edit) or denies (with an
-    optional ``reason``); a ``response`` answers instead of the call."""
+    optional ``reason``); a ``response`` answers instead of the call; an
+    ``answer`` (an object) fills in a question's form."""
     if entry.status != "resolved":
         return {"decision": p.DENY}
     payload = entry.payload if isinstance(entry.payload, dict) else {}
@@ -170,6 +171,8 @@ def _answer_of(entry) -> dict[str, Any]:
         raise Refused(400, p.E_BAD_FRAME, "a resolved approval's payload is {approved: bool}")
     if "response" in payload:
         return {"decision": p.RESPOND, "response": payload["response"]}
+    if payload["approved"] and "answer" in payload:
+        return {"decision": p.ANSWER, "answer": payload["answer"]}
     if payload["approved"]:
         if "args" in payload:
             return {"decision": p.EDIT, "args": payload["args"]}

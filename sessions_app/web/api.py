@@ -26,7 +26,7 @@ from sessions_app import fanout
 from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, ApprovalRequest, Run
-from sessions_app.runtime import runs, turns
+from sessions_app.runtime import deciding, runs, turns
 from sessions_app.runtime.gates import VIA_API, Decision
 from sessions_app.server import tracing
 from sessions_app.web.policy import Pipeline, exception_handler
@@ -126,6 +126,8 @@ class DecisionSerializer(serializers.Serializer):
     response = serializers.CharField(
         required=False, allow_blank=True, trim_whitespace=False, max_length=p.MAX_RESPONSE_CHARS
     )
+    # A question's answer: its form's fields (its schema checks them).
+    answer = serializers.JSONField(required=False, allow_null=True)
 
     def validate(self, attrs):
         """The socket's rule, one copy (``wire.decisions``)."""
@@ -346,18 +348,7 @@ class ApprovalDecide(AppView, generics.GenericAPIView):
         approval = self.get_object()
         decision = body.validated_data["decision"]
         fields = body.validated_data
-        runs.decide(
-            approval.id,
-            Decision(
-                fields["decision"],
-                request.user.get_username(),
-                VIA_API,
-                fields["reason"],
-                fields["whole_step"],
-                fields["args"],
-                fields["response"],
-            ),
-        )
+        deciding.decide(approval.id, Decision.of(fields, request.user.get_username(), VIA_API))
         return Response({"approval_id": approval.id, "decision": decision})
 
 

@@ -21,7 +21,7 @@ from django.db.models import Q
 
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, ApprovalRequest, Event, Run
-from sessions_app.runtime import runs, turns
+from sessions_app.runtime import deciding, turns
 from sessions_app.runtime.gates import Decision
 from sessions_app.server import tracing
 from sessions_app.web.dialects import Refused
@@ -112,19 +112,19 @@ def answer_gates(session: AgentSession, answers, by: str, via: str) -> tuple[str
     if len(gates) < len(unique):
         raise Refused(404, "not_found", "no such approval in this conversation")
     made = {
-        approval_id: Decision(f["decision"], by, via, f["reason"], False, f["args"], f["response"])
+        approval_id: Decision.of({**f, "whole_step": False}, by, via)
         for approval_id, f in checked.items()
     }
-    # Every edit and response checked before the first decision.
+    # Every edit, response and answer checked before the first decision.
     for gate in ApprovalRequest.objects.filter(id__in=list(made)).only(
-        "kind", "tool", "tool_call_id"
+        "kind", "tool", "tool_call_id", "args"
     ):
-        runs.check_decision(gate, made[gate.id])
+        deciding.check_decision(gate, made[gate.id])
     run_id, after = "", 0
     for approval_id, decision in made.items():
         gate = gates[approval_id]
         with contextlib.suppress(AlreadyDecided, ApprovalCancelled):
-            runs.decide(approval_id, decision, session_id=session.id)
+            deciding.decide(approval_id, decision, session_id=session.id)
         run_id, after = gate, _paused_at(session.id, gate, approval_id)
     return run_id, after
 

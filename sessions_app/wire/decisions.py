@@ -1,8 +1,9 @@
 """A decision of a gate (docs/protocol.md, "Commands"): which decision, a
-denial's reason, an edit's arguments, a response's text, and whether it
-decides the gate's whole step. One rule for the ``decide`` frame and the
-REST API's body (``fields_of``); the runtime checks the rest against the
-gate itself (an edit's arguments against its tool's schema)."""
+denial's reason, an edit's arguments, a response's text, a question's
+answer (its form's fields), and whether it decides the gate's whole step.
+One rule for the ``decide`` frame and the REST API's body (``fields_of``);
+the runtime checks the rest against the gate itself (an edit's arguments
+against its tool's schema, an answer against its question's form)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ class Decide:
     args: dict | None = None
     # A response instead of the call: the model is told it as the result.
     response: str = ""
+    # A question's answer: its form's fields (checked against its schema).
+    answer: dict | None = None
 
 
 def parse_decide(frame: dict[str, Any]) -> Decide:
@@ -37,14 +40,18 @@ def parse_decide(frame: dict[str, Any]) -> Decide:
 
 def fields_of(fields: Mapping[str, Any], rid: Any = None) -> dict[str, Any]:
     """A decision's fields, validated: ``decision`` (approve, deny, edit,
-    respond); ``reason`` with a denial only, at most ``MAX_REASON_CHARS``;
-    ``args`` (an object) with an edit only and always; ``response`` (text of
-    at most ``MAX_RESPONSE_CHARS``) with a response only and always; ``all``
-    a boolean, never with an edit or a response (each decides one call)."""
+    respond, answer); ``reason`` with a denial only, at most
+    ``MAX_REASON_CHARS``; ``args`` (an object) with an edit only and always;
+    ``response`` (text of at most ``MAX_RESPONSE_CHARS``) with a response
+    only and always; ``answer`` (an object) with an answer only and always;
+    ``all`` a boolean, never with an edit, a response or an answer (each
+    decides one gate)."""
     decision = fields.get("decision")
     if decision not in p.ALL_DECISIONS:
         raise FrameError(
-            p.E_BAD_FRAME, "'decision' must be 'approve', 'deny', 'edit' or 'respond'", rid
+            p.E_BAD_FRAME,
+            "'decision' must be 'approve', 'deny', 'edit', 'respond' or 'answer'",
+            rid,
         )
     reason = _text(fields, "reason", p.MAX_REASON_CHARS, rid)
     if reason and decision != p.DENY:
@@ -63,18 +70,32 @@ def fields_of(fields: Mapping[str, Any], rid: Any = None) -> dict[str, Any]:
         raise FrameError(
             p.E_BAD_FRAME, "a response, and only a response, carries 'response' (text)", rid
         )
+    answer = _object(fields, "answer", decision == p.ANSWER, rid)
     whole = fields.get("all", False)
     if not isinstance(whole, bool):
         raise FrameError(p.E_BAD_FRAME, "'all' must be a boolean", rid)
-    if whole and decision in (p.EDIT, p.RESPOND):
-        raise FrameError(p.E_BAD_FRAME, f"'{decision}' decides one call, never 'all'", rid)
+    if whole and decision in (p.EDIT, p.RESPOND, p.ANSWER):
+        raise FrameError(p.E_BAD_FRAME, f"'{decision}' decides one gate, never 'all'", rid)
     return {
         "decision": decision,
         "reason": reason,
         "whole_step": whole,
         "args": args,
         "response": response,
+        "answer": answer,
     }
+
+
+def _object(fields: Mapping[str, Any], name: str, wanted: bool, rid: Any) -> dict | None:
+    """An object field that its decision, and only its decision, carries."""
+    value = fields.get(name)
+    if value is not None and not _all_text(value):
+        raise FrameError(p.E_BAD_FRAME, f"'{name}' holds text that is not valid Unicode", rid)
+    if (value is not None or wanted) and (not wanted or not isinstance(value, dict)):
+        raise FrameError(
+            p.E_BAD_FRAME, f"an {name}, and only an {name}, carries '{name}' (an object)", rid
+        )
+    return value
 
 
 def _all_text(value: Any) -> bool:

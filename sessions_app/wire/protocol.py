@@ -151,7 +151,9 @@ DECISIONS = (APPROVE, DENY)
 # with the person's arguments, or answer it with the person's text instead.
 EDIT = "edit"
 RESPOND = "respond"
-ALL_DECISIONS = (APPROVE, DENY, EDIT, RESPOND)
+# A question's form answered (``wire.forms``): its fields, checked by the server.
+ANSWER = "answer"
+ALL_DECISIONS = (APPROVE, DENY, EDIT, RESPOND, ANSWER)
 # What a gate is (approval.requested's "kind"; runtime.gates).
 GATE_APPROVAL = "approval"
 GATE_QUESTION = "question"

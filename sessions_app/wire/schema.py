@@ -88,7 +88,8 @@ def client_frames() -> dict[str, dict[str, Any]]:
 
 
 def _decide() -> dict[str, Any]:
-    """``decide``: a gate, its decision, a denial's reason, its whole step."""
+    """``decide``: a gate, its decision, a denial's reason, an edit's args, a
+    response, a question's answer, its whole step."""
     return frame_of(
         p.DECIDE,
         {"approval_id": ID, "decision": {"enum": list(p.ALL_DECISIONS)}},
@@ -98,6 +99,8 @@ def _decide() -> dict[str, Any]:
             "all": {"type": "boolean"},
             "args": {"type": "object"},
             "response": {"type": "string", "minLength": 1, "maxLength": p.MAX_RESPONSE_CHARS},
+            # A question's form answered (wire.forms checks it against the form).
+            "answer": {"type": "object"},
         },
         **{
             "allOf": [
@@ -112,7 +115,12 @@ def _decide() -> dict[str, Any]:
                     "else": {"not": {"required": ["response"]}},
                 },
                 {
-                    "if": {"properties": {"decision": {"enum": [p.EDIT, p.RESPOND]}}},
+                    "if": {"properties": {"decision": {"const": p.ANSWER}}},
+                    "then": {"required": ["answer"]},
+                    "else": {"not": {"required": ["answer"]}},
+                },
+                {
+                    "if": {"properties": {"decision": {"enum": [p.EDIT, p.RESPOND, p.ANSWER]}}},
                     "then": {"not": {"properties": {"all": {"const": True}}, "required": ["all"]}},
                 },
             ]

@@ -158,12 +158,14 @@ def _answer_data() -> dict[str, dict[str, Any]]:
                 "decided_by": STRING,
             },
             # reason: a denial's; step: decided with its whole step at once;
-            # args: an edit's (what runs); response: what the model is told.
+            # args: an edit's (what runs); response: what the model is told;
+            # answer: a question's form answered, its fields.
             {
                 "reason": STRING,
                 "step": TOOL_CALL_ID,
                 "args": {"type": "object"},
                 "response": STRING,
+                "answer": {"type": "object"},
             },
         ),
         # runtime.toolcalls, runs.cancel_locked, durable._unknown_result,

@@ -8,7 +8,9 @@ stdio by the runtime in tests (tests/runtime/test_mcp.py, tests/browser):
 - ``forget(name)``: asks the user first (an elicitation, a yes/no with no
   default), then appends ``forgot <name>`` if the answer was yes;
 - ``rename(name)``: asks for a new name (a form with a required text and
-  no default, which the runtime declines without asking).
+  no default: a person types it);
+- ``tag(name)``: asks for tags (a field with a ``pattern``, which no card
+  checks: the runtime declines without asking).
 
 Run as ``python -m tests.mcp.notes_server`` (stdio), or with ``--http PORT``
 (streamable HTTP on 127.0.0.1, every request needing ``X-Test-Key: k``).
@@ -26,7 +28,7 @@ from mcp.server.mcpserver import (
     MCPServer,
     Resolve,
 )
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 server = MCPServer("notes")
 
@@ -59,6 +61,10 @@ class NewName(BaseModel):
     new_name: str
 
 
+class Tags(BaseModel):
+    tags: str = Field(pattern=r"^[a-z,]+$")
+
+
 # Asked the way the package supports on every protocol version: a resolver
 # returns Elicit (a multi-round-trip input request from 2026-07-28 on, a
 # server-to-client request before).
@@ -68,6 +74,10 @@ def ask_sure(name: str) -> Elicit[Sure]:
 
 def ask_name(name: str) -> Elicit[NewName]:
     return Elicit(f"Rename {name!r} to?", NewName)
+
+
+def ask_tags(name: str) -> Elicit[Tags]:
+    return Elicit(f"Tags for {name!r}?", Tags)
 
 
 @server.tool()
@@ -86,6 +96,14 @@ def rename(name: str, asked: Annotated[ElicitationResult[NewName], Resolve(ask_n
     if isinstance(asked, AcceptedElicitation):
         return f"renamed {name} to {asked.data.new_name}"
     return f"kept {name}: {asked.action}"
+
+
+@server.tool()
+def tag(name: str, asked: Annotated[ElicitationResult[Tags], Resolve(ask_tags)]) -> str:
+    """Tag a note (a form no card renders)."""
+    if isinstance(asked, AcceptedElicitation):
+        return f"tagged {name}"
+    return f"untagged {name}: {asked.action}"
 
 
 if __name__ == "__main__":

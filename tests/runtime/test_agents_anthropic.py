@@ -95,7 +95,7 @@ def test_the_request_is_a_messages_call_with_tools_history_and_the_key(server):
         {"role": "assistant", "content": "reply"},
         {"role": "user", "content": "now"},
     ]
-    assert [t["name"] for t in body["tools"]] == ["write_file", "terminal"]
+    assert [t["name"] for t in body["tools"]] == ["write_file", "terminal", "ask_user"]
     assert body["tools"][0]["input_schema"]["required"] == ["path", "text"]
     assert headers["x-api-key"] == API_KEY
     assert headers["anthropic-version"] == anthropic_agent.API_VERSION

@@ -88,7 +88,11 @@ def test_the_request_carries_model_tools_history_and_the_key(server):
     assert body["stream"] is True
     assert body["messages"][0]["role"] == "system"
     assert body["messages"][1:] == [*history, {"role": "user", "content": "now"}]
-    assert [tool["function"]["name"] for tool in body["tools"]] == ["write_file", "terminal"]
+    assert [tool["function"]["name"] for tool in body["tools"]] == [
+        "write_file",
+        "terminal",
+        "ask_user",
+    ]
     assert server.headers[0]["Authorization"] == f"Bearer {API_KEY}"
 
 

@@ -42,7 +42,11 @@ def test_the_table_lets_a_pending_gate_move_once_and_a_decided_one_never():
         assert not gates.MOVES[status]
         assert not any(gates.can_move(status, to) for to in Status.values)
     assert set(gates.MOVES) == set(Status.values)
-    assert {gates.DECISION_OF[gates.STATUS_OF[w]] for w in gates.STATUS_OF} == set(gates.STATUS_OF)
+    said = {gates.DECISION_OF[gates.STATUS_OF[w]] for w in gates.STATUS_OF}
+    assert said == set(gates.STATUS_OF) - {p.ANSWER}  # a question answered: word_of
+    answered = ApprovalRequest(kind="question", status=Status.ANSWERED, answer={"n": 1})
+    assert gates.word_of(answered) == p.ANSWER
+    assert gates.word_of(ApprovalRequest(status=Status.ANSWERED)) == p.RESPOND
 
 
 def test_kinds_are_the_protocols():

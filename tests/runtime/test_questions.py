@@ -19,7 +19,7 @@ from django.conf import settings
 
 from sessions_app.models import ApprovalRequest, Event, Run
 from sessions_app.runtime.durable import UNKNOWN_OUTPUT
-from sessions_app.runtime.mcp_hub import approving_answer
+from sessions_app.wire.forms import defaults
 from tests.harness import api_key
 from tests.mcp import servers
 from tests.runtime.test_mcp import finished, kinds, send
@@ -66,7 +66,9 @@ def test_a_question_is_a_gate_that_approving_answers_once(c, mcp_server):
     sid, run_id, asked = asked_and_approved(c, '/tool notes__forget {"name": "a"}')
     assert Run.objects.get(id=run_id).status == "running"
     assert asked.tool == "notes__forget"
-    assert asked.args == {"message": "Forget the note 'a'?", "answer": {"sure": True}}
+    assert asked.args["message"] == "Forget the note 'a'?"
+    assert asked.args["answer"] == {"sure": True}  # what approving answers
+    assert asked.args["schema"]["properties"]["sure"]["type"] == "boolean"
     logged = kinds(sid)
     at = next(i for i, (k, d) in enumerate(logged) if d.get("tool_call_id") == asked.tool_call_id)
     assert [k for k, _ in logged[at : at + 3]] == ["tool.call", "approval.requested", "run.paused"]
@@ -105,14 +107,32 @@ def test_a_cancel_while_a_question_waits_answers_it_and_ends_the_run(c, mcp_serv
     assert not Event.objects.filter(session_id=sid, kind="run.finished").count() > 1
 
 
-def test_a_form_that_needs_typed_input_is_declined_without_a_gate(c, mcp_server):
-    """rename() asks for a new name, which a gate cannot type: the server is
-    told "decline" at once, and no question is logged."""
-    sid, run_id = send(c, '/tool notes__rename {"name": "d"}', "m1")
+def test_a_form_that_needs_typed_input_is_answered_with_it(c, mcp_server):
+    """rename() asks for a new name, which no default gives: approving is
+    refused (the form must be answered), an answer missing the name is
+    refused with why, and the typed answer is what the server accepts."""
+    sid, run_id, asked = asked_and_approved(c, '/tool notes__rename {"name": "d"}')
+    assert "answer" not in asked.args
+    decide = f"/api/approvals/{asked.id}/decide/"
+    refused = c.post(decide, json={"decision": "approve"})
+    assert refused.status_code == 400 and "answer its form" in refused.json()["message"]
+    refused = c.post(decide, json={"decision": "answer", "answer": {"new_name": ""}})
+    assert refused.json()["message"] == "the answer does not fit the form: new_name: required"
+    assert c.post(decide, json={"decision": "answer", "answer": {"new_name": "e"}}).is_success
+    assert wait_for(lambda: finished(run_id)).stop_reason == "end_turn"
+    assert results(sid) == [("ask_", True, "accepted"), ("call", True, "renamed d to e")]
+    row = ApprovalRequest.objects.get(id=asked.id)
+    assert (row.status, row.answer, row.decided_via) == ("answered", {"new_name": "e"}, "api")
+
+
+def test_a_form_the_cards_cannot_show_is_declined_without_a_gate(c, mcp_server):
+    """A field no card checks (a pattern): the server is told
+    "decline" at once, and no question is logged."""
+    sid, run_id = send(c, '/tool notes__tag {"name": "f"}', "m1")
     gate = wait_for(lambda: ApprovalRequest.objects.filter(run_id=run_id).first())
     c.post(f"/api/approvals/{gate.id}/decide/", json={"decision": "approve"})
     assert wait_for(lambda: finished(run_id)).stop_reason == "end_turn"
-    assert results(sid) == [("call", True, "kept d: decline")]
+    assert results(sid) == [("call", True, "untagged f: decline")]
     assert ApprovalRequest.objects.filter(run_id=run_id).count() == 1
 
 
@@ -128,12 +148,9 @@ def test_what_approving_answers_is_the_forms_defaults_and_yes():
         },
         "required": ["sure"],
     }
-    assert approving_answer(form) == {"sure": True, "copies": 2}
-    assert (
-        approving_answer({"properties": {"name": {"type": "string"}}, "required": ["name"]}) is None
-    )
-    assert approving_answer({"type": "object"}) == {}
-    assert approving_answer("not a schema") is None
+    assert defaults(form) == {"sure": True, "copies": 2}
+    assert defaults({"properties": {"name": {"type": "string"}}, "required": ["name"]}) is None
+    assert defaults({"type": "object"}) == {}
 
 
 def chunks(text: str) -> list[dict]:
@@ -294,6 +311,7 @@ def test_a_run_stopped_before_its_server_asks_gets_no_question(user):
         guard=RunGuard(run.id, "w1"),
         aborted=threading.Event(),
     )
-    assert Asker(ctx, "notes__forget").ask("Forget?", {"sure": True}) == "cancelled"
+    sure = {"type": "object", "properties": {"sure": {"type": "boolean"}}, "required": ["sure"]}
+    assert Asker(ctx, "notes__forget").ask("Forget?", sure) == ("cancelled", None)
     assert not ApprovalRequest.objects.filter(run=run).exists()
     assert not Event.objects.filter(session=session, kind="approval.requested").exists()

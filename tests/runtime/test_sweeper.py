@@ -16,7 +16,7 @@ from sessions_app.fanout.presence import close_stale_connections, touch_connecti
 from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import ApprovalRequest, Connection, Run
-from sessions_app.runtime import durable, runs, turns
+from sessions_app.runtime import deciding, durable, runs, turns
 from sessions_app.runtime.gates import Decision, Gate
 from sessions_app.runtime.sweeper import take_over_expired
 
@@ -183,7 +183,7 @@ def test_cancel_after_decision_before_continuation_logs_the_result(user, no_enqu
         [Gate("call_1", "write_file", {"path": "f", "text": "x"})],
         state={"gate": "call_1"},
     )
-    runs.decide(approval_id, Decision("approve", "alice", "tab"))
+    deciding.decide(approval_id, Decision("approve", "alice", "tab"))
     runs.cancel(r.run_id, "alice")
     tail = [(e.kind, e.data) for e in read_events(s.id, 0)][-3:]
     assert tail[0][0] == "approval.decided"
@@ -277,7 +277,7 @@ def test_a_run_ended_by_the_budget_says_its_tool_call_is_unknown(user, no_enqueu
         [Gate("call_started", "write_file", {"path": "a.txt", "text": "b"})],
         state={"gate": "call_started"},
     )
-    runs.decide(
+    deciding.decide(
         ApprovalRequest.objects.get(tool_call_id="call_started").id,
         Decision("approve", "alice", "tab"),
     )
@@ -321,7 +321,7 @@ def test_a_gate_past_its_deadline_is_expired_once_and_its_run_goes_on(user, no_e
     assert expire_due_gates(now=later) == [gate.id]
     assert expire_due_gates(now=later) == []
     with pytest.raises(AlreadyDecided):
-        runs.decide(gate.id, Decision("approve", "alice", "tab"))
+        deciding.decide(gate.id, Decision("approve", "alice", "tab"))
     gate.refresh_from_db()
     assert (gate.status, gate.decided_by, gate.decided_via) == ("expired", "deadline", "deadline")
     assert no_enqueue == [run_id, run_id]
@@ -369,7 +369,7 @@ def test_a_deadline_racing_a_decision_leaves_exactly_one_standing(user, no_enque
         def person(gate_id=gate.id, start=start, won=won):
             start.wait()
             try:
-                runs.decide(gate_id, Decision("approve", "alice", "tab"))
+                deciding.decide(gate_id, Decision("approve", "alice", "tab"))
                 won.append("person")
             except AlreadyDecided:
                 pass

@@ -12,7 +12,7 @@ import pytest
 from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import ApprovalRequest, Run
-from sessions_app.runtime import durable, registry, runs, turns
+from sessions_app.runtime import deciding, durable, registry, turns
 from sessions_app.runtime.executor import execute_run
 from sessions_app.runtime.gates import Decision
 from sessions_app.runtime.tools import workspace_for
@@ -34,7 +34,7 @@ def _step(user, n: int = 3) -> tuple[str, str, list[ApprovalRequest]]:
 
 def _approve_all(gates) -> None:
     for gate in gates:
-        runs.decide(gate.id, Decision(p.APPROVE, "alice", "tab"))
+        deciding.decide(gate.id, Decision(p.APPROVE, "alice", "tab"))
 
 
 def _taken_over_at(monkeypatch, run_id: str, text: str, *, before: bool) -> list[str]:
@@ -107,7 +107,7 @@ def test_a_call_cut_by_a_crash_in_a_step_is_asked_again_in_its_place(user, no_en
     assert again.kind == "unknown_outcome" and again.args == gates[1].args
     state = Run.objects.get(id=run_id).state
     assert state["gates"] == [again.tool_call_id, gates[2].tool_call_id]
-    runs.decide(again.id, Decision(p.APPROVE, "alice", "tab"))
+    deciding.decide(again.id, Decision(p.APPROVE, "alice", "tab"))
     execute_run(run_id)
     assert _lines(sid) == ["write 1", "write 2", "write 3"]
     assert _results(sid) == [
@@ -125,12 +125,12 @@ def test_a_run_continued_with_a_gate_of_its_step_waiting_parks_again(user, no_en
     made by a version that knew no steps) runs nothing and parks again; the
     last decision continues it."""
     sid, run_id, gates = _step(user, 2)
-    runs.decide(gates[0].id, Decision(p.APPROVE, "alice", "tab"))
+    deciding.decide(gates[0].id, Decision(p.APPROVE, "alice", "tab"))
     Run.objects.filter(id=run_id).update(status=Run.Status.RUNNING)  # as the old version did
     execute_run(run_id)
     assert Run.objects.get(id=run_id).status == Run.Status.AWAITING_APPROVAL
     assert _results(sid) == []
-    runs.decide(gates[1].id, Decision(p.APPROVE, "alice", "tab"))
+    deciding.decide(gates[1].id, Decision(p.APPROVE, "alice", "tab"))
     execute_run(run_id)
     assert _lines(sid) == ["write 1", "write 2"]
 
@@ -143,9 +143,9 @@ def test_an_edit_runs_the_persons_arguments_and_keeps_the_models(user, no_enqueu
     execute_run(run_id)
     gate = ApprovalRequest.objects.get(run_id=run_id)
     with pytest.raises(SessionError, match="not write_file's"):
-        runs.decide(gate.id, Decision(p.EDIT, "alice", "tab", args={"path": "b.txt"}))
+        deciding.decide(gate.id, Decision(p.EDIT, "alice", "tab", args={"path": "b.txt"}))
     edited = {"path": "b.txt", "text": "edited"}
-    runs.decide(gate.id, Decision(p.EDIT, "alice", "tab", args=edited))
+    deciding.decide(gate.id, Decision(p.EDIT, "alice", "tab", args=edited))
     execute_run(run_id)
     gate.refresh_from_db()
     assert (gate.status, gate.args, gate.edited_args) == (
@@ -169,7 +169,7 @@ def test_a_response_instead_runs_nothing_and_is_the_result(user, no_enqueue):
     run_id = turns.submit_message(s.id, "m1", "/write a.txt hi").run_id
     execute_run(run_id)
     gate = ApprovalRequest.objects.get(run_id=run_id)
-    runs.decide(gate.id, Decision(p.RESPOND, "alice", "api", response="It is written already."))
+    deciding.decide(gate.id, Decision(p.RESPOND, "alice", "api", response="It is written already."))
     execute_run(run_id)
     assert not (workspace_for(s.id) / "a.txt").exists()
     results = [e.data for e in read_events(s.id, 0) if e.kind == p.K_TOOL_RESULT]
@@ -190,10 +190,11 @@ def test_a_question_or_a_whole_step_is_never_edited_or_answered(user, no_enqueue
     """An edit or a response decides one gated call: not a question, not all."""
     sid, run_id, gates = _step(user, 2)
     with pytest.raises(SessionError, match="not a question or a step"):
-        runs.decide(gates[0].id, Decision(p.RESPOND, "alice", "tab", whole_step=True, response="x"))
+        whole = Decision(p.RESPOND, "alice", "tab", whole_step=True, response="x")
+        deciding.decide(gates[0].id, whole)
     ApprovalRequest.objects.filter(id=gates[1].id).update(kind="question")
     with pytest.raises(SessionError, match="not a question or a step"):
-        runs.decide(gates[1].id, Decision(p.EDIT, "alice", "tab", args={}))
+        deciding.decide(gates[1].id, Decision(p.EDIT, "alice", "tab", args={}))
     assert set(ApprovalRequest.objects.values_list("status", flat=True)) == {"pending"}
 
 

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 
 from sessions_app.log.sessions import create_session  # noqa: E402
 from sessions_app.models import ApprovalRequest, Run  # noqa: E402
-from sessions_app.runtime import runs, turns  # noqa: E402
+from sessions_app.runtime import deciding, turns  # noqa: E402
 from sessions_app.runtime.executor import execute_run  # noqa: E402
 from sessions_app.runtime.gates import Decision
 from sessions_app.runtime.tools import workspace_for  # noqa: E402
@@ -54,7 +54,7 @@ def test_a_write_round_trip_is_one_connected_trace(user, no_enqueue, spans, sett
     assert Run.objects.get(id=sent.run_id).trace == trace != ""
     execute_run(sent.run_id)  # the worker: the run parks at its gate
     approval = ApprovalRequest.objects.get(run_id=sent.run_id)
-    runs.decide(approval.id, Decision("approve", "alice", "tab"))
+    deciding.decide(approval.id, Decision("approve", "alice", "tab"))
     execute_run(sent.run_id)  # the continuation: the tool runs once
     assert (workspace_for(s.id) / "traced.txt").read_text() == "secret words\n"
 

@@ -91,6 +91,25 @@ def test_the_admin_cannot_approve_a_gate_closed_with_its_branch(
     assert "this approval was cancelled: the conversation moved to another branch" in shown
 
 
+def test_the_admin_cannot_approve_a_form_that_needs_typing(user, django_user_model, no_enqueue):
+    """A question whose form has required fields without defaults is
+    answered on the session's page, not approved blind: the admin says why,
+    and it stays pending."""
+    from sessions_app.runtime.agents.scripted import ASK_FORM
+    from sessions_app.runtime.gates import Gate, Kind
+    from sessions_app.runtime.questions import asked
+
+    run, _approval = _parked(user)
+    question = Gate("ask_form1", "ask_user", asked("Who?", ASK_FORM), kind=Kind.QUESTION)
+    row = question.row(run.session_id, run.id)
+    row.save()
+    editor = _staff(django_user_model, "editor", "view_approvalrequest", "change_approvalrequest")
+    page = _action(editor, "approvalrequest", "approve", row.id)
+    assert ApprovalRequest.objects.get(id=row.id).status == "pending"
+    shown = editor.get(page["Location"]).content.decode()
+    assert "this question asks for typed fields: answer its form" in shown
+
+
 def test_view_only_staff_cannot_cancel_runs(user, django_user_model, no_enqueue):
     """Cancel needs the run change permission; with view only the run goes on."""
     session = create_session(user)

@@ -375,3 +375,35 @@ def test_a_resume_with_one_bad_edit_decides_none_of_its_answers(server, user):
         sent = c.post("/api/ag-ui/", json=body, headers={"Authorization": f"Token {api_key(user)}"})
     assert sent.status_code == 400 and "not write_file's" in sent.json()["message"]
     assert set(ApprovalRequest.objects.values_list("status", flat=True)) == {"pending"}
+
+
+def test_a_form_is_an_interrupt_and_its_resume_answers_it(server, user, tmp_path):
+    """/ask: the response ends with the question as an interrupt; a resume
+    whose payload carries a bad ``answer`` is refused (400, the gate still
+    pending), and one with a good answer goes on to the agent's thanks,
+    the answer its call's result."""
+    report = agent(server, api_key(user), "thread11", "turn", "/ask")
+    [asked] = report["runs"][0]["interrupts"]
+    auth = {"Authorization": f"Token {api_key(user)}"}
+
+    def resume(run_id: str, answer: dict) -> httpx.Response:
+        payload = {"approved": True, "answer": answer}
+        entry = {"interruptId": asked["id"], "status": "resolved", "payload": payload}
+        body = {"threadId": "thread11", "runId": run_id, "messages": [], "resume": [entry]}
+        with httpx.Client(base_url=server.http, timeout=30) as c:
+            return c.post("/api/ag-ui/", json=body, headers=auth)
+
+    refused = resume("r2", {"name": "Ada", "email": "ada", "plan": "free"})
+    assert refused.status_code == 400
+    assert "email: must be an email address" in refused.json()["message"]
+    good = {"name": "Ada", "email": "ada@example.org", "plan": "free"}
+    sent = resume("r3", good)
+    assert sent.status_code == 200, sent.text
+    events = [json.loads(ln[6:]) for ln in sent.text.splitlines() if ln.startswith("data: ")]
+    [finished] = [e for e in events if e["type"] == "RUN_FINISHED"]
+    assert finished["outcome"]["type"] == "success"
+    results = logged("thread11", "tool.result", external=True)
+    assert [r["output"] for r in results] == [
+        "accepted",
+        "answered: " + json.dumps(good, sort_keys=True),
+    ]

@@ -11,14 +11,17 @@ from sessions_app.wire.decisions import fields_of, parse_decide
 
 def test_each_decision_carries_what_it_needs():
     """approve alone; deny with an optional reason (trimmed); edit with its
-    args; respond with its text; all with approve or deny."""
+    args; respond with its text; answer with its fields; all with approve or
+    deny."""
     assert fields_of({"decision": "approve"}) == {
         "decision": "approve",
         "reason": "",
         "whole_step": False,
         "args": None,
         "response": "",
+        "answer": None,
     }
+    assert fields_of({"decision": "answer", "answer": {"n": 1}})["answer"] == {"n": 1}
     assert fields_of({"decision": "deny", "reason": "  no  ", "all": True})["reason"] == "no"
     assert fields_of({"decision": "edit", "args": {"path": "b"}})["args"] == {"path": "b"}
     assert fields_of({"decision": "respond", "response": "done"})["response"] == "done"
@@ -46,6 +49,11 @@ def test_each_decision_carries_what_it_needs():
         ({"decision": "deny", "all": "yes"}, "'all' must be a boolean"),
         ({"decision": "deny", "all": 1}, "'all' must be a boolean"),
         ({"decision": "edit", "args": {}, "all": True}, "never 'all'"),
+        ({"decision": "answer"}, "only an answer, carries 'answer'"),
+        ({"decision": "answer", "answer": "Ada"}, "only an answer, carries 'answer'"),
+        ({"decision": "approve", "answer": {}}, "only an answer, carries 'answer'"),
+        ({"decision": "answer", "answer": {"n": "\ud800"}}, "not valid Unicode"),
+        ({"decision": "answer", "answer": {}, "all": True}, "never 'all'"),
     ],
 )
 def test_a_bad_decision_says_what_is_wrong(fields, says):

@@ -6,7 +6,8 @@ generator, ``/echo TEXT`` streams TEXT back as written (Markdown, payloads),
 ``/markdown`` streams a sample answer in Markdown, ``/write`` and ``/sh`` go
 through an approval gate (as does ``/tool NAME JSON``, any tool of the
 registry), ``/parallel N [PATH]`` asks for N gated writes in one step
-(their gates open together), ``/fail`` ends the run with an error, and in
+(their gates open together), ``/ask`` asks a small form (``ask_user``),
+``/fail`` ends the run with an error, and in
 tests ``/hold NAME`` streams until the test releases it
 (``AGENT_TEST_HOLDS``). It holds nothing between calls: what ``resume``
 needs is in ``ctx.state``.
@@ -39,6 +40,26 @@ SH_USAGE = "usage: /sh CMD"
 ECHO_USAGE = "usage: /echo TEXT"
 TOOL_USAGE = "usage: /tool NAME [JSON ARGUMENTS]"
 PARALLEL_USAGE = "usage: /parallel N [PATH]"
+# What /ask asks (runtime.ask_user): one field of each kind a form has.
+ASK_MESSAGE = "A few details for your profile, please."
+ASK_FORM = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Name", "minLength": 1, "maxLength": 80},
+        "email": {"type": "string", "title": "Email", "format": "email"},
+        "age": {"type": "integer", "title": "Age", "minimum": 1, "maximum": 150},
+        "plan": {
+            "type": "string",
+            "title": "Plan",
+            "enum": ["free", "team", "enterprise"],
+            "enumNames": ["Free", "Team", "Enterprise"],
+            "default": "free",
+        },
+        "start": {"type": "string", "title": "Start date", "format": "date"},
+        "news": {"type": "boolean", "title": "Send me news", "default": False},
+    },
+    "required": ["name", "email", "plan"],
+}
 MAX_PARALLEL = 16
 HOLD_USAGE = "usage: /hold NAME [MS] (tests only: AGENT_TEST_HOLDS names its folder)"
 HOLD_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -111,6 +132,10 @@ class ScriptedAgent:
             self._write(ctx, rest)
         elif command == "/parallel":
             self._parallel(ctx, rest)
+        elif command == "/ask":
+            ctx.request_tool(
+                "ask_user", {"message": ASK_MESSAGE, "schema": ASK_FORM}, state={"tool": "ask_user"}
+            )
         elif command == "/sh":
             self._sh(ctx, rest)
         elif command == "/tool":
@@ -142,6 +167,8 @@ class ScriptedAgent:
         """What the agent says of one call's outcome."""
         if not outcome.approved and outcome.ok:
             return f"You answered instead of {outcome.tool}: {outcome.output}"
+        if outcome.tool == "ask_user":
+            return f"Thank you. The form was {outcome.output}"
         why = outcome.output[len("denied: ") :] if outcome.output.startswith("denied: ") else ""
         denied = f" was denied ({why})." if why else " was denied."
         if outcome.output.startswith("expired: "):

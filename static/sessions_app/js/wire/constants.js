@@ -132,7 +132,9 @@ export const DECISIONS = ["approve", "deny"];
 // Decisions beyond yes and no: run with the person's arguments, or answer instead.
 export const EDIT = "edit";
 export const RESPOND = "respond";
-export const ALL_DECISIONS = ["approve", "deny", "edit", "respond"];
+// A question's form answered: its fields, checked by the server.
+export const ANSWER = "answer";
+export const ALL_DECISIONS = ["approve", "deny", "edit", "respond", "answer"];
 // The longest reason a denial may give (the model is told it).
 export const MAX_REASON_CHARS = 2000;
 // The longest response a person may give instead of a call.
