@@ -195,6 +195,7 @@ test("a decide frame carries what its decision needs, a reason cut in code point
   assert.deepEqual(decideFrame("ap", "approve", { reason: "ignored", all: true }), { type: P.DECIDE, approval_id: "ap", decision: "approve", all: true });
   assert.deepEqual(decideFrame("ap", "edit", { args: { path: "b" } }), { type: P.DECIDE, approval_id: "ap", decision: "edit", args: { path: "b" } });
   assert.deepEqual(decideFrame("ap", "respond", { response: "done" }), { type: P.DECIDE, approval_id: "ap", decision: "respond", response: "done" });
+  assert.deepEqual(decideFrame("ap", "answer", { answer: { n: 1 } }), { type: P.DECIDE, approval_id: "ap", decision: "answer", answer: { n: 1 } });
   const long = "😀".repeat(P.MAX_REASON_CHARS + 5);
   assert.equal(Array.from(decideFrame("ap", "deny", { reason: long }).reason).length, P.MAX_REASON_CHARS);
 });

@@ -11,6 +11,7 @@ import { MemoryStorage, SessionStore } from "./client/store.js";
 import { pageUrls, urlFor } from "./client/urls.js";
 import { Failpoints, failpointHooks, hooksEnabled, installTestHooks } from "./hooks.js";
 import { openEditor } from "./view/editor.js";
+import { readForm } from "./view/form.js";
 import { gateNotifier, offerNotifications } from "./view/notify.js";
 import { attachRename } from "./view/rename.js";
 import { SessionView } from "./view/ui.js";
@@ -110,6 +111,24 @@ export function startSessionPage() {
     else view.notify("The arguments must be a JSON object.", "error");
   }
 
+  /** A question's form: its fields, sent as the answer (the server checks them). */
+  function answerForm(btn) {
+    const card = btn.closest("[data-testid='approval']");
+    if (card) client.decide(btn.dataset.approvalId, "answer", { answer: readForm(card) });
+  }
+
+  // Enter in a form's field sends its answer, as its button does; the form
+  // itself never submits (a page load): it has no submit button.
+  const sendOnEnter = (e) => {
+    const form = e.target instanceof Element ? e.target.closest(".approval-form") : null;
+    if (!form || (e.type === "keydown" && (e.key !== "Enter" || e.target.tagName !== "INPUT"))) return;
+    e.preventDefault();
+    const btn = form.closest("[data-testid='approval']")?.querySelector("button[data-action='answer-form']");
+    if (btn && !btn.disabled) answerForm(btn);
+  };
+  document.addEventListener("keydown", sendOnEnter);
+  document.addEventListener("submit", sendOnEnter);
+
   // --- transcript, queue and run controls (delegated) ---------------------------------
   document.addEventListener("click", (e) => {
     const btn = e.target instanceof Element ? e.target.closest("button[data-action]") : null;
@@ -123,6 +142,8 @@ export function startSessionPage() {
       client.decide(btn.dataset.approvalId, action === "approve-all" ? "approve" : "deny", { all: true });
     } else if (action === "approve-edited") {
       editCall(btn);
+    } else if (action === "answer-form") {
+      answerForm(btn);
     } else if (action === "respond-instead") {
       const response = btn.closest("[data-testid='approval']")?.querySelector("[data-testid='respond-text']")?.value.trim();
       if (response) client.decide(btn.dataset.approvalId, "respond", { response });

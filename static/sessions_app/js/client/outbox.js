@@ -43,13 +43,15 @@ export function validateInput(text) {
 
 /**
  * A `decide` frame: a denial's `reason` (cut to the limit in code points,
- * as the server counts), an edit's `args`, a `response`, `all` (its step).
+ * as the server counts), an edit's `args`, a `response`, a form's `answer`,
+ * `all` (its step).
  */
-export function decideFrame(approvalId, decision, { reason = "", all = false, args = null, response = "" } = {}) {
+export function decideFrame(approvalId, decision, { reason = "", all = false, args = null, response = "", answer = null } = {}) {
   const frame = { type: P.DECIDE, approval_id: approvalId, decision };
   if (decision === P.DENY && reason) frame.reason = Array.from(reason).slice(0, P.MAX_REASON_CHARS).join("");
   if (decision === P.EDIT) frame.args = args;
   if (decision === P.RESPOND) frame.response = response;
+  if (decision === P.ANSWER) frame.answer = answer;
   if (all) frame.all = true;
   return frame;
 }
@@ -395,7 +397,9 @@ export class Outbox {
         this.view.notify("This approval was cancelled: the conversation moved to another branch.", "info");
       } else if (frame.code === P.E_ALREADY_DECIDED) {
         const verb =
-          { [P.APPROVE]: "approved", [P.EDIT]: "approved with edits", [P.RESPOND]: "answered", [P.GATE_EXPIRED]: "expired" }[frame.decision] || "denied";
+          { [P.APPROVE]: "approved", [P.EDIT]: "approved with edits", [P.RESPOND]: "answered", [P.ANSWER]: "answered", [P.GATE_EXPIRED]: "expired" }[
+            frame.decision
+          ] || "denied";
         this.view.notify(`Already ${verb}${frame.decided_by ? ` by ${frame.decided_by}` : ""}.`, "info");
       } else {
         this.view.notify(`Could not record the decision: ${message}`, "error");

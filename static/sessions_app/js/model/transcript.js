@@ -14,7 +14,7 @@
  *   approval   approval.requested              {approvalId, toolCallId, tool, args,
  *                                               note, kind, step, expiresAt, stepPending, status,
  *                                               decision, decidedBy, reason, editedArgs,
- *                                               response, runId}
+ *                                               response, answer, runId}
  *   result     tool.result                     {toolCallId, ok, output, runId}
  *   notice     run.finished other than end_turn {runId, stop, message}
  *   resumed    run.resumed (once a run)        {runId, reason}: "resumed after
@@ -83,6 +83,7 @@ const STATUS_OF = {
   [P.EDIT]: "edited",
   [P.DENY]: "denied",
   [P.RESPOND]: "answered",
+  [P.ANSWER]: "answered",
   [P.GATE_EXPIRED]: "expired",
   [P.GATE_CANCELLED]: "cancelled",
 };
@@ -239,6 +240,7 @@ export const HANDLERS = {
     item.reason = str(d.reason);
     item.editedArgs = d.args && typeof d.args === "object" ? d.args : null;
     item.response = str(d.response);
+    item.answer = d.answer && typeof d.answer === "object" ? d.answer : null;
     changes.push({ op: "update", item });
     countStep(model, item.step, changes);
   },

@@ -3,8 +3,9 @@
  * person may decide there. Approve, Deny (with a reason, told to the model),
  * Edit the arguments and run with them, or Respond instead (the text is the
  * call's result; the tool does not run); a step's cards decide it whole
- * (Approve all / Deny all) while more than one of it waits. Built from the
- * item and `ctx` alone; `keepTyped` carries what a person typed into a card
+ * (Approve all / Deny all) while more than one of it waits. A question with
+ * a form (form.js) shows the form and Send answer / Decline instead, and
+ * once answered, what was answered. Built from the item and `ctx` alone; `keepTyped` carries what a person typed into a card
  * over to the card built again in its place.
  *
  * @module approval
@@ -13,6 +14,7 @@
 import * as P from "../wire/constants.js";
 import { argsBlock, legacyDisplay, pretty } from "./args.js";
 import { h } from "./dom.js";
+import { answerList, buildForm, formOf } from "./form.js";
 
 function button(d, action, item, text, cls) {
   return h(d, "button", { class: `btn ${cls}`, type: "button", "data-testid": action, "data-action": action, "data-approval-id": item.approvalId, text });
@@ -58,9 +60,15 @@ function statusText(item, pending, busy, live) {
   if (item.status === "cancelled") return "Cancelled: the conversation moved to another branch";
   const by = item.decidedBy ? ` by ${item.decidedBy}` : "";
   if (item.status === "edited") return `Approved with edited arguments${by}`;
+  if (item.status === "answered" && item.decision === P.ANSWER) return `Answered${by}`;
   if (item.status === "answered") return `Answered instead${by}: ${item.response || ""}`;
   if (item.status === "expired") return "Expired: nobody decided in time";
   return `${item.status === "approved" ? "Approved" : "Denied"}${by}${item.reason ? `: ${item.reason}` : ""}`;
+}
+
+function chip(schema, pending) {
+  if (schema) return pending ? "Your answer needed" : "Question";
+  return pending ? "Approval needed" : "Approval";
 }
 
 /**
@@ -75,8 +83,11 @@ export function buildApproval(doc, item, ctx) {
   const busy = ctx.busy("approval", item.approvalId);
   const canAct = pending && ctx.live && !busy;
   const cancelled = item.status === "cancelled";
-  // A gated call may be edited or answered; a question only approved or denied.
+  // A gated call may be edited or answered; a question only approved or denied,
+  // or, with a form, answered.
   const call = pending && item.kind !== P.GATE_QUESTION;
+  const schema = item.kind === P.GATE_QUESTION ? formOf(item.args) : null;
+  const form = schema && pending ? buildForm(d, schema, !canAct) : null;
   const reason = h(d, "input", {
     class: "approval-reason",
     type: "text",
@@ -108,6 +119,9 @@ export function buildApproval(doc, item, ctx) {
     button(d, "deny-all", item, "Deny all", "btn-danger-outline"),
   ];
   const [approve, deny, approveAll, denyAll] = controls;
+  const send = form ? button(d, "answer-form", item, "Send answer", "btn-primary") : null;
+  if (send) send.disabled = !canAct;
+  if (schema) deny.textContent = "Decline";
   const edit = folded(d, item, { kind: "edit-call", label: "Edit", field: editArgs, action: "approve-edited", submit: "Run with these arguments" });
   const respond = folded(d, item, {
     kind: "respond-call",
@@ -119,12 +133,15 @@ export function buildApproval(doc, item, ctx) {
   for (const el of [...controls, reason, editArgs, respondText, ...edit.querySelectorAll("button"), ...respond.querySelectorAll("button")])
     el.disabled = !canAct;
   approve.hidden = deny.hidden = reason.hidden = !pending;
+  // A form is answered with its fields (approving would send its defaults).
+  if (schema) approve.hidden = reason.hidden = true;
   approveAll.hidden = denyAll.hidden = !whole;
   edit.hidden = respond.hidden = !call;
   const shown =
     item.status === "edited" && item.editedArgs
       ? [h(d, "p", { class: "approval-note", text: "Ran with:" }), argsBlock(d, legacyDisplay(item), item.editedArgs)]
       : [];
+  if (schema && item.answer) shown.push(answerList(d, schema, item.answer));
   return h(
     d,
     "section",
@@ -140,12 +157,10 @@ export function buildApproval(doc, item, ctx) {
       "aria-label": `Approval for ${item.tool}`,
     },
     [
-      h(d, "header", { class: "card-head" }, [
-        h(d, "span", { class: "chip chip-approval", text: pending ? "Approval needed" : "Approval" }),
-        h(d, "strong", { text: item.tool }),
-      ]),
+      h(d, "header", { class: "card-head" }, [h(d, "span", { class: "chip chip-approval", text: chip(schema, pending) }), h(d, "strong", { text: item.tool })]),
       item.note ? h(d, "p", { class: "approval-note", "data-testid": "approval-note", text: item.note }) : null,
-      argsBlock(d, legacyDisplay(item), item.args),
+      // A form says what it asks itself: not its schema as JSON.
+      schema ? form : argsBlock(d, legacyDisplay(item), item.args),
       ...shown,
       pending && item.expiresAt ? deadline(d, item.expiresAt, ctx.now ?? Date.now()) : null,
       h(d, "div", { class: "approval-foot" }, [
@@ -156,7 +171,7 @@ export function buildApproval(doc, item, ctx) {
           text: statusText(item, pending, busy, ctx.live),
         }),
         // A gate closed with its branch can never be decided: no buttons at all.
-        h(d, "div", { class: "approval-actions" }, cancelled ? [] : [reason, deny, approve]),
+        h(d, "div", { class: "approval-actions" }, cancelled ? [] : [reason, deny, approve, send]),
         cancelled ? null : h(d, "div", { class: "approval-actions approval-step-actions" }, [denyAll, approveAll]),
       ]),
       cancelled ? null : edit,
@@ -166,7 +181,8 @@ export function buildApproval(doc, item, ctx) {
 }
 
 /**
- * What a person typed into a card (a reason, edited arguments, a response)
+ * What a person typed into a card (a reason, edited arguments, a response,
+ * a form's fields)
  * and which fold was open, carried over to the card built again in its
  * place (another tab's decision rebuilds a step's cards). Returns a function
  * to call once the new card is in the document: it gives back the focus and
@@ -182,8 +198,9 @@ export function keepTyped(old, el) {
     const twin = twins.get(field.dataset.testid);
     if (!twin) continue;
     if (field.tagName === "DETAILS") twin.open = field.open;
-    if (field.tagName !== "INPUT" && field.tagName !== "TEXTAREA") continue;
-    if (twin.value !== field.value) twin.value = field.value;
+    if (!["INPUT", "TEXTAREA", "SELECT"].includes(field.tagName)) continue;
+    if (field.type === "checkbox") twin.checked = field.checked;
+    else if (twin.value !== field.value) twin.value = field.value;
     if (old.ownerDocument.activeElement === field) {
       const [start, end] = [field.selectionStart, field.selectionEnd];
       refocus = () => {

@@ -1,0 +1,99 @@
+/**
+ * A question's form (approval.requested `args.schema`, the subset the server
+ * checks: sessions_app/wire/forms.py): one labelled field per property, a
+ * text box, an email, link, date or date-and-time box, a choice, a number or
+ * a checkbox, its default filled in. The form checks nothing itself
+ * (`novalidate`): the server's check is the one answer, and its refusal
+ * names each field. Labels, hints and choices are text, never markup.
+ *
+ * @module form
+ */
+
+import { h } from "./dom.js";
+
+const INPUT_OF_FORMAT = { email: "email", uri: "url", date: "date", "date-time": "datetime-local" };
+
+/** Is `args` a question's form the cards render (an object of properties)? */
+export function formOf(args) {
+  const schema = args && typeof args === "object" ? args.schema : null;
+  return schema && typeof schema === "object" && schema.properties && typeof schema.properties === "object" ? schema : null;
+}
+
+function control(d, name, prop, label) {
+  const attrs = { "data-testid": `form-${name}`, "data-field": name, "data-type": prop.type, name, "aria-label": label };
+  if (prop.type === "boolean") {
+    return h(d, "input", { ...attrs, type: "checkbox", checked: prop.default === true });
+  }
+  if (Array.isArray(prop.enum)) {
+    const names = Array.isArray(prop.enumNames) ? prop.enumNames : prop.enum;
+    const options = prop.enum.map((value, i) => h(d, "option", { value: String(value), text: String(names[i] ?? value), selected: value === prop.default }));
+    return h(d, "select", { ...attrs, class: "form-input" }, [h(d, "option", { value: "", text: "Choose…" }), ...options]);
+  }
+  const number = prop.type === "number" || prop.type === "integer";
+  const type = number ? "number" : INPUT_OF_FORMAT[prop.format] || "text";
+  const el = h(d, "input", {
+    ...attrs,
+    class: "form-input",
+    type,
+    step: prop.type === "integer" ? "1" : number ? "any" : null,
+    min: prop.minimum ?? null,
+    max: prop.maximum ?? null,
+    maxlength: prop.maxLength ?? null,
+  });
+  if (prop.default !== undefined) el.value = String(prop.default);
+  return el;
+}
+
+/**
+ * The form of a pending question, its fields in the schema's order.
+ * @param {Document} d
+ * @param {object} schema
+ * @param {boolean} disabled
+ * @returns {HTMLElement}
+ */
+export function buildForm(d, schema, disabled) {
+  const required = new Set(Array.isArray(schema.required) ? schema.required : []);
+  const fields = Object.entries(schema.properties).map(([name, prop]) => {
+    const p = prop && typeof prop === "object" ? prop : {};
+    const label = String(p.title || name);
+    const input = control(d, name, p, label);
+    input.disabled = disabled;
+    const caption = h(d, "span", { class: "form-label", text: `${label}${required.has(name) ? " *" : ""}` });
+    const hint = p.description ? h(d, "span", { class: "form-hint", text: String(p.description) }) : null;
+    const parts = p.type === "boolean" ? [input, caption, hint] : [caption, hint, input];
+    return h(d, "label", { class: `form-field form-${p.type === "boolean" ? "check" : "line"}` }, parts);
+  });
+  return h(d, "form", { class: "approval-form", "data-testid": "question-form", novalidate: true }, fields);
+}
+
+/**
+ * What a card's form answers: each field typed, left out when empty (the
+ * server then says which required one is missing).
+ * @param {Element} card
+ * @returns {Record<string, string|number|boolean>}
+ */
+export function readForm(card) {
+  const answer = {};
+  for (const el of card.querySelectorAll("[data-field]")) {
+    const name = el.dataset.field;
+    if (el.dataset.type === "boolean") answer[name] = el.checked;
+    else if (el.value === "") continue;
+    else if (el.dataset.type === "number" || el.dataset.type === "integer") answer[name] = Number(el.value);
+    else answer[name] = el.value;
+  }
+  return answer;
+}
+
+/** A question's answer, shown once it is decided: each field and its value. */
+export function answerList(d, schema, answer) {
+  const props = schema?.properties ?? {};
+  return h(
+    d,
+    "dl",
+    { class: "form-answer", "data-testid": "form-answer" },
+    Object.entries(answer).flatMap(([name, value]) => [
+      h(d, "dt", { text: String(props[name]?.title || name) }),
+      h(d, "dd", { "data-field": name, text: typeof value === "boolean" ? (value ? "Yes" : "No") : String(value) }),
+    ]),
+  );
+}
