@@ -67,7 +67,7 @@ DEFAULTS: dict[str, object] = {
     "AGENT_MCP_SERVERS": {},
     # How long one MCP tool call may take before it is a tool error.
     "AGENT_MCP_CALL_SECONDS": 60.0,
-    # How long a question an MCP server asks during a call (runtime.questions)
+    # How long a question an MCP server or ask_user asks during a call (runtime.questions)
     # waits for a person before it is cancelled; its worker thread waits too.
     "AGENT_MCP_ASK_SECONDS": 600.0,
     # How long a gate waits for a person before the server decides it
