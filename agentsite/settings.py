@@ -207,6 +207,17 @@ AGENT_MCP_ASK_SECONDS = _app("AGENT_MCP_ASK_SECONDS")
 # A gate's deadline, and per tool as JSON: '{"terminal": 300}' (docs/deployment.md).
 AGENT_GATE_DEADLINE_SECONDS = _app("AGENT_GATE_DEADLINE_SECONDS")
 AGENT_GATE_DEADLINES = _env_json("AGENT_GATE_DEADLINES", _app("AGENT_GATE_DEADLINES"))
+# Telling a person a gate waits (docs/gates.md): hooks, comma-separated; the mail's SMTP.
+AGENT_NOTIFY = _env_list("AGENT_NOTIFY", _app("AGENT_NOTIFY"))
+AGENT_NOTIFY_DELAY_SECONDS = _app("AGENT_NOTIFY_DELAY_SECONDS")
+AGENT_NOTIFY_LINK_SECONDS = _app("AGENT_NOTIFY_LINK_SECONDS")
+AGENT_PUBLIC_URL = _app("AGENT_PUBLIC_URL")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = _env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = _env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "agents@localhost")
 # The access log, and the proxies whose X-Forwarded-For it believes (comma-separated).
 AGENT_ACCESS_LOG = _app("AGENT_ACCESS_LOG")
 AGENT_TRUSTED_PROXIES = _env_list("AGENT_TRUSTED_PROXIES", _app("AGENT_TRUSTED_PROXIES"))

@@ -48,7 +48,7 @@ def agent_settings(app_configs=None, **kwargs) -> list:
                     id="sessions_app.E002",
                 )
             )
-    problems += mcp_servers() + gate_deadlines()
+    problems += mcp_servers() + gate_deadlines() + notify_hooks()
     if not settings.DEBUG and not settings.ALLOWED_HOSTS:
         problems.append(
             Warning(
@@ -109,3 +109,35 @@ def gate_deadlines() -> list:
             id="sessions_app.E004",
         )
     ]
+
+
+def notify_hooks() -> list:
+    """``AGENT_NOTIFY``: each hook loads, and its links have an address."""
+    from django.utils.module_loading import import_string
+
+    problems = []
+    for path in settings.AGENT_NOTIFY:
+        try:
+            hook = import_string(path)
+        except ImportError as exc:
+            hook, why = None, str(exc)
+        else:
+            why = "it is not callable"
+        if not callable(hook):
+            problems.append(
+                Error(
+                    f"AGENT_NOTIFY: cannot use {path!r}: {why}",
+                    hint="dotted paths of callables taking a Notice (docs/gates.md)",
+                    id="sessions_app.E005",
+                )
+            )
+    if settings.AGENT_NOTIFY and not settings.AGENT_PUBLIC_URL.startswith(("http://", "https://")):
+        problems.append(
+            Error(
+                "AGENT_NOTIFY is on but AGENT_PUBLIC_URL is not the site's address: the links "
+                "a notice carries would not open",
+                hint="AGENT_PUBLIC_URL=https://agents.example.com (docs/deployment.md)",
+                id="sessions_app.E005",
+            )
+        )
+    return problems

@@ -65,6 +65,16 @@ DEFAULTS: dict[str, object] = {
     # MCP servers whose tools join the registry (runtime.mcp, docs/integrations.md):
     # {"name": {"command": [...]} or {"url": "..."}, with "auto_approve": [...]}.
     "AGENT_MCP_SERVERS": {},
+    # Telling a person their agent waits (runtime.notify, docs/gates.md): the
+    # hooks, dotted paths of callables taking a Notice (off: none; the
+    # built-in mail is "sessions_app.runtime.notify.send_email"), how long a
+    # gate waits before it is told, and how long its link opens.
+    "AGENT_NOTIFY": [],
+    "AGENT_NOTIFY_DELAY_SECONDS": 120.0,
+    "AGENT_NOTIFY_LINK_SECONDS": 86400.0,
+    # The site's address as people reach it (https://agents.example.com): the
+    # links a notice carries start with it.
+    "AGENT_PUBLIC_URL": "",
     # How long one MCP tool call may take before it is a tool error.
     "AGENT_MCP_CALL_SECONDS": 60.0,
     # How long a question an MCP server or ask_user asks during a call (runtime.questions)

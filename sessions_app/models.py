@@ -239,11 +239,21 @@ class ApprovalRequest(models.Model):
     # Set, in its own transaction, right before the tool runs: a continuation
     # delivered twice, or after a crash mid-call, never runs the tool again.
     executed_at = models.DateTimeField(null=True, blank=True)
+    # When its owner was told it waits (``runtime.notify``: AGENT_NOTIFY), and
+    # when the link told of it was opened (it opens once).
+    notified_at = models.DateTimeField(null=True, blank=True)
+    link_opened_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["session", "status"]),
+            # The notifier's read: the pending gates nobody was told of yet.
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(status="pending", notified_at__isnull=True),
+                name="gate_notice_pending",
+            ),
             # The sweeper's read: the pending gates whose deadline passed.
             models.Index(
                 fields=["expires_at"],
@@ -295,10 +305,20 @@ class Connection(models.Model):
     first_frame_type = models.CharField(max_length=32, blank=True)
     resume_after = models.PositiveBigIntegerField(null=True, blank=True)
     last_ack = models.PositiveBigIntegerField(null=True, blank=True)
+    # Whether its tab is visible, as the tab last said (``visibility``).
+    visible = models.BooleanField(default=True, db_default=True)
 
     class Meta:
         ordering = ["-opened_at"]
-        indexes = [models.Index(fields=["session", "closed_at"])]
+        indexes = [
+            models.Index(fields=["session", "closed_at"]),
+            # runtime.notify: does a tab of this user show the app?
+            models.Index(
+                fields=["user"],
+                condition=models.Q(closed_at__isnull=True),
+                name="connection_open_by_user",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.id

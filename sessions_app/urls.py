@@ -1,4 +1,5 @@
-"""Page routes: the session list, new session, the session page."""
+"""Page routes: the session list, new session, the session page, and the
+link a notice carries (it opens the session at its gate)."""
 
 from django.urls import path
 
@@ -10,4 +11,5 @@ urlpatterns = [
     path("", views.session_list, name="list"),
     path("sessions/new/", views.new_session, name="new"),
     path("s/<str:session_id>/", views.session_page, name="session"),
+    path("gate/<str:token>/", views.gate_link, name="gate-link"),
 ]

@@ -54,10 +54,16 @@ class AskUser(Tool):
             return "ask_user: 'message' is the question, as text"
         if len(message) > MAX_MESSAGE_CHARS or not p.is_unicode(message) or "\x00" in message:
             return f"ask_user: 'message' is at most {MAX_MESSAGE_CHARS} characters of text"
-        problem = forms.schema_problem(args["schema"])
-        return f"ask_user: the form cannot be shown: {problem}" if problem else None
+        if not isinstance(args["schema"], dict):
+            return "ask_user: 'schema' is a JSON Schema object"
+        return None
 
     def execute(self, args: dict[str, Any], workspace: Path) -> tuple[bool, str]:
+        # A form no card renders is the call's failure, told to the model
+        # (which may ask again), not the run's end.
+        problem = forms.schema_problem(args["schema"])
+        if problem:
+            return False, f"ask_user: the form cannot be shown: {problem}"
         asker = questions.current()
         if asker is None:  # not inside a run's call: nobody to ask
             return False, "cancelled: there is nobody to ask here"

@@ -7,6 +7,7 @@ last gate of its step is decided (``runs`` holds the transitions it uses).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from django.db import transaction
 
@@ -43,7 +44,8 @@ def decide(
     if decision.word in CHECKED:
         # Checked before the session's lock: an MCP tool's schema may take a
         # connection to read (a gate's kind, tool and arguments never change).
-        check_decision(lookup.only("kind", "tool", "tool_call_id", "args").get(), decision)
+        gate = lookup.only("kind", "tool", "tool_call_id", "args").get()
+        decision = check_decision(gate, decision)
     # The decision belongs to its run's trace (server.tracing): the send that
     # asked for the tool, the wait at the gate, this, and the tool after it.
     ids = {"approval.id": approval_id, "decision": decision.word}
@@ -73,18 +75,21 @@ def decide(
 CHECKED = (p.EDIT, p.RESPOND, p.ANSWER)
 
 
-def check_decision(approval: ApprovalRequest, decision: gate_model.Decision) -> None:
-    """May ``decision`` decide ``approval`` (whatever its status)? An edit or
-    a response decides one gated call (not a question, not a whole step); an
-    edit's arguments are the tool's (its own validation: the JSON schema of
-    the built-in ones, ``registry.validate_args``); an answer is a question's
-    with a form, its fields checked against the form (``wire.forms``).
+def check_decision(approval: ApprovalRequest, decision: gate_model.Decision) -> gate_model.Decision:
+    """May ``decision`` decide ``approval`` (whatever its status)? The
+    decision as it is made (an answer keeps only the fields given). An edit
+    or a response decides one gated call (not a question, not a whole step);
+    an edit's arguments are the tool's (its own validation: the JSON schema
+    of the built-in ones, ``registry.validate_args``); an answer is a
+    question's with a form, its fields checked against the form
+    (``wire.forms``); an approval of a form is one its defaults answer.
     ``SessionError`` (``bad_frame``, 400) otherwise."""
     if decision.word == p.ANSWER:
-        questions.check_answer(approval, decision.answer)
-        return
+        return replace(decision, answer=questions.check_answer(approval, decision.answer))
+    if decision.word == p.APPROVE:
+        questions.check_approve(approval)
     if decision.word not in (p.EDIT, p.RESPOND):
-        return
+        return decision
     if gate_model.is_question(approval) or decision.whole_step:
         raise SessionError(
             f"'{decision.word}' decides one gated tool call, not a question or a step"
@@ -93,6 +98,7 @@ def check_decision(approval: ApprovalRequest, decision: gate_model.Decision) -> 
         problem = registry.validate_args(approval.tool, decision.args)
         if problem:
             raise SessionError(f"the edited arguments are not {approval.tool}'s: {problem}")
+    return decision
 
 
 def _step_of(approval: ApprovalRequest) -> list[ApprovalRequest]:

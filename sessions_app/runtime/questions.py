@@ -155,7 +155,10 @@ class Asker:
         except Exception:  # gone with its session, or the run no longer this drive's
             return p.GATE_CANCELLED, None
         decision = closed.get(approval_id, p.GATE_CANCELLED)
-        return decision, answered(approval_id) if decision in (p.APPROVE, p.ANSWER) else None
+        if decision not in (p.APPROVE, p.ANSWER):
+            return decision, None
+        answer = answered(approval_id)
+        return (decision, answer) if answer is not None else (p.GATE_CANCELLED, None)
 
     def _wait(self, approval_id: str) -> None:
         """Until the question is decided, the run or the call stops, or time is up."""
@@ -212,15 +215,17 @@ def note_of(message: str, defaults: dict[str, Any] | None) -> str:
     return message + (f"\n\nApproving answers: {shown}" if shown else "")
 
 
-def check_answer(approval: ApprovalRequest, answer: Any) -> None:
-    """May ``answer`` answer ``approval``? A question with a form, and the
-    fields its form asks, each valid (``SessionError`` says what is not)."""
+def check_answer(approval: ApprovalRequest, answer: Any) -> dict[str, Any]:
+    """What ``answer`` answers of ``approval``'s form (the fields given, as
+    the tool gets them): a question with a form, and the fields its form
+    asks, each valid (``SessionError`` says what is not)."""
     schema = (approval.args or {}).get("schema") if gates.is_question(approval) else None
     if not isinstance(schema, dict):
         raise SessionError("'answer' answers a question's form; this gate has none")
-    _clean, errors = forms.check(schema, answer)
+    clean, errors = forms.check(schema, answer)
     if errors:
         raise SessionError(f"the answer does not fit the form: {forms.errors_text(errors)}")
+    return clean
 
 
 def check_approve(approval: ApprovalRequest) -> None:
@@ -232,14 +237,19 @@ def check_approve(approval: ApprovalRequest) -> None:
 
 
 def answered(approval_id: str) -> dict[str, Any] | None:
-    """What a decided question answers: the person's fields, else its defaults."""
+    """What a decided question answers: the person's fields, else what
+    approving answers; None when neither is there (a form approved by a
+    version that did not check it, in a rolling deploy: no answer)."""
     row = ApprovalRequest.objects.filter(id=approval_id).values_list("answer", "args").first()
     if row is None:
         return None
     answer, args = row
+    args = args or {}
     if answer is not None:
-        return forms.check((args or {}).get("schema") or {}, answer)[0]
-    return (args or {}).get("answer") or {}
+        return forms.check(args.get("schema") or {}, answer)[0]
+    if "answer" in args:
+        return args["answer"]
+    return None if "schema" in args else {}
 
 
 def _status(approval_id: str) -> str | None:

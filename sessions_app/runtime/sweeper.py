@@ -22,7 +22,7 @@ from django.utils import timezone
 from sessions_app.fanout.presence import close_stale_connections
 from sessions_app.log.retention import apply_retention
 from sessions_app.models import ApprovalRequest, Connection, Run
-from sessions_app.runtime import deciding, durable, gates, runs
+from sessions_app.runtime import deciding, durable, gates, notify, runs
 from sessions_app.runtime.gates import Decision
 from sessions_app.server.identity import worker_id
 from sessions_app.server.logs import Outage
@@ -131,6 +131,7 @@ class Sweeper(threading.Thread):
             try:
                 take_over_expired()
                 expire_due_gates()
+                notify.notify_waiting_gates()
                 requeue_unclaimed()
                 runs.admit_all_waiting()
                 close_stale_connections()

@@ -1,8 +1,9 @@
 """A session socket's commands after its handshake: ``Commands``, one per
-session socket, for ``ping``, ``ack``, ``send``, ``decide``, ``cancel``,
-``sync`` and ``switch``. Each is parsed by the wire's ``protocol``, done through the
-socket's queries (``queries``: the runtime's functions, on the sockets' pool,
-checked against the rights the socket was let in with) and answered with its
+session socket, for ``ping``, ``ack``, ``visibility``, ``send``, ``decide``,
+``cancel``, ``sync`` and ``switch``. Each is parsed by the wire's
+``protocol``, done through the socket's queries (``queries``: the runtime's
+functions, on the sockets' pool, checked against the rights the socket was
+let in with) and answered with its
 ``*_ok`` frame (``wire.frames``); a failure becomes an ``error`` frame in
 ``SessionConsumer``. What it needs of its socket is ``CommandTarget``.
 """
@@ -68,6 +69,10 @@ class Commands:
         if seq > self.socket.last_ack:
             self.socket.last_ack = seq
             self.socket.record(last_ack=seq)
+
+    async def _on_visibility(self, frame: dict[str, Any]) -> None:
+        # The socket's row says it (runtime.notify: is any tab of its user visible?).
+        self.socket.record(visible=p.parse_visibility(frame))
 
     def _branch_rate(self) -> None:
         if not self.branch_bucket.take(asyncio.get_running_loop().time()):
@@ -137,6 +142,7 @@ def error_frame_for(exc: SessionError, request_id: Any) -> dict[str, Any]:
 _HANDLERS = {
     p.PING: Commands._on_ping,
     p.ACK: Commands._on_ack,
+    p.VISIBILITY: Commands._on_visibility,
     p.SEND: Commands._on_send,
     p.DECIDE: Commands._on_decide,
     p.CANCEL: Commands._on_cancel,

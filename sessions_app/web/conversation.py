@@ -115,11 +115,11 @@ def answer_gates(session: AgentSession, answers, by: str, via: str) -> tuple[str
         approval_id: Decision.of({**f, "whole_step": False}, by, via)
         for approval_id, f in checked.items()
     }
-    # Every edit, response and answer checked before the first decision.
+    # Every decision checked against its gate before the first is made.
     for gate in ApprovalRequest.objects.filter(id__in=list(made)).only(
         "kind", "tool", "tool_call_id", "args"
     ):
-        deciding.check_decision(gate, made[gate.id])
+        made[gate.id] = deciding.check_decision(gate, made[gate.id])
     run_id, after = "", 0
     for approval_id, decision in made.items():
         gate = gates[approval_id]

@@ -12,6 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
 from django.views.decorators.cache import never_cache
@@ -19,6 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sessions_app.log import sessions as services
 from sessions_app.models import AgentSession
+from sessions_app.runtime import notify
 from sessions_app.runtime.agents import get_agent
 from sessions_app.wire import protocol as p
 
@@ -83,6 +85,22 @@ def session_page(request, session_id: str):
             "hints": agent_hints(),
         },
     )
+
+
+@require_GET
+@never_cache
+@login_required
+def gate_link(request, token: str):
+    """A notice's link (``runtime.notify``): for its gate's owner, signed in,
+    once and before it expires, the session at that gate (the card is
+    shown and focused: ``#gate-<id>``); otherwise a page saying why not
+    (410). Opening it decides nothing."""
+    try:
+        gate = notify.open_link(token, request.user)
+    except notify.LinkRefused as refused:
+        return render(request, "sessions_app/gate_link.html", {"why": str(refused)}, status=410)
+    url = reverse("sessions_app:session", args=[gate.session_id])
+    return redirect(f"{url}#gate-{gate.id}")
 
 
 def agent_hints() -> list[str]:

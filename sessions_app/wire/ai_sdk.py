@@ -206,8 +206,9 @@ class UiMessageStream:
         self.emit(chunk)
 
     def approval_decided(self, data: dict[str, Any]) -> None:
-        # An edit ran the call, a response answered it: neither is a denial.
-        approved = data.get("decision") in (p.APPROVE, p.EDIT, p.RESPOND)
+        # An edit ran the call, a response or a form's answer answered it:
+        # none is a denial.
+        approved = data.get("decision") in (p.APPROVE, p.EDIT, p.RESPOND, p.ANSWER)
         if not approved and data["approval_id"] in self.gates:
             self.denied.add(self.gates[data["approval_id"]])
         self.emit(

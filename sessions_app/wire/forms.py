@@ -18,6 +18,7 @@ it shows is what the server said). Pure: no I/O, no Django.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import date, datetime
 from typing import Any
@@ -37,6 +38,7 @@ _KEYS = {
 _COMMON = {"type", "title", "description", "default"}
 MAX_FIELDS = 20
 MAX_TEXT = 4_000  # the longest string answer, unless the schema says less
+MAX_NUMBER = 2**53  # beyond it a browser's number is not the one given
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
@@ -54,7 +56,7 @@ def schema_problem(schema: Any) -> str | None:
         if problem:
             return f"field {name!r}: {problem}"
     required = schema.get("required", [])
-    if not isinstance(required, list) or any(name not in props for name in required):
+    if not _strings(required) or any(name not in props for name in required):
         return "'required' lists fields the form has"
     return None
 
@@ -71,10 +73,10 @@ def _property_problem(prop: Any) -> str | None:
     if "format" in prop and prop["format"] not in FORMATS:
         return f"its format is one of {', '.join(FORMATS)}"
     enum = prop.get("enum")
-    if enum is not None and (not enum or not all(isinstance(v, str) for v in enum)):
+    if enum is not None and (not enum or not _strings(enum)):
         return "its enum lists strings"
     names = prop.get("enumNames")
-    if names is not None and (enum is None or len(names) != len(enum)):
+    if names is not None and (enum is None or not _strings(names) or len(names) != len(enum)):
         return "its enumNames name each enum value"
     for key in ("minLength", "maxLength", "minimum", "maximum"):
         bound = prop.get(key)
@@ -85,10 +87,15 @@ def _property_problem(prop: Any) -> str | None:
     return None
 
 
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
 def defaults(schema: dict[str, Any]) -> dict[str, Any] | None:
     """The answer a form gives untouched (each field's default, ``true`` for
-    a required yes/no without one); None when a required field has neither
-    (approving it alone cannot answer it)."""
+    a required yes/no without one); None when a required field has neither,
+    or its defaults are no answer ``check`` takes (approving it alone cannot
+    answer it)."""
     props = schema.get("properties") or {}
     required = set(schema.get("required") or ())
     answer: dict[str, Any] = {}
@@ -99,7 +106,8 @@ def defaults(schema: dict[str, Any]) -> dict[str, Any] | None:
             answer[name] = True
         elif name in required:
             return None
-    return answer
+    clean, errors = check(schema, answer)
+    return None if errors else clean
 
 
 def check(schema: dict[str, Any], answer: Any) -> tuple[dict[str, Any], dict[str, str]]:
@@ -144,12 +152,14 @@ def _value_problem(prop: dict[str, Any], value: Any) -> str | None:
 
 def _number_problem(prop: dict[str, Any], value: Any) -> str | None:
     integer = prop["type"] == "integer"
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return "must be a whole number" if integer else "must be a number"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must be a whole number" if integer else "must be a number"
+    if abs(value) > MAX_NUMBER:  # an int this big is no float: asked first
+        return f"must be at most {MAX_NUMBER} either way"
     if integer and value != int(value):
         return "must be a whole number"
-    if value in (float("inf"), float("-inf")):
-        return "must be a number"
     if "minimum" in prop and value < prop["minimum"]:
         return f"must be at least {prop['minimum']}"
     if "maximum" in prop and value > prop["maximum"]:
@@ -166,9 +176,18 @@ def _format_problem(fmt: str | None, value: str) -> str | None:
             return "must be a URI"
     if fmt == "date" and not _parses(date.fromisoformat, value, 10):
         return "must be a date (YYYY-MM-DD)"
-    if fmt == "date-time" and not _parses(datetime.fromisoformat, value, 16):
-        return "must be a date and time"
+    if fmt == "date-time" and not _zoned(value):
+        return "must be a date and time with its offset (RFC 3339)"
     return None
+
+
+def _zoned(value: str) -> bool:
+    """An RFC 3339 date-time: a date, a time and an offset (``Z`` or ±hh:mm)."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return "T" in value.upper() and parsed.tzinfo is not None
 
 
 def _parses(parse, value: str, least: int) -> bool:

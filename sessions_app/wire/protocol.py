@@ -60,6 +60,8 @@ CANCEL = "cancel"
 SYNC = "sync"
 SWITCH = "switch"  # extension "branches": show another branch of the conversation
 PING = "ping"
+# Whether the tab is visible (a person none of whose tabs is gets told of a gate).
+VISIBILITY = "visibility"
 # server -> client
 START_OK = "start_ok"
 RESUME_OK = "resume_ok"
@@ -427,6 +429,14 @@ class Send:
     # text), or send ``text`` as a new version of run ``edit_of``'s message.
     regenerate: str | None = None
     edit_of: str | None = None
+
+
+def parse_visibility(frame: dict[str, Any]) -> bool:
+    request_id_of(frame, strict=True)
+    visible = frame.get("visible")
+    if not isinstance(visible, bool):
+        raise FrameError(E_BAD_FRAME, "'visible' must be a boolean", frame.get("request_id"))
+    return visible
 
 
 def parse_ack(frame: dict[str, Any]) -> int:

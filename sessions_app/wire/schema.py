@@ -59,6 +59,7 @@ def client_frames() -> dict[str, dict[str, Any]]:
             },
         ),
         p.ACK: frame_of(p.ACK, {"seq": SEQ}),
+        p.VISIBILITY: frame_of(p.VISIBILITY, {"visible": {"type": "boolean"}}),
         p.SEND: frame_of(
             p.SEND,
             {"client_message_id": ID},

@@ -53,12 +53,12 @@ NOTE = {
 # (runtime.runs.park, runtime.context.Context._auto_step, runtime.questions.Asker._open).
 CALL_REQUIRED = {"tool_call_id": TOOL_CALL_ID, "tool": STRING, "args": {"type": "object"}}
 CALL_OPTIONAL = {"display": DISPLAY, "note": NOTE}
-# A question's arguments (``tool_call_id`` ``ask_…``): what it asks, and what
-# approving answers.
+# A question's arguments (``tool_call_id`` ``ask_…``): what it asks, its form
+# (wire.forms), and what approving answers (absent when its defaults do not).
 QUESTION_ARGS = {
     "type": "object",
-    "properties": {"message": STRING, "answer": {"type": "object"}},
-    "required": ["message", "answer"],
+    "properties": {"message": STRING, "schema": {"type": "object"}, "answer": {"type": "object"}},
+    "required": ["message"],
 }
 
 

@@ -6,6 +6,8 @@ are the page's own (an init script records what the page asks of them)."""
 
 from __future__ import annotations
 
+import re
+
 from playwright.sync_api import expect
 
 from tests.browser.helpers import (
@@ -84,3 +86,41 @@ def test_a_hidden_tab_is_told_of_a_gate_once_allowed(server, ctx):
     park([a], session_id)
     assert a.evaluate("() => document.visibilityState") == "hidden"
     assert _notified(a) == []
+
+
+def test_a_tab_tells_the_server_when_it_is_hidden_and_shown(server, ctx):
+    """The socket's row follows the tab: hidden, then shown (the server's
+    notices wait for a person none of whose tabs is visible); a hidden tab
+    reloaded says so on its new socket."""
+    from sessions_app.models import Connection
+    from tests.support.waiting import wait_for
+
+    ctx.add_init_script(RECORD)
+    a = ctx.new_page()
+    session_id = new_session(a, server)
+    open_rows = Connection.objects.filter(session_id=session_id, closed_at__isnull=True)
+    wait_for(lambda: open_rows.filter(visible=True).exists())
+    hide = "() => { window.__hidden = %s; document.dispatchEvent(new Event('visibilitychange')); }"
+    a.evaluate(hide % "true")
+    wait_for(lambda: open_rows.filter(visible=False).exists())
+    a.evaluate(hide % "false")
+    wait_for(lambda: open_rows.filter(visible=True).exists())
+    a.evaluate("() => sessionStorage.setItem('test-hidden', '1')")
+    a.reload()
+    expect_live(a)
+    wait_for(lambda: open_rows.count() == 1 and open_rows.filter(visible=False).exists())
+
+
+def test_a_notices_link_opens_the_page_at_its_card(server, ctx):
+    """The page opened at ``#gate-<id>`` (where a notice's link leads)
+    shows that card focused and marked, once it is rendered."""
+    a = ctx.new_page()
+    session_id = new_session(a, server)
+    send(a, "/write told.txt hello")
+    approval_id = park([a], session_id)
+    b = ctx.new_page()
+    b.goto(f"{session_url(server, session_id)}#gate-{approval_id}")
+    expect_live(b)
+    card = b.locator(f"[data-testid=approval][data-approval-id='{approval_id}']")
+    expect(card).to_have_class(re.compile(r"\bapproval-revealed\b"), timeout=TIMEOUT)
+    expect(card).to_be_focused()

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { answerList, buildForm, formOf, readForm } from "../../static/sessions_app/js/view/form.js";
+import { answerList, buildForm, formOf, localInput, readForm } from "../../static/sessions_app/js/view/form.js";
 import { fakeDocument } from "./fakedom.mjs";
 
 const SCHEMA = {
@@ -80,4 +80,23 @@ test("an answer is shown as each field's title and its value", () => {
     list.children.map((c) => c.textContent),
     ["Name", "Ada", "News", "No"],
   );
+});
+
+test("any field name is an own property, and a date-time goes as UTC", () => {
+  const doc = fakeDocument();
+  const schema = {
+    type: "object",
+    // Parsed, as the wire gives it: an own property named __proto__ (a literal would set the prototype).
+    properties: JSON.parse('{"__proto__": {"type": "string"}, "at": {"type": "string", "format": "date-time", "default": "2026-12-07T21:30:00Z"}}'),
+  };
+  const card = doc.createElement("section");
+  card.append(buildForm(doc, schema, false));
+  const [proto, at] = card.querySelectorAll("[data-field]");
+  assert.equal(at.getAttribute("type"), "datetime-local");
+  assert.equal(at.value, localInput("2026-12-07T21:30:00Z"));
+  proto.value = "kept";
+  const answer = readForm(card);
+  assert.ok(Object.hasOwn(answer, "__proto__"));
+  assert.equal(Object.getOwnPropertyDescriptor(answer, "__proto__").value, "kept");
+  assert.equal(answer.at, "2026-12-07T21:30:00.000Z");
 });

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from channels.db import database_sync_to_async
 
 from sessions_app.models import ApprovalRequest, Run
@@ -97,6 +98,62 @@ async def test_a_form_is_asked_refused_when_bad_and_answered_once(server, cookie
     assert a.seqs() == b.seqs() == list(range(1, end["seq"] + 1))
     await a.close()
     await b.close()
+
+
+async def test_an_answer_keeps_the_fields_given_and_nothing_else(server, cookie):
+    """Optional fields sent empty or null are not answered: the log, the row
+    and the agent hold exactly the fields given."""
+    a, _sid = await open_session(server, cookie)
+    run_id, asked = await _asked(a)
+    sent = {**GOOD, "start": "", "age": None}
+    assert (await _decide(a, asked["approval_id"], "answer", answer=sent))["type"] == "decide_ok"
+    await a.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id)
+    [decided] = [e["data"] for e in a.events() if e["kind"] == "approval.decided"]
+    given = {k: v for k, v in GOOD.items() if k != "age"}
+    assert decided["answer"] == given
+    [said] = [e["data"]["text"] for e in a.events() if e["kind"] == "assistant.message"]
+    assert said == "Thank you. The form was answered: " + json.dumps(given, sort_keys=True)
+    await a.close()
+
+
+async def test_a_form_no_card_renders_fails_the_call_and_the_run_goes_on(server, cookie):
+    """ask_user with a field of a type no card shows: no question is asked,
+    the call fails with why (the model may ask again), the run ends well."""
+    a, _sid = await open_session(server, cookie)
+    form = {"properties": {"tags": {"type": "array"}}}
+    text = "/tool ask_user " + json.dumps({"message": "Tags?", "schema": form})
+    run_id = (await send_text(a, text, "m1"))["run_id"]
+    end = await a.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id)
+    assert end["data"] == {"stop_reason": "end_turn"}
+    [result] = [e["data"] for e in a.events() if e["kind"] == "tool.result"]
+    assert result["ok"] is False
+    assert result["output"] == (
+        "ask_user: the form cannot be shown: field 'tags': its type is one of "
+        "string, number, integer, boolean"
+    )
+    assert not [e for e in a.events() if e["kind"] == "approval.requested"]
+    await a.close()
+
+
+@pytest.mark.django_db
+def test_a_form_approved_unchecked_answers_nothing(user):
+    """A question whose form needs typing, approved by a version before
+    forms (a rolling deploy): no answer (the tool hears cancelled, never an
+    empty accept); one without a form answers as before."""
+    from sessions_app.log.sessions import create_session
+    from sessions_app.runtime import questions
+    from sessions_app.runtime.gates import Gate, Kind
+
+    session = create_session(user, "t")
+    run = Run.objects.create(session=session, client_message_id="m", text="x", message_seq=1)
+    form = Gate("ask_a", "ask_user", questions.asked("Who?", ASK_FORM), kind=Kind.QUESTION)
+    old = Gate("ask_b", "notes__forget", {"message": "Sure?", "answer": {"sure": True}})
+    rows = [gate.row(session.id, run.id) for gate in (form, old)]
+    for row in rows:
+        row.status = "approved"
+        row.save()
+    assert questions.answered(rows[0].id) is None
+    assert questions.answered(rows[1].id) == {"sure": True}
 
 
 async def test_declining_a_form_tells_the_agent(server, cookie):

@@ -29,9 +29,9 @@ class Person:
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    def ask(self, message: str, answer: dict) -> str:
+    def ask(self, message: str, schema: dict) -> tuple[str, dict]:
         self.asked.append(message)
-        return p.APPROVE
+        return p.APPROVE, {}
 
     def stop(self) -> None:
         pass

@@ -103,13 +103,14 @@ def test_a_gate_not_decided_ends_the_response_and_one_decided_goes_on():
     [
         (p.EDIT, {"ok": True, "output": "appended"}, "output-available"),
         (p.RESPOND, {"ok": True, "output": "already there"}, "output-available"),
+        (p.ANSWER, {"ok": True, "output": "accepted"}, "output-available"),
         (p.DENY, {"ok": False, "output": "denied: no"}, "output-denied"),
         (p.GATE_EXPIRED, {"ok": False, "output": "expired: nobody decided"}, "output-denied"),
     ],
 )
 def test_an_edit_or_a_response_is_not_a_denial(decision, result, state):
-    """An edited call ran and a response answered it: the chat shows their
-    output, approved; a denial and an expiry did not run it."""
+    """An edited call ran, a response or a form's answer answered it: the
+    chat shows their output, approved; a denial and an expiry did not run it."""
     gate = {"approval_id": "ap_1", "tool_call_id": "c1", "tool": "write_file", "args": {"a": 1}}
     out = feed(
         ai_sdk.UiMessageStream("s1", RUN),
@@ -123,7 +124,7 @@ def test_an_edit_or_a_response_is_not_a_denial(decision, result, state):
     )
     (tool,) = [part for part in requests.fold(out) if part["type"] == "tool-write_file"]
     assert tool["state"] == state
-    assert tool["approval"]["approved"] is (decision in (p.EDIT, p.RESPOND))
+    assert tool["approval"]["approved"] is (decision in (p.EDIT, p.RESPOND, p.ANSWER))
 
 
 def test_other_runs_and_the_users_own_input_are_not_this_message():

@@ -48,6 +48,11 @@ def test_a_flat_object_of_the_four_types_is_a_form():
         ({"properties": {"a": {"type": "string", "title": 1}}}, "its title is text"),
         ({"properties": {"a": {"type": "string"}}, "required": ["b"]}, "'required' lists"),
         ({"properties": {str(i): {"type": "boolean"} for i in range(21)}}, "at most 20"),
+        ({"properties": {"a": {"type": "string"}}, "required": [{}]}, "'required' lists"),
+        ({"properties": {"a": {"type": "string"}}, "required": "a"}, "'required' lists"),
+        ({"properties": {"a": {"type": "string", "enum": "abc"}}}, "its enum lists strings"),
+        ({"properties": {"a": {"type": "string", "enum": {"x": 1}}}}, "its enum lists strings"),
+        ({"properties": {"a": {"type": "string", "enum": ["x"], "enumNames": [1]}}}, "enumNames"),
     ],
 )
 def test_anything_else_is_not_a_form_and_says_why(schema, why):
@@ -63,6 +68,9 @@ def test_defaults_answer_a_form_only_when_every_required_field_has_one():
     assert forms.defaults({**FORM, "required": ["plan"]}) == {"plan": "a", "news": False}
     sure = {"properties": {"sure": {"type": "boolean"}}, "required": ["sure"]}
     assert forms.defaults(sure) == {"sure": True}
+    # A default the check refuses answers nothing: approving cannot send it.
+    blank = {"properties": {"c": {"type": "string", "default": ""}}, "required": ["c"]}
+    assert forms.defaults(blank) is None
 
 
 def test_a_good_answer_is_kept_as_given_and_empty_fields_are_left_out():
@@ -73,7 +81,7 @@ def test_a_good_answer_is_kept_as_given_and_empty_fields_are_left_out():
         "email": "ada@example.org",
         "site": "https://example.org/x",
         "born": "1815-12-10",
-        "at": "2026-12-07T21:00",
+        "at": "2026-12-07T21:00:00Z",
         "plan": "b",
         "age": 36,
         "ratio": 0.5,
@@ -96,7 +104,8 @@ def test_a_good_answer_is_kept_as_given_and_empty_fields_are_left_out():
         ("email", "ada", "must be an email address"),
         ("site", "not a uri", "must be a URI"),
         ("born", "10/12/1815", "must be a date (YYYY-MM-DD)"),
-        ("at", "2026-12-07", "must be a date and time"),
+        ("at", "2026-12-07", "must be a date and time with its offset (RFC 3339)"),
+        ("at", "2026-12-07T21:00", "must be a date and time with its offset (RFC 3339)"),
         ("plan", "c", "must be one of the choices"),
         ("age", 1.5, "must be a whole number"),
         ("age", True, "must be a whole number"),
@@ -104,6 +113,10 @@ def test_a_good_answer_is_kept_as_given_and_empty_fields_are_left_out():
         ("age", 0, "must be at least 1"),
         ("age", 151, "must be at most 150"),
         ("ratio", float("nan"), "must be a number"),
+        ("ratio", float("inf"), "must be a number"),
+        ("age", float("-inf"), "must be a whole number"),
+        ("age", 10**400, "must be at most 9007199254740992 either way"),
+        ("ratio", -(2**53) - 1, "must be at most 9007199254740992 either way"),
         ("ratio", 2, "must be at most 1"),
         ("news", "yes", "must be true or false"),
     ],

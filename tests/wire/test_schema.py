@@ -40,9 +40,12 @@ PARSERS = {
     p.SYNC: p.parse_sync,
     p.SWITCH: p.parse_switch,
     p.PING: lambda f: p.request_id_of(f, strict=True),
+    p.VISIBILITY: p.parse_visibility,
 }
 
 VALID = [
+    {"type": "visibility", "visible": False},
+    {"type": "decide", "approval_id": "ap_1", "decision": "answer", "answer": {"name": "Ada"}},
     {"type": "start", "protocol": 1},
     {"type": "start", "protocol": 1, "title": "t", "tab_id": "tab", "features": ["batch"]},
     {"type": "resume", "protocol": 1, "session_id": "s_1", "after": 0},
@@ -60,6 +63,10 @@ VALID = [
 ]
 
 INVALID = [
+    {"type": "visibility", "visible": "no"},
+    {"type": "visibility"},
+    {"type": "decide", "approval_id": "ap_1", "decision": "answer"},
+    {"type": "decide", "approval_id": "ap_1", "decision": "approve", "answer": {}},
     {"type": "start", "protocol": 2},
     {"type": "start", "protocol": 1, "title": "x" * (p.MAX_TITLE_CHARS + 1)},
     {"type": "start", "protocol": 1, "features": ["x"] * (p.MAX_FEATURES + 1)},
@@ -100,6 +107,7 @@ def test_every_frame_type_has_a_schema():
 
 _FRAME_NAMES = {
     *("START", "RESUME", "ACK", "SEND", "DECIDE", "CANCEL", "SYNC", "SWITCH", "PING"),
+    "VISIBILITY",
     *("START_OK", "RESUME_OK", "RESUME_REJECTED", "EVENT", "SEND_OK", "DECIDE_OK"),
     *("CANCEL_OK", "SYNC_OK", "SWITCH_OK", "PONG", "PRESENCE", "TITLE", "COMPACTED"),
     *("BATCH", "ERROR"),

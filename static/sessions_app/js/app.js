@@ -121,7 +121,7 @@ export function startSessionPage() {
   // itself never submits (a page load): it has no submit button.
   const sendOnEnter = (e) => {
     const form = e.target instanceof Element ? e.target.closest(".approval-form") : null;
-    if (!form || (e.type === "keydown" && (e.key !== "Enter" || e.target.tagName !== "INPUT"))) return;
+    if (!form || (e.type === "keydown" && (e.key !== "Enter" || e.isComposing || e.target.tagName !== "INPUT"))) return;
     e.preventDefault();
     const btn = form.closest("[data-testid='approval']")?.querySelector("button[data-action='answer-form']");
     if (btn && !btn.disabled) answerForm(btn);
@@ -178,11 +178,39 @@ export function startSessionPage() {
   window.addEventListener("pagehide", () => client.persistNow());
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "hidden") client.persistNow();
+    client.outbox.setVisible(document.visibilityState === "visible");
   });
+  client.outbox.visible = document.visibilityState === "visible";
+  revealGate(document, location.hash);
 
   attachRename(document, sessionId, (message, level) => view.notify(message, level));
   client.start();
   return { client, view, detach: () => detachSignals() };
+}
+
+/**
+ * A notice's link opens the page at `#gate-<approval id>`: once its card is
+ * shown, it is scrolled to and focused (a card that never comes: nothing).
+ */
+function revealGate(doc, hash) {
+  const id = /^#gate-([\w-]{1,40})$/.exec(hash)?.[1];
+  const list = doc.querySelector("[data-testid='transcript']");
+  if (!id || !list) return;
+  const find = () => list.querySelector(`[data-testid='approval'][data-approval-id='${id}']`);
+  const show = (card) => {
+    card.classList.add("approval-revealed");
+    card.setAttribute("tabindex", "-1");
+    card.scrollIntoView({ block: "center" });
+    card.focus({ preventScroll: true });
+  };
+  if (find()) return show(find());
+  const watch = new MutationObserver(() => {
+    const card = find();
+    if (!card) return;
+    watch.disconnect();
+    show(card);
+  });
+  watch.observe(list, { childList: true, subtree: true });
 }
 
 if (typeof document !== "undefined" && document.body && document.body.dataset.page === "session") {

@@ -110,6 +110,20 @@ export class Outbox {
     /** @type {Map<string, Push>} by the request id it went out under */
     this.requests = new Map();
     this._retryTimer = null;
+    /** Whether this tab is visible, as last said to the server (`visibility`). */
+    this.visible = true;
+  }
+
+  /**
+   * The tab was shown or hidden: the server is told (a person none of whose
+   * tabs is visible is told of a gate that waits), now if live, else when
+   * the next socket goes live (`flushCommands`).
+   * @param {boolean} visible
+   */
+  setVisible(visible) {
+    if (visible === this.visible) return;
+    this.visible = visible;
+    if (this._live()) this._send({ type: P.VISIBILITY, visible });
   }
 
   // --- the table ------------------------------------------------------------------
@@ -305,8 +319,10 @@ export class Outbox {
     return true;
   }
 
-  /** Send every remembered decide / cancel that is not on this socket. */
+  /** Send every remembered decide / cancel that is not on this socket (and,
+   * from a hidden tab, that it is hidden: a new socket counts as visible). */
   flushCommands() {
+    if (!this.visible) this._send({ type: P.VISIBILITY, visible: false });
     for (const push of Array.from(this.pushes.values())) {
       if (!push.remember || push.requestId !== null) continue;
       if (!this._write(push)) return;

@@ -88,6 +88,7 @@ export function buildApproval(doc, item, ctx) {
   const call = pending && item.kind !== P.GATE_QUESTION;
   const schema = item.kind === P.GATE_QUESTION ? formOf(item.args) : null;
   const form = schema && pending ? buildForm(d, schema, !canAct) : null;
+  const note = schema ? String(item.args.message ?? "") : item.note;
   const reason = h(d, "input", {
     class: "approval-reason",
     type: "text",
@@ -158,7 +159,8 @@ export function buildApproval(doc, item, ctx) {
     },
     [
       h(d, "header", { class: "card-head" }, [h(d, "span", { class: "chip chip-approval", text: chip(schema, pending) }), h(d, "strong", { text: item.tool })]),
-      item.note ? h(d, "p", { class: "approval-note", "data-testid": "approval-note", text: item.note }) : null,
+      // A form's card says what it asks (its note adds what approving answers: no Approve here).
+      note ? h(d, "p", { class: "approval-note", "data-testid": "approval-note", text: note }) : null,
       // A form says what it asks itself: not its schema as JSON.
       schema ? form : argsBlock(d, legacyDisplay(item), item.args),
       ...shown,

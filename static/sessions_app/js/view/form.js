@@ -20,7 +20,7 @@ export function formOf(args) {
 }
 
 function control(d, name, prop, label) {
-  const attrs = { "data-testid": `form-${name}`, "data-field": name, "data-type": prop.type, name, "aria-label": label };
+  const attrs = { "data-testid": `form-${name}`, "data-field": name, "data-type": prop.type, "data-format": prop.format || null, name, "aria-label": label };
   if (prop.type === "boolean") {
     return h(d, "input", { ...attrs, type: "checkbox", checked: prop.default === true });
   }
@@ -40,8 +40,16 @@ function control(d, name, prop, label) {
     max: prop.maximum ?? null,
     maxlength: prop.maxLength ?? null,
   });
-  if (prop.default !== undefined) el.value = String(prop.default);
+  if (prop.default !== undefined) el.value = prop.format === "date-time" ? localInput(prop.default) : String(prop.default);
   return el;
+}
+
+/** An RFC 3339 date-time as a datetime-local box shows it (the browser's time zone). */
+export function localInput(value) {
+  const at = new Date(String(value));
+  if (Number.isNaN(at.getTime())) return "";
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${at.getFullYear()}-${pad(at.getMonth() + 1)}-${pad(at.getDate())}T${pad(at.getHours())}:${pad(at.getMinutes())}`;
 }
 
 /**
@@ -73,15 +81,23 @@ export function buildForm(d, schema, disabled) {
  * @returns {Record<string, string|number|boolean>}
  */
 export function readForm(card) {
-  const answer = {};
+  const answer = [];
   for (const el of card.querySelectorAll("[data-field]")) {
     const name = el.dataset.field;
-    if (el.dataset.type === "boolean") answer[name] = el.checked;
+    if (el.dataset.type === "boolean") answer.push([name, el.checked]);
     else if (el.value === "") continue;
-    else if (el.dataset.type === "number" || el.dataset.type === "integer") answer[name] = Number(el.value);
-    else answer[name] = el.value;
+    else if (el.dataset.type === "number" || el.dataset.type === "integer") answer.push([name, Number(el.value)]);
+    else if (el.dataset.format === "date-time") answer.push([name, utc(el.value)]);
+    else answer.push([name, el.value]);
   }
-  return answer;
+  // Own properties, whatever the names (a field named __proto__ included).
+  return Object.fromEntries(answer);
+}
+
+/** A datetime-local box's value (the browser's time zone) as RFC 3339, in UTC. */
+function utc(value) {
+  const at = new Date(value);
+  return Number.isNaN(at.getTime()) ? value : at.toISOString();
 }
 
 /** A question's answer, shown once it is decided: each field and its value. */

@@ -42,6 +42,8 @@ export const MAX_QUOTED_CHARS = 40;
 export const START = "start";
 export const RESUME = "resume";
 export const ACK = "ack";
+// Whether the tab is visible (a person none of whose tabs is gets told of a gate).
+export const VISIBILITY = "visibility";
 export const SEND = "send";
 export const DECIDE = "decide";
 export const CANCEL = "cancel";
