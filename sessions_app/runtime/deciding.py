@@ -13,8 +13,7 @@ from django.db import transaction
 
 from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import gates as gate_model
-from sessions_app.runtime import questions, registry, runs
-from sessions_app.runtime.leases import pickup_deadline
+from sessions_app.runtime import lifecycle, questions, registry, runs
 from sessions_app.runtime.locks import lock_session, set_session_status
 from sessions_app.server import tracing
 from sessions_app.wire import protocol as p
@@ -133,8 +132,6 @@ def _continue_if_step_decided(session: AgentSession, approval: ApprovalRequest) 
     )
     if undecided.exists():
         return  # the step goes on when its last gate is decided
-    Run.objects.filter(id=run.id, status=Run.Status.AWAITING_APPROVAL).update(
-        status=Run.Status.RUNNING, worker="", lease_expires_at=pickup_deadline()
-    )
+    lifecycle.transition(Run.objects.filter(id=run.id), lifecycle.CONTINUE)
     set_session_status(session, AgentSession.Status.RUNNING)
     runs.enqueue(run.id)

@@ -46,8 +46,7 @@ from django.db.models.functions import Now
 from sessions_app.log.events import append_event
 from sessions_app.models import ApprovalRequest, Run
 from sessions_app.runtime import gates as gate_model
-from sessions_app.runtime import questions, runs
-from sessions_app.runtime.leases import pickup_deadline
+from sessions_app.runtime import lifecycle, questions, runs
 from sessions_app.runtime.locks import lock_session
 from sessions_app.server import metrics
 from sessions_app.wire import protocol as p
@@ -151,9 +150,7 @@ def release(
             if state["crashes"] >= settings.AGENT_RUN_MAX_CRASHES:
                 _budget_spent(run_id, session_id, worker, state)
                 return "error"
-        Run.objects.filter(id=run_id).update(
-            worker="", lease_expires_at=pickup_deadline(), state=state
-        )
+        lifecycle.transition(Run.objects.filter(id=run_id), lifecycle.RELEASE, state=state)
         append_event(
             session_id,
             p.K_RUN_RESUMED,

@@ -16,14 +16,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import close_old_connections
-from django.db.models import DateTimeField, ExpressionWrapper, F
-from django.db.models.functions import Now
 
 from sessions_app.models import Run
+from sessions_app.runtime import lifecycle
 from sessions_app.server.identity import worker_id
 from sessions_app.server.logs import Outage
 
@@ -31,23 +29,11 @@ log = logging.getLogger(__name__)
 _outage = Outage(log)
 
 
-def expires_in(seconds: float | None = None) -> ExpressionWrapper:
-    """``now + seconds`` (default: one lease) on the database's clock."""
-    if seconds is None:
-        seconds = settings.AGENT_LEASE_SECONDS
-    return ExpressionWrapper(Now() + timedelta(seconds=seconds), output_field=DateTimeField())
-
-
 def claim(run_id: str, worker: str) -> bool:
     """Take a running run that no worker holds (a new lease generation: the
     fencing token of this holder). False if someone else has it."""
-    return bool(
-        Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker="").update(
-            worker=worker,
-            lease_expires_at=expires_in(),
-            lease_generation=F("lease_generation") + 1,
-        )
-    )
+    claimed = lifecycle.transition(Run.objects.filter(id=run_id), lifecycle.CLAIM, worker=worker)
+    return bool(claimed)
 
 
 def holds(run_id: str, worker: str, generation: int) -> bool:
@@ -109,7 +95,7 @@ def renew(run_ids: Iterable[str], worker: str) -> set[str]:
     # No row locks (they would add a lock order to keep): renew what is held,
     # then read what is still held. A run lost between the two is reported
     # lost; one lost before the update is not renewed and reported lost.
-    held.update(lease_expires_at=expires_in())
+    lifecycle.transition(held, lifecycle.RENEW)
     return set(held.values_list("id", flat=True))
 
 
@@ -179,10 +165,3 @@ def keeper() -> LeaseKeeper:
             _keeper = LeaseKeeper(worker_id())
             _keeper.start()
         return _keeper
-
-
-def pickup_deadline():
-    """Until when a run handed to the task framework may wait for an executor;
-    past it the sweeper hands it over again (a lost task must not strand it).
-    An expression on the database's clock, like every lease time."""
-    return expires_in(settings.AGENT_PICKUP_SECONDS)

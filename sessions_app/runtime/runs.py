@@ -32,10 +32,9 @@ from django.utils import timezone
 
 from sessions_app.log.events import append_event, append_events
 from sessions_app.models import AgentSession, ApprovalRequest, Run
-from sessions_app.runtime import cancels, questions, wakeups
+from sessions_app.runtime import cancels, lifecycle, questions, wakeups
 from sessions_app.runtime import gates as gate_model
 from sessions_app.runtime.gates import VIA_SERVER, Gate
-from sessions_app.runtime.leases import pickup_deadline
 from sessions_app.runtime.locks import lock_session, lock_user, set_session_status
 from sessions_app.server import metrics
 from sessions_app.wire import protocol as p
@@ -243,16 +242,15 @@ def finish_run(
         session_id = Run.objects.values_list("session_id", flat=True).get(id=run_id)
         session = lock_session(session_id)
         lock_user(session.owner_id)
-        runs = Run.objects.filter(id=run_id, status__in=Run.ACTIVE)
+        runs = Run.objects.filter(id=run_id)
         if worker is not None:
             runs = runs.filter(status=Run.Status.RUNNING, worker=worker)
-        updated = runs.update(
-            status=Run.Status.FINISHED,
+        updated = lifecycle.transition(
+            runs,
+            lifecycle.FINISH,
             stop_reason=stop_reason,
             error=message,
             finished_at=timezone.now(),
-            worker="",
-            lease_expires_at=None,
         )
         if not updated:
             return False
@@ -302,9 +300,7 @@ def start_next_run(session: AgentSession, first: str | None = None) -> str | Non
         set_session_status(session, AgentSession.Status.RUNNING)
         return None
     now = timezone.now()
-    Run.objects.filter(id=nxt.id).update(
-        status=Run.Status.RUNNING, started_at=now, lease_expires_at=pickup_deadline()
-    )
+    lifecycle.transition(Run.objects.filter(id=nxt.id), lifecycle.ADMIT, started_at=now)
     metrics.QUEUE_WAIT_SECONDS.observe((now - nxt.created_at).total_seconds())
     append_event(session.id, p.K_RUN_STARTED, {"client_message_id": nxt.client_message_id}, nxt.id)
     set_session_status(session, AgentSession.Status.RUNNING)
@@ -326,9 +322,8 @@ def park(
     with transaction.atomic():
         session = lock_session(session_id)
         lock_user(session.owner_id)
-        updated = Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker).update(
-            status=Run.Status.AWAITING_APPROVAL, worker="", lease_expires_at=None, state=state
-        )
+        held = Run.objects.filter(id=run_id, worker=worker)
+        updated = lifecycle.transition(held, lifecycle.PARK, state=state)
         if not updated:
             return None
         now = timezone.now()
@@ -362,9 +357,7 @@ def wait_again(run_id: str, worker: str, session_id: str, step: list[str]) -> bo
         session = lock_session(session_id)
         if not pending.exists():
             return False
-        parked = Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker=worker).update(
-            status=Run.Status.AWAITING_APPROVAL, worker="", lease_expires_at=None
-        )
+        parked = lifecycle.transition(Run.objects.filter(id=run_id, worker=worker), lifecycle.PARK)
         if not parked:
             raise RunAborted(run_id)
         # Every tab shows it waiting again.

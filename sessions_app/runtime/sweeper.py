@@ -22,7 +22,7 @@ from django.utils import timezone
 from sessions_app.fanout.presence import close_stale_connections
 from sessions_app.log.retention import apply_retention
 from sessions_app.models import ApprovalRequest, Connection, Run
-from sessions_app.runtime import deciding, durable, gates, notify, runs
+from sessions_app.runtime import deciding, durable, gates, lifecycle, notify, runs
 from sessions_app.runtime.gates import Decision
 from sessions_app.server.identity import worker_id
 from sessions_app.server.logs import Outage
@@ -87,9 +87,7 @@ def requeue_unclaimed() -> list[str]:
     again = []
     for run_id in stale.values_list("id", flat=True):
         with transaction.atomic():
-            if Run.objects.filter(id=run_id, status=Run.Status.RUNNING, worker="").update(
-                lease_expires_at=runs.pickup_deadline()
-            ):
+            if lifecycle.transition(Run.objects.filter(id=run_id), lifecycle.REPICK):
                 runs.enqueue(run_id)
                 again.append(run_id)
     if again:

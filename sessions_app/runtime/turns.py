@@ -20,14 +20,12 @@ from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.utils import timezone
 
 from sessions_app import fanout
 from sessions_app.log.events import NewEvent, append_event, append_events
 from sessions_app.log.sessions import title_from
 from sessions_app.models import AgentSession, Run, new_run_id
-from sessions_app.runtime import cancels, questions, runs
-from sessions_app.runtime.leases import pickup_deadline
+from sessions_app.runtime import cancels, lifecycle, questions, runs
 from sessions_app.runtime.locks import lock_session, queued_runs, set_session_status
 from sessions_app.wire import protocol as p
 from sessions_app.wire.errors import ApprovalPending, NotFound, SessionFull, TooManyRuns
@@ -165,9 +163,7 @@ def open_turn(session: AgentSession, turn: NewTurn) -> SendResult:
         parent_id=turn.parent,
         answers_id=None if turn.answers is None else (turn.answers.answers_id or turn.answers.id),
         trace=turn.trace,
-        status=Run.Status.QUEUED if busy else Run.Status.RUNNING,
-        started_at=None if busy else timezone.now(),
-        lease_expires_at=None if busy else pickup_deadline(),
+        **lifecycle.born(queued=busy),
     )
     _make_leaf(session, run_id, turn.text)
     if not behind:
