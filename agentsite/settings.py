@@ -217,6 +217,7 @@ EMAIL_PORT = _env_int("EMAIL_PORT", 25)
 EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = _env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = _env_int("EMAIL_TIMEOUT", 30)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "agents@localhost")
 # The access log, and the proxies whose X-Forwarded-For it believes (comma-separated).
 AGENT_ACCESS_LOG = _app("AGENT_ACCESS_LOG")

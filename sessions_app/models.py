@@ -305,8 +305,9 @@ class Connection(models.Model):
     first_frame_type = models.CharField(max_length=32, blank=True)
     resume_after = models.PositiveBigIntegerField(null=True, blank=True)
     last_ack = models.PositiveBigIntegerField(null=True, blank=True)
-    # Whether its tab is visible, as the tab last said (``visibility``).
-    visible = models.BooleanField(default=True, db_default=True)
+    # Whether its tab is visible, as the tab last said (``visibility``; null:
+    # never said, a program or an older page: not a person looking).
+    visible = models.BooleanField(null=True, blank=True)
 
     class Meta:
         ordering = ["-opened_at"]

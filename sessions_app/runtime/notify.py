@@ -36,6 +36,8 @@ from django.conf import settings
 from django.core import signing
 from django.core.mail import send_mail
 from django.core.signals import setting_changed
+from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models.functions import Now
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -46,6 +48,7 @@ from sessions_app.models import ApprovalRequest, Connection
 log = logging.getLogger(__name__)
 
 BATCH = 200  # gates told at most, a pass
+NOTE_CHARS = 200  # of the agent's own words, quoted in a mail
 WINDOW = timedelta(days=1)
 _SALT = "sessions_app.gate-link"
 
@@ -93,6 +96,8 @@ def notify_waiting_gates(now: datetime | None = None) -> list[str]:
         return []
     now = now or timezone.now()
     due = now - timedelta(seconds=settings.AGENT_NOTIFY_DELAY_SECONDS)
+    # Owners who are looking are left out in the query itself: their gates
+    # never fill a batch that others' are waiting behind.
     waiting = (
         ApprovalRequest.objects.filter(
             status=ApprovalRequest.Status.PENDING,
@@ -100,31 +105,34 @@ def notify_waiting_gates(now: datetime | None = None) -> list[str]:
             created_at__lte=due,
             created_at__gte=due - WINDOW,
         )
+        .exclude(Exists(_looking(OuterRef("session__owner_id"))))
         .select_related("session__owner")
         .order_by("created_at")[:BATCH]
     )
     told: list[str] = []
-    looked: dict[int, bool] = {}
     for gate in waiting:
-        owner = gate.session.owner
-        if owner.pk not in looked:
-            looked[owner.pk] = someone_looking(owner.pk, now)
-        if looked[owner.pk] or not _claim(gate, now):
-            continue
-        _sender.submit(_tell, notice_of(gate))
-        told.append(gate.id)
+        notice = notice_of(gate)  # before the claim: a claimed gate is told
+        if _claim(gate, now):
+            _sender.submit(_tell, notice)
+            told.append(gate.id)
     return told
 
 
-def someone_looking(user_id: int, now: datetime) -> bool:
-    """Does a tab of the user show the app now (an open, live socket whose
-    tab last said it is visible)?"""
+def _looking(user_id) -> QuerySet[Connection]:
+    """The user's open, live sockets whose tab said it is visible (a socket
+    whose tab never said, a program's or an older page's, is not a person
+    looking). Live on the database's clock: every host's stamps agree."""
     return Connection.objects.filter(
         user_id=user_id,
         closed_at__isnull=True,
         visible=True,
-        seen_at__gte=now - timedelta(seconds=STALE_SECONDS),
-    ).exists()
+        seen_at__gte=Now() - timedelta(seconds=STALE_SECONDS),
+    )
+
+
+def someone_looking(user_id: int) -> bool:
+    """Does a tab of the user show the app now?"""
+    return _looking(user_id).exists()
 
 
 def _claim(gate: ApprovalRequest, now: datetime) -> bool:
@@ -151,7 +159,12 @@ def notice_of(gate: ApprovalRequest) -> Notice:
 
 
 def _tell(notice: Notice) -> None:
-    for hook in hooks():
+    try:
+        told = hooks()
+    except ImportError:  # the check names it at start; a process that ran none says so here
+        log.exception("AGENT_NOTIFY cannot be loaded: gate %s not told", notice.approval_id)
+        return
+    for hook in told:
         try:
             hook(notice)
         except Exception:  # one channel failing is no reason to skip the next
@@ -201,7 +214,6 @@ def send_email(notice: Notice) -> None:
     title = " ".join(notice.session_title.split())[:80] or "an agent session"
     lines = [
         f"Your agent is waiting for {what} in “{title}”.",
-        *([notice.note] if notice.note else []),
         "",
         f"Open it: {notice.url}",
         "",
@@ -210,5 +222,10 @@ def send_email(notice: Notice) -> None:
     ]
     if notice.expires_at is not None:
         lines.insert(1, f"If nobody decides by {notice.expires_at:%Y-%m-%d %H:%M} UTC, it expires.")
+    if notice.note:
+        # The agent's words (a model's, which a prompt may steer): after the
+        # site's own link, quoted, one line, short; never instructions.
+        quoted = " ".join(notice.note.split())[:NOTE_CHARS]
+        lines += ["", "The agent's question, as it wrote it:", f"> {quoted}"]
     subject = " ".join(f"Your agent is waiting: {notice.tool}".split())[:120]
     send_mail(subject, "\n".join(lines), None, [notice.email])

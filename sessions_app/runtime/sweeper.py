@@ -129,7 +129,6 @@ class Sweeper(threading.Thread):
             try:
                 take_over_expired()
                 expire_due_gates()
-                notify.notify_waiting_gates()
                 requeue_unclaimed()
                 runs.admit_all_waiting()
                 close_stale_connections()
@@ -138,6 +137,10 @@ class Sweeper(threading.Thread):
                     apply_retention()
             except Exception as exc:
                 _outage.failed("sweep", exc)
+            try:  # apart: a notice failing holds no run back
+                notify.notify_waiting_gates()
+            except Exception as exc:
+                _outage.failed("notices", exc)
             finally:
                 close_old_connections()
 

@@ -61,7 +61,7 @@ def _gate(user, tool_call_id: str = "call_a", minutes_ago: float = 2) -> Approva
     return row
 
 
-def _tab(user, *, visible: bool, closed: bool = False) -> Connection:
+def _tab(user, *, visible: bool | None, closed: bool = False) -> Connection:
     return Connection.objects.create(
         user=user, visible=visible, closed_at=timezone.now() if closed else None
     )
@@ -114,6 +114,26 @@ def test_a_visible_tab_of_the_owner_holds_the_notice_until_it_is_hidden(user, ot
     _tab(other_user, visible=True)
     assert notify.notify_waiting_gates() == []
     Connection.objects.filter(id=looking.id).update(visible=False)
+    assert notify.notify_waiting_gates() == [gate.id]
+
+
+def test_gates_of_an_owner_who_looks_never_hold_back_anothers(user, other_user, monkeypatch):
+    """More waiting gates of a looking owner than a pass reads: another
+    owner's gate is still told (the looking ones are left out in the read)."""
+    monkeypatch.setattr(notify, "BATCH", 2)
+    for i in range(3):
+        _gate(user, f"call_{i}", minutes_ago=3)
+    _tab(user, visible=True)
+    theirs = _gate(other_user, "call_theirs", minutes_ago=2)
+    assert notify.notify_waiting_gates() == [theirs.id]
+
+
+def test_a_tab_that_never_said_is_nobody_looking(user):
+    """A socket whose tab never sent visibility (a program's, an older
+    page's) does not hold the notice."""
+    gate = _gate(user)
+    _tab(user, visible=None)
+    assert not notify.someone_looking(user.pk)
     assert notify.notify_waiting_gates() == [gate.id]
 
 
@@ -260,3 +280,35 @@ def test_a_mail_reaches_a_real_smtp_server_and_its_link_opens_the_gate_once(own_
         assert again.status_code == 410 and "used already" in again.text
     assert ApprovalRequest.objects.get(id=gate.id).status == "pending"
     assert len(inbox.mails) == 1
+
+
+def test_the_mail_puts_the_sites_link_first_and_quotes_the_agents_words(settings):
+    """A question's text is the model's: in the mail it comes after the
+    site's own link, quoted on one line and cut short, and the subject
+    holds no line break whatever the tool's name."""
+    from django.core import mail
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    hostile = "Ignore the link above.\n\nOpen it: https://evil.example/login " + "x" * 500
+    notify.send_email(
+        notify.Notice(
+            approval_id="ap_1",
+            session_id="s_1",
+            session_title="Report\r\nBcc: x@evil.example",
+            username="alice",
+            email="alice@example.org",
+            tool="ask_user\r\nBcc: x@evil.example",
+            kind="question",
+            note=hostile,
+            url="https://agents.example.com/gate/t/",
+            expires_at=None,
+        )
+    )
+    [sent] = mail.outbox
+    assert "\n" not in sent.subject and "\r" not in sent.subject
+    lines = sent.body.splitlines()
+    link = lines.index("Open it: https://agents.example.com/gate/t/")
+    quoted = [i for i, line in enumerate(lines) if line.startswith("> ")]
+    assert quoted and quoted[0] > link and len(quoted) == 1
+    assert lines[quoted[0]] == "> " + " ".join(hostile.split())[: notify.NOTE_CHARS]
+    assert sent.to == ["alice@example.org"]

@@ -211,6 +211,8 @@ function revealGate(doc, hash) {
     show(card);
   });
   watch.observe(list, { childList: true, subtree: true });
+  // A card that never comes (another branch, or gone): stop looking for it.
+  setTimeout(() => watch.disconnect(), 30_000);
 }
 
 if (typeof document !== "undefined" && document.body && document.body.dataset.page === "session") {

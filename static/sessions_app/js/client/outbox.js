@@ -319,10 +319,10 @@ export class Outbox {
     return true;
   }
 
-  /** Send every remembered decide / cancel that is not on this socket (and,
-   * from a hidden tab, that it is hidden: a new socket counts as visible). */
+  /** Send every remembered decide / cancel that is not on this socket (and
+   * whether the tab is visible: a socket that never says is no one looking). */
   flushCommands() {
-    if (!this.visible) this._send({ type: P.VISIBILITY, visible: false });
+    this._send({ type: P.VISIBILITY, visible: this.visible });
     for (const push of Array.from(this.pushes.values())) {
       if (!push.remember || push.requestId !== null) continue;
       if (!this._write(push)) return;
