@@ -75,10 +75,10 @@ test("a form answers its fields typed, leaving empty ones out", () => {
 
 test("an answer is shown as each field's title and its value", () => {
   const doc = fakeDocument();
-  const list = answerList(doc, SCHEMA, { name: "Ada", news: false });
+  const list = answerList(doc, SCHEMA, { name: "Ada", plan: "team", news: false });
   assert.deepEqual(
     list.children.map((c) => c.textContent),
-    ["Name", "Ada", "News", "No"],
+    ["Name", "Ada", "plan", "Team", "News", "No"],
   );
 });
 

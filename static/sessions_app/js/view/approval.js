@@ -160,7 +160,7 @@ export function buildApproval(doc, item, ctx) {
     [
       h(d, "header", { class: "card-head" }, [h(d, "span", { class: "chip chip-approval", text: chip(schema, pending) }), h(d, "strong", { text: item.tool })]),
       // A form's card says what it asks (its note adds what approving answers: no Approve here).
-      note ? h(d, "p", { class: "approval-note", "data-testid": "approval-note", text: note }) : null,
+      note ? h(d, "p", { class: schema ? "approval-ask" : "approval-note", "data-testid": "approval-note", text: note }) : null,
       // A form says what it asks itself: not its schema as JSON.
       schema ? form : argsBlock(d, legacyDisplay(item), item.args),
       ...shown,

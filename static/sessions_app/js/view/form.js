@@ -100,6 +100,14 @@ function utc(value) {
   return Number.isNaN(at.getTime()) ? value : at.toISOString();
 }
 
+/** A value as its field shows it: a choice by its name, a yes/no in words. */
+function shown(prop, value) {
+  if (typeof value === "boolean") return value ? "Yes" : "No";
+  const at = Array.isArray(prop?.enum) ? prop.enum.indexOf(value) : -1;
+  if (at >= 0 && Array.isArray(prop.enumNames) && prop.enumNames[at] !== undefined) return String(prop.enumNames[at]);
+  return String(value);
+}
+
 /** A question's answer, shown once it is decided: each field and its value. */
 export function answerList(d, schema, answer) {
   const props = schema?.properties ?? {};
@@ -109,7 +117,7 @@ export function answerList(d, schema, answer) {
     { class: "form-answer", "data-testid": "form-answer" },
     Object.entries(answer).flatMap(([name, value]) => [
       h(d, "dt", { text: String(props[name]?.title || name) }),
-      h(d, "dd", { "data-field": name, text: typeof value === "boolean" ? (value ? "Yes" : "No") : String(value) }),
+      h(d, "dd", { "data-field": name, text: shown(props[name], value) }),
     ]),
   );
 }
