@@ -80,7 +80,8 @@ DECISION_OF = {status: word for word, status in STATUS_OF.items() if word != p.A
 
 # Through which channel a decision came (``ApprovalRequest.decided_via``).
 VIA_TAB = "tab"  # the native socket: a tab of the app
-VIA_API = "api"  # the REST API (a session cookie or an API token)
+VIA_API = "api"  # the REST API, signed in (a session cookie)
+VIA_API_KEY = "api_key"  # the REST API with an API key
 VIA_ADMIN = "admin"
 VIA_AG_UI = "ag_ui"
 VIA_AI_SDK = "ai_sdk"
@@ -90,6 +91,7 @@ VIA_DEADLINE = "deadline"  # nobody decided in time: the sweeper did
 CHANNELS = (
     VIA_TAB,
     VIA_API,
+    VIA_API_KEY,
     VIA_ADMIN,
     VIA_AG_UI,
     VIA_AI_SDK,

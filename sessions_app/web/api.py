@@ -27,7 +27,7 @@ from sessions_app.log.events import read_events
 from sessions_app.log.sessions import create_session
 from sessions_app.models import AgentSession, ApprovalRequest, Run
 from sessions_app.runtime import deciding, runs, turns
-from sessions_app.runtime.gates import VIA_API, Decision
+from sessions_app.runtime.gates import VIA_API, VIA_API_KEY, Decision
 from sessions_app.server import tracing
 from sessions_app.web.policy import Pipeline, exception_handler
 from sessions_app.wire import decisions, frames
@@ -348,7 +348,8 @@ class ApprovalDecide(AppView, generics.GenericAPIView):
         approval = self.get_object()
         decision = body.validated_data["decision"]
         fields = body.validated_data
-        deciding.decide(approval.id, Decision.of(fields, request.user.get_username(), VIA_API))
+        via = VIA_API_KEY if request.auth else VIA_API  # an API key's id, or a cookie's None
+        deciding.decide(approval.id, Decision.of(fields, request.user.get_username(), via))
         return Response({"approval_id": approval.id, "decision": decision})
 
 

@@ -310,7 +310,7 @@ async def test_the_api_decides_a_whole_step_and_says_so_in_the_row(server, cooki
     assert await asyncio.to_thread(post) == 200
     await c.wait_event(lambda f: f["kind"] == "run.finished" and f["run_id"] == run_id)
     rows = await database_sync_to_async(_rows)(run_id)
-    assert [(r.status, r.decided_via, r.reason) for r in rows] == [("denied", "api", "no")] * 2
+    assert [(r.status, r.decided_via, r.reason) for r in rows] == [("denied", "api_key", "no")] * 2
     await c.close()
 
 

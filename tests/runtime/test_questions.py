@@ -122,7 +122,7 @@ def test_a_form_that_needs_typed_input_is_answered_with_it(c, mcp_server):
     assert wait_for(lambda: finished(run_id)).stop_reason == "end_turn"
     assert results(sid) == [("ask_", True, "accepted"), ("call", True, "renamed d to e")]
     row = ApprovalRequest.objects.get(id=asked.id)
-    assert (row.status, row.answer, row.decided_via) == ("answered", {"new_name": "e"}, "api")
+    assert (row.status, row.answer, row.decided_via) == ("answered", {"new_name": "e"}, "api_key")
 
 
 def test_a_form_the_cards_cannot_show_is_declined_without_a_gate(c, mcp_server):

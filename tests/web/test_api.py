@@ -88,13 +88,16 @@ def test_other_users_objects_are_404(client_for, user, other_user, no_enqueue):
 
 
 def test_decide_through_the_api_then_409_with_the_standing_decision(client_for, user, no_enqueue):
-    """The owner decides through the API; a second decision is 409 naming the first."""
+    """The owner decides through the API (signed in: channel ``api``; with a
+    key it is ``api_key``, tests/runtime/test_gates.py); a second decision
+    is 409 naming the first."""
     _, run_id, approval_id = parked_gate(user)
     c = client_for(user)
     url = f"/api/approvals/{approval_id}/decide/"
     ok = c.post(url, {"decision": "deny"}, content_type="application/json")
     assert ok.status_code == 200
     assert ok.json() == {"approval_id": approval_id, "decision": "deny"}
+    assert ApprovalRequest.objects.get(id=approval_id).decided_via == "api"
     again = c.post(url, {"decision": "approve"}, content_type="application/json")
     assert again.status_code == 409
     body = again.json()
