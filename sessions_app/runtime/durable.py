@@ -150,7 +150,10 @@ def release(
             if state["crashes"] >= settings.AGENT_RUN_MAX_CRASHES:
                 _budget_spent(run_id, session_id, worker, state)
                 return "error"
-        lifecycle.transition(Run.objects.filter(id=run_id), lifecycle.RELEASE, state=state)
+        if not lifecycle.transition(
+            Run.objects.filter(id=run_id, worker=worker), lifecycle.RELEASE, state=state
+        ):
+            return None  # (the held read above, under the lock, says it cannot be)
         append_event(
             session_id,
             p.K_RUN_RESUMED,

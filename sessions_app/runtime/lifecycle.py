@@ -8,15 +8,17 @@ that long to claim it) or held (its ``worker``, until ``lease_expires_at``).
 must be held or handed over, the status it enters and the lease it has
 then; ``transition`` is the only code that writes a run's status, worker
 or lease: a compare-and-set, in the caller's transaction, on the rows the
-caller names (``tests/test_house.py`` checks that no other module does).
+caller names (``tests/runtime/test_lifecycle.py`` reads every module of the
+app for any other write); a new run's first status and lease are ``born``'s.
 
 =========  ==============================  ==================  =======================
 event      from                            to                  worker, lease
 =========  ==============================  ==================  =======================
 admit      queued                          running             none, pickup deadline
 claim      running, handed over            running             the claimer, one lease
+                                                               (a new generation)
 renew      running, held                   running             kept, one lease more
-release    running                         running             none, pickup deadline
+release    running, held                   running             none, pickup deadline
 repick     running, handed over            running             none, a new deadline
 park       running, held                   awaiting_approval   none, none
 continue   awaiting_approval               running             none, pickup deadline
@@ -98,7 +100,7 @@ MOVES: dict[str, Move] = {
     RENEW: Move(
         (Status.RUNNING,), True, Status.RUNNING, lambda: {"lease_expires_at": expires_in()}
     ),
-    RELEASE: Move((Status.RUNNING,), None, Status.RUNNING, _handed_over),
+    RELEASE: Move((Status.RUNNING,), True, Status.RUNNING, _handed_over),
     REPICK: Move(
         (Status.RUNNING,), False, Status.RUNNING, lambda: {"lease_expires_at": pickup_deadline()}
     ),

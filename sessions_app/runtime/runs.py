@@ -300,7 +300,8 @@ def start_next_run(session: AgentSession, first: str | None = None) -> str | Non
         set_session_status(session, AgentSession.Status.RUNNING)
         return None
     now = timezone.now()
-    lifecycle.transition(Run.objects.filter(id=nxt.id), lifecycle.ADMIT, started_at=now)
+    if not lifecycle.transition(Run.objects.filter(id=nxt.id), lifecycle.ADMIT, started_at=now):
+        return None  # no longer queued (under the lock it always is: a guard)
     metrics.QUEUE_WAIT_SECONDS.observe((now - nxt.created_at).total_seconds())
     append_event(session.id, p.K_RUN_STARTED, {"client_message_id": nxt.client_message_id}, nxt.id)
     set_session_status(session, AgentSession.Status.RUNNING)

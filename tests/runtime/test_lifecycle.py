@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_table_names_every_move_and_a_finished_run_never_moves():
     """Each event leaves from active statuses only, and enters one; finished
-    is final; only a claim, a renewal and a park need a holder or its absence."""
+    is final; a claim and a repick need no holder, a renewal and a park one."""
     assert set(MOVES) == {
         "admit",
         "claim",
@@ -38,6 +38,7 @@ def test_the_table_names_every_move_and_a_finished_run_never_moves():
     assert {e: m.held for e, m in MOVES.items() if m.held is not None} == {
         "claim": False,
         "renew": True,
+        "release": True,
         "repick": False,
         "park": True,
     }
@@ -96,6 +97,17 @@ def test_each_move_is_a_compare_and_set_that_writes_the_lease(user):
     queued = _run(user, Status.QUEUED)
     count, run = _moved(queued, "admit")
     assert (count, run.status, run.worker) == (1, "running", "")
+    assert _moved(queued, "release")[0] == 0  # handed over already: nothing to let go
+    assert _moved(queued, "renew")[0] == 0  # nobody holds it
+    count, run = _moved(queued, "repick")
+    assert (count, run.worker) == (1, "")
+    _moved(queued, "claim", worker="w3")
+    before = Run.objects.get(id=queued.id).lease_expires_at
+    count, run = _moved(queued, "renew")
+    assert (count, run.worker) == (1, "w3") and run.lease_expires_at >= before
+    assert _moved(queued, "repick")[0] == 0  # held: not a lost pickup
+    count, run = _moved(queued, "release", state={"keep": 3})
+    assert (count, run.status, run.worker, run.state) == (1, "running", "", {"keep": 3})
 
 
 def test_the_table_alone_writes_the_status_and_the_lease():
@@ -112,36 +124,90 @@ def test_the_table_alone_writes_the_status_and_the_lease():
         lifecycle.transition(runs, "park", worker="w1")
 
 
-OWNED = {"status", "worker", "lease_expires_at", "lease_generation"}
 WRITES = {"update", "create", "get_or_create", "update_or_create", "bulk_update"}
+LEASE = {"worker", "lease_expires_at", "lease_generation"}  # no other model has them
 
 
-def _writes_a_run(node: ast.Call) -> set[str]:
-    """The fields the table owns that a write call sets (a status only when
-    it is a run's: ``Run.Status.…``)."""
-    if not (isinstance(node.func, ast.Attribute) and node.func.attr in WRITES):
-        return set()
-    target = ast.unparse(node.func.value)
+class _Writers(ast.NodeVisitor):
+    """The places in one module that write a run's status, worker or lease:
+    a write call's keywords (a status when it is a run's: ``Run.Status.…``,
+    or an alias of it such as lifecycle's own ``Status``), a ``**`` spread
+    into one (the fields unseen), and an assignment to such an attribute."""
 
-    def owned(kw: ast.keyword) -> bool:
-        if kw.arg in ("lease_expires_at", "lease_generation"):
-            return True
-        if kw.arg in ("status", "worker") and "Run" in target:
-            return True
-        return kw.arg == "status" and ast.unparse(kw.value).startswith("Run.Status")
+    def __init__(self, source: str) -> None:
+        self.found: list[tuple[int, str]] = []
+        tree = ast.parse(source)
+        self.aliases = {"Run.Status"} | {
+            target.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and ast.unparse(node.value) == "Run.Status"
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        self.visit(tree)
 
-    return {kw.arg for kw in node.keywords if owned(kw)}
+    def _runs_status(self, value: ast.expr) -> bool:
+        text = ast.unparse(value)
+        return any(text == alias or text.startswith(alias + ".") for alias in self.aliases)
+
+    def visit_Call(self, node: ast.Call) -> None:  # noqa: N802 (ast's name)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in WRITES:
+            for kw in node.keywords:
+                if kw.arg in LEASE or (kw.arg == "status" and self._runs_status(kw.value)):
+                    self.found.append((node.lineno, kw.arg))
+                elif (
+                    kw.arg is None
+                    and ast.unparse(node.func.value).startswith("Run.")
+                    and not ast.unparse(kw.value).startswith("lifecycle.born(")
+                ):
+                    self.found.append((node.lineno, "**"))
+        self.generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign) -> None:  # noqa: N802
+        for target in node.targets:
+            # A run's attribute (``run.worker = …``), not another object's.
+            if not isinstance(target, ast.Attribute) or "run" not in ast.unparse(target.value):
+                continue
+            if target.attr in LEASE or (target.attr == "status" and self._runs_status(node.value)):
+                self.found.append((node.lineno, target.attr))
+        self.generic_visit(node)
+
+
+def test_the_reader_finds_each_way_to_write_a_run():
+    """The check below is only as good as its reader: every way of writing
+    is found, another model's status is not."""
+    source = """
+Status = Run.Status
+held.update(status=Status.RUNNING)
+held.update(status=Run.Status.RUNNING, lease_expires_at=None)
+Run.objects.filter(id=x).update(worker="")
+Run.objects.create(**fields)
+run.worker = "w1"
+run.status = Run.Status.FINISHED
+Run.objects.create(**lifecycle.born(queued=True))
+ApprovalRequest.objects.filter(run__status=Run.Status.RUNNING).update(status=Gate.APPROVED)
+session.status = AgentSession.Status.IDLE
+self.worker = worker
+"""
+    assert _Writers(source).found == [
+        (3, "status"),
+        (4, "status"),
+        (4, "lease_expires_at"),
+        (5, "worker"),
+        (6, "**"),
+        (7, "worker"),
+        (8, "status"),
+    ]
 
 
 def test_no_other_module_writes_a_runs_status_worker_or_lease():
     """Every write of a run's status, worker or lease is lifecycle's (the
-    migrations aside: they are history)."""
+    migrations aside: they are history). A run's first status is
+    ``lifecycle.born``'s, spread into its creation."""
     writers = []
     for path in sorted((ROOT / "sessions_app").rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
         if "/migrations/" in relative or relative.endswith("runtime/lifecycle.py"):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and (fields := _writes_a_run(node)):
-                writers.append((relative, node.lineno, sorted(fields)))
+        writers += [(relative, *place) for place in _Writers(path.read_text()).found]
     assert writers == []
