@@ -246,7 +246,7 @@ def refresh_at_gate(context: BrowserContext, server_a, server_b) -> None:
 def idle_tab_sees_short_run(context: BrowserContext, server_a, server_b) -> None:
     """A run under a second started in tab A appears in full in idle tab B:
     no focus, no reload, no polling (B makes no request and sends no frame but
-    acks)."""
+    acks, and once whether its tab is visible)."""
     a, _ = tab(context, server_a)
     session_id = new_session(a, server_a)
     b, wire_b = tab(context, server_b, session_id)
@@ -270,7 +270,9 @@ def idle_tab_sees_short_run(context: BrowserContext, server_a, server_b) -> None
     assert_same_transcript(a, b)
     assert requests == []
     assert len(wire_b.sockets) == 1
-    assert {f["type"] for f in wire_b.sockets[0]["sent"]} <= {"resume", "ack", "ping"}
+    # (visibility: the page says, once, whether its tab is visible)
+    assert {f["type"] for f in wire_b.sockets[0]["sent"]} <= {"resume", "ack", "ping", "visibility"}
+    assert len(wire_b.sent(0, "visibility")) == 1
     assert len(wire_b.sent(0, "resume")) == 1
     assert states_since(b, since_b) == []
     assert_each_seq_once(b, since_b, last)

@@ -80,8 +80,9 @@ def test_an_mcp_tool_through_a_whole_run_in_the_browser(mcp_site, ctx, login):
 
 def test_a_question_the_server_asks_is_a_card_decided_once_from_another_tab(mcp_site, ctx, login):
     """forget() asks while it runs (an MCP elicitation): both tabs show a
-    second card with the server's question and what approving answers; one
-    tab approves it, the other's buttons go, and both show the tool's result."""
+    second card with the server's question and its form, started at what
+    approving answers (the required yes ticked); one tab sends it, the
+    other's buttons go, and both show the tool's result."""
     site, notes = mcp_site
     login(ctx, site)
     page = ctx.new_page()
@@ -93,13 +94,14 @@ def test_a_question_the_server_asks_is_a_card_decided_once_from_another_tab(mcp_
     for tab in (page, other):
         asked = tab.get_by_test_id("approval").last
         expect(asked).to_have_attribute("data-status", "pending", timeout=TIMEOUT)
-        expect(asked.get_by_test_id("approval-note")).to_contain_text("Forget the note 'old'?")
-        expect(asked.get_by_test_id("approval-note")).to_contain_text("sure = true")
-    other.get_by_test_id("approval").last.get_by_test_id("approve").click()
+        expect(asked.get_by_test_id("approval-note")).to_have_text("Forget the note 'old'?")
+        expect(asked.get_by_test_id("form-sure")).to_be_checked()
+    other.get_by_test_id("approval").last.get_by_test_id("answer-form").click()
     for tab in (page, other):
         asked = tab.get_by_test_id("approval").last
-        expect(asked).to_have_attribute("data-status", "approved", timeout=TIMEOUT)
-        expect(asked.get_by_test_id("approve")).to_be_hidden()
+        expect(asked).to_have_attribute("data-status", "answered", timeout=TIMEOUT)
+        expect(asked.get_by_test_id("answer-form")).to_have_count(0)
+        expect(asked.get_by_test_id("form-answer")).to_contain_text("Yes")
         expect(tab.get_by_test_id("tool-result").last).to_contain_text("forgot old")
     settle([page, other], session_id, runs=1)
     assert notes.read_text() == "forgot old\n"

@@ -60,6 +60,18 @@ test("each property is one labelled field of its kind, in order, as text", () =>
   );
 });
 
+test("a form starts at what approving answers, over the fields' own defaults", () => {
+  const doc = fakeDocument();
+  const sure = { type: "object", properties: { sure: { type: "boolean" }, plan: SCHEMA.properties.plan } };
+  const form = buildForm(doc, sure, false, { sure: true, plan: "team" });
+  const [tick, plan] = form.querySelectorAll("[data-field]");
+  assert.equal(tick.getAttribute("checked"), "");
+  assert.deepEqual(
+    plan.querySelectorAll("option").map((o) => o.getAttribute("selected")),
+    [null, null, ""],
+  );
+});
+
 test("a form answers its fields typed, leaving empty ones out", () => {
   const doc = fakeDocument();
   const card = doc.createElement("section");

@@ -87,7 +87,7 @@ export function buildApproval(doc, item, ctx) {
   // or, with a form, answered.
   const call = pending && item.kind !== P.GATE_QUESTION;
   const schema = item.kind === P.GATE_QUESTION ? formOf(item.args) : null;
-  const form = schema && pending ? buildForm(d, schema, !canAct) : null;
+  const form = schema && pending ? buildForm(d, schema, !canAct, item.args.answer) : null;
   const note = schema ? String(item.args.message ?? "") : item.note;
   const reason = h(d, "input", {
     class: "approval-reason",

@@ -19,14 +19,14 @@ export function formOf(args) {
   return schema && typeof schema === "object" && schema.properties && typeof schema.properties === "object" ? schema : null;
 }
 
-function control(d, name, prop, label) {
+function control(d, name, prop, label, start) {
   const attrs = { "data-testid": `form-${name}`, "data-field": name, "data-type": prop.type, "data-format": prop.format || null, name, "aria-label": label };
   if (prop.type === "boolean") {
-    return h(d, "input", { ...attrs, type: "checkbox", checked: prop.default === true });
+    return h(d, "input", { ...attrs, type: "checkbox", checked: start === true });
   }
   if (Array.isArray(prop.enum)) {
     const names = Array.isArray(prop.enumNames) ? prop.enumNames : prop.enum;
-    const options = prop.enum.map((value, i) => h(d, "option", { value: String(value), text: String(names[i] ?? value), selected: value === prop.default }));
+    const options = prop.enum.map((value, i) => h(d, "option", { value: String(value), text: String(names[i] ?? value), selected: value === start }));
     return h(d, "select", { ...attrs, class: "form-input" }, [h(d, "option", { value: "", text: "Choose…" }), ...options]);
   }
   const number = prop.type === "number" || prop.type === "integer";
@@ -40,7 +40,7 @@ function control(d, name, prop, label) {
     max: prop.maximum ?? null,
     maxlength: prop.maxLength ?? null,
   });
-  if (prop.default !== undefined) el.value = prop.format === "date-time" ? localInput(prop.default) : String(prop.default);
+  if (start !== undefined && start !== null) el.value = prop.format === "date-time" ? localInput(start) : String(start);
   return el;
 }
 
@@ -57,14 +57,18 @@ export function localInput(value) {
  * @param {Document} d
  * @param {object} schema
  * @param {boolean} disabled
+ * @param {object|null} [answers] what approving answers (`args.answer`): the fields start so
  * @returns {HTMLElement}
  */
-export function buildForm(d, schema, disabled) {
+export function buildForm(d, schema, disabled, answers = null) {
   const required = new Set(Array.isArray(schema.required) ? schema.required : []);
   const fields = Object.entries(schema.properties).map(([name, prop]) => {
     const p = prop && typeof prop === "object" ? prop : {};
     const label = String(p.title || name);
-    const input = control(d, name, p, label);
+    // What approving would answer (the server's defaults, a required yes/no
+    // ticked), else the field's own default.
+    const start = answers && Object.hasOwn(answers, name) ? answers[name] : p.default;
+    const input = control(d, name, p, label, start);
     input.disabled = disabled;
     const caption = h(d, "span", { class: "form-label", text: `${label}${required.has(name) ? " *" : ""}` });
     const hint = p.description ? h(d, "span", { class: "form-hint", text: String(p.description) }) : null;
